@@ -1,0 +1,135 @@
+"""The launch descriptor: the one struct every kernel takes, shared by emit, package and runtime.
+
+A kernel is launched with a single by-value parameter, `const __grid_constant__ DESC desc`,
+whose layout is fixed here (natural C alignment, x86-64 / CUDA ABI). emit writes the struct,
+package writes it into NAME.h and manifest.json, runtime packs its bytes. Tensors are
+token-major: element (token t, head h, dim d) of Q lives at q + t*q_stride_tok +
+h*q_stride_head + d, where t is the packed token index cu_seqlens[b] + i; the batch layout
+[B, L, H, D] is the packed one with cu_seqlens = [0, L, 2L, ...]. LSE is float32 [H, T]:
+lse + h*lse_stride_head + t (not written when lse is 0).
+
+Kernel grid: (ceil(max_len / block_m), heads_q, batch); block: (threads, 1, 1).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from .ir import Mask
+
+CTYPES = {
+    "uint64_t": (8, "Q"),
+    "int64_t": (8, "q"),
+    "int32_t": (4, "i"),
+    "float": (4, "f"),
+}
+
+# (name, C type, meaning) of the fixed part, in order.
+HEADER_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("q", "uint64_t", "device pointer to Q, dtype elements"),
+    ("k", "uint64_t", "device pointer to K"),
+    ("v", "uint64_t", "device pointer to V"),
+    ("o", "uint64_t", "device pointer to O (written)"),
+    ("lse", "uint64_t", "device pointer to float32 LSE [H, T] (written), or 0"),
+    ("cu_seqlens", "uint64_t", "device pointer to int32[batch+1] token offsets"),
+    ("q_stride_tok", "int64_t", "elements between tokens of Q"),
+    ("q_stride_head", "int64_t", "elements between heads of Q"),
+    ("k_stride_tok", "int64_t", ""),
+    ("k_stride_head", "int64_t", ""),
+    ("v_stride_tok", "int64_t", ""),
+    ("v_stride_head", "int64_t", ""),
+    ("o_stride_tok", "int64_t", ""),
+    ("o_stride_head", "int64_t", ""),
+    ("lse_stride_head", "int64_t", "elements between heads of LSE (= T)"),
+    ("batch", "int32_t", "number of sequences"),
+    ("heads_q", "int32_t", "query heads"),
+    ("heads_kv", "int32_t", "key/value heads; heads_q % heads_kv == 0"),
+    ("max_len", "int32_t", "longest sequence (sets grid.x)"),
+    ("scale_log2", "float", "softmax scale times log2(e)"),
+)
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    ctype: str
+    offset: int
+    size: int
+    param: str | None = None  # the mask parameter it carries, if any
+    role: str = ""  # "value" | "per_sequence" | "segment_offsets" | "segment_starts" | header doc
+
+
+@dataclass(frozen=True)
+class DescriptorLayout:
+    struct_name: str
+    fields: tuple[Field, ...]
+    size: int
+    align: int
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def pack(self, values: dict[str, int | float]) -> bytes:
+        """Pack values by field name; missing fields are a programming error (KeyError)."""
+        buf = bytearray(self.size)
+        for f in self.fields:
+            struct.pack_into("<" + CTYPES[f.ctype][1], buf, f.offset, values[f.name])
+        return bytes(buf)
+
+    def c_struct(self) -> str:
+        lines = [f"struct {self.struct_name} {{"]
+        for f in self.fields:
+            lines.append(f"  {f.ctype} {f.name};")
+        lines.append("};")
+        return "\n".join(lines)
+
+
+def check_identifier(name: str) -> str:
+    """Names reach generated C only through here (the checker already enforces this)."""
+    if not _IDENT.match(name):
+        raise ValueError(f"not a safe identifier: {name!r}")
+    return name
+
+
+def param_fields(mask: Mask) -> list[tuple[str, str, str | None, str]]:
+    out: list[tuple[str, str, str | None, str]] = []
+    for p in mask.params:
+        n = check_identifier(p.name)
+        if p.kind == "scalar":
+            out.append((f"p_{n}", "int32_t", p.name, "value"))
+        elif p.kind == "batch":
+            out.append((f"p_{n}", "uint64_t", p.name, "per_sequence"))
+        else:
+            out.append((f"p_{n}_offsets", "uint64_t", p.name, "segment_offsets"))
+            out.append((f"p_{n}_starts", "uint64_t", p.name, "segment_starts"))
+    return out
+
+
+def descriptor_layout(mask: Mask) -> DescriptorLayout:
+    """Natural alignment, declaration order: header fields, then one or two per parameter.
+
+    scalar int  -> int32_t p_NAME
+    int[batch]  -> uint64_t p_NAME            (device int32[batch])
+    segments    -> uint64_t p_NAME_offsets    (device int32[batch+1], into starts)
+                   uint64_t p_NAME_starts     (device int32[], sorted within each sequence,
+                                               positions relative to the sequence start)
+    """
+    entries = [(n, t, None, doc) for n, t, doc in HEADER_FIELDS] + param_fields(mask)
+    fields: list[Field] = []
+    off = 0
+    align = 1
+    for name, ctype, param, role in entries:
+        size = CTYPES[ctype][0]
+        off = (off + size - 1) // size * size
+        fields.append(Field(name, ctype, off, size, param, role))
+        off += size
+        align = max(align, size)
+    total = (off + align - 1) // align * align
+    return DescriptorLayout(f"cmc_{check_identifier(mask.name)}_desc", tuple(fields), total, align)

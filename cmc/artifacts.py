@@ -1,0 +1,69 @@
+"""Frozen values of the back half: emitted source, built kernels, and the manifest's shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .abi import DescriptorLayout
+from .ir import IntervalTable
+
+SCHEMA_VERSION = 1
+DEFAULT_ARCHS = ("sm_90a", "sm_100a")
+SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
+DTYPES = ("bf16", "fp16")
+HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """One entry point of the generated source."""
+
+    symbol: str  # extern "C" name, e.g. cmc_causal_fwd_bf16_d128
+    dtype: str  # "bf16" | "fp16"
+    head_dim: int
+    block_m: int  # query rows per CTA
+    block_n: int  # keys per inner tile
+    threads: int
+    smem_bytes: int  # dynamic shared memory the launch must request
+    kernel: str  # which hand-written kernel: "portable" (mma.sync) or "sm90" (wgmma)
+    archs: tuple[str, ...]  # archs this variant is built for
+
+
+@dataclass(frozen=True)
+class EmittedSource:
+    table: IntervalTable
+    layout: DescriptorLayout
+    filename: str  # NAME.cu
+    text: str  # the exact source handed to NVRTC (headers inlined: self-contained)
+    variants: tuple[KernelVariant, ...]
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    registers: int
+    shared_static: int
+    local_bytes: int  # stack frame / spill area per thread
+    spill_stores: int
+    spill_loads: int
+
+
+@dataclass(frozen=True)
+class BuiltCubin:
+    """One cubin: one kernel variant for one arch (built with -DCMC_VARIANT_<dtype>_d<hd>)."""
+
+    arch: str
+    symbol: str  # the variant's entry point
+    filename: str  # NAME.ARCH.DTYPE_dHD.cubin
+    data: bytes
+    sha256: str
+    nvrtc_version: str
+    options: tuple[str, ...]
+    build_seconds: float
+    resources: KernelResources
+    log: str = ""
+
+
+@dataclass(frozen=True)
+class BuiltKernels:
+    source: EmittedSource
+    cubins: tuple[BuiltCubin, ...]

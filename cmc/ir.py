@@ -1,0 +1,236 @@
+"""The checked mask and its interval table: the frozen values passed between stages.
+
+Stage contract (see docs/architecture.md):
+    parse:  str            -> ast.Module        (positions kept, names unresolved)
+    check:  ast.Module     -> Mask              (names resolved, lets/regions/consts inlined)
+    lower:  Mask           -> IntervalTable     (row terms with key intervals, residuals)
+    emit:   IntervalTable  -> EmittedSource     (CUDA text, kernel specs, descriptor layout)
+    build:  EmittedSource  -> BuiltKernels      (cubins per arch/variant via NVRTC)
+    package: BuiltKernels  -> artifact folder   (manifest.json, NAME.cu, cubins, NAME.h)
+
+Expressions here are position-free: the checker has already reported every problem with its
+position, so later stages only meet well-typed, resolved trees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+# --------------------------------------------------------------------------- expressions
+
+IntOp = Literal["+", "-", "*", "/", "%"]
+CmpOp = Literal["<", "<=", ">", ">=", "==", "!="]
+ParamKind = Literal["scalar", "batch", "segments"]
+SegFnName = Literal["seg", "seg_start", "seg_end"]
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int
+
+
+@dataclass(frozen=True)
+class Var:
+    """q, k or len (positions inside the current sequence; len is its length).
+
+    Families in an interval table also use their index variable (see Family.index).
+    """
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """A run-time int parameter: a scalar, or the current sequence's value of an int[batch]."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """Integer arithmetic; / and % are floor division and its remainder (Python semantics)."""
+
+    op: IntOp
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Neg:
+    a: Expr
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: Literal["min", "max", "abs"]
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class SegFn:
+    """seg(S, x), seg_start(S, x), seg_end(S, x) for a `segments` parameter S."""
+
+    fn: SegFnName
+    segments: str
+    arg: Expr
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A compile-time table indexed by an expression (used only inside interval families)."""
+
+    table: str
+    index: Expr
+
+
+Expr = Union[Const, Var, ParamRef, BinOp, Neg, Call, SegFn, TableRef]
+
+# --------------------------------------------------------------------------- predicates
+
+
+@dataclass(frozen=True)
+class BoolConst:
+    value: bool
+
+
+@dataclass(frozen=True)
+class Cmp:
+    op: CmpOp
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class And:
+    items: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    items: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    a: Pred
+
+
+@dataclass(frozen=True)
+class Same:
+    """same(S, a, b): a and b lie in the same segment of S."""
+
+    segments: str
+    a: Expr
+    b: Expr
+
+
+Pred = Union[BoolConst, Cmp, And, Or, Not, Same]
+
+TRUE = BoolConst(True)
+FALSE = BoolConst(False)
+
+# --------------------------------------------------------------------------- checked mask
+
+
+@dataclass(frozen=True)
+class ParamDecl:
+    name: str
+    kind: ParamKind
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A checked mask: visible(q, k) = (OR allows) AND NOT (OR denies), for 0 <= q, k < len."""
+
+    name: str
+    doc: str
+    source: str  # the .mask text it came from
+    filename: str
+    consts: tuple[tuple[str, int], ...]  # after -D overrides, in declaration order
+    params: tuple[ParamDecl, ...]  # in declaration order: this order fixes the descriptor
+    allows: tuple[Pred, ...]
+    denies: tuple[Pred, ...]
+
+    @property
+    def predicate(self) -> Pred:
+        allow: Pred = Or(self.allows) if self.allows else FALSE
+        if not self.denies:
+            return allow
+        return And((allow, Not(Or(self.denies))))
+
+    def param(self, name: str) -> ParamDecl:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- interval table
+
+Monotone = Literal["const", "nondec", "noninc", "none"]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A k-free integer expression of q (and len, params, segment lookups of q-terms)."""
+
+    expr: Expr
+    monotone: Monotone  # in q, over one sequence
+
+
+@dataclass(frozen=True)
+class Family:
+    """A term instantiated once per compile-time index value t in [start, stop).
+
+    Expressions of the term refer to the index as Var(index) and to tables as
+    TableRef(name, ...), where tables maps each name to its values for t = start .. stop-1.
+    """
+
+    index: str
+    start: int
+    stop: int
+    tables: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Term:
+    """For rows q with guard(q): keys in [lo(q), hi(q)) ∩ [0, len), and residual(q, k) if set.
+
+    A term without a residual is exact: every key of its interval is visible. A term with a
+    residual over-approximates with its interval and the kernel checks the residual per
+    element (tiles it touches are never full).
+    """
+
+    guard: Pred
+    lo: Bound
+    hi: Bound
+    residual: Pred | None = None
+    family: Family | None = None
+
+
+@dataclass(frozen=True)
+class Residual:
+    """Why part of a mask was not turned into exact intervals."""
+
+    reason: str
+    where: str  # readable rendering of the part that stayed residual
+
+
+@dataclass(frozen=True)
+class IntervalTable:
+    """visible(q, k) == OR over terms of term(q, k), for 0 <= q, k < len (terms may overlap)."""
+
+    mask: Mask
+    terms: tuple[Term, ...]
+    residuals: tuple[Residual, ...] = field(default=())
+
+    @property
+    def exact(self) -> bool:
+        return all(t.residual is None for t in self.terms)
+
+    def max_intervals_per_row(self) -> int:
+        return sum((t.family.stop - t.family.start) if t.family else 1 for t in self.terms)
+
+
+TileClass = Literal["empty", "full", "partial"]
