@@ -1,0 +1,219 @@
+"""`cmc` command line: check, show, compile, inspect. User errors print one message, no traceback."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import __version__, config
+from .errors import CmcError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reports_errors(fn: F) -> F:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except CmcError as e:
+            if config.debug():
+                traceback.print_exc()
+            click.echo(e.format(), err=True)
+            sys.exit(e.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _defines(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        name, sep, num = v.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name.strip()] = int(num, 0)
+        except ValueError:
+            raise UsageError(f"-D {v}: expected NAME=INT") from None
+    return out
+
+
+def _csv(value: str, kind: Callable[[str], Any] = str) -> tuple[Any, ...]:
+    try:
+        return tuple(kind(x.strip()) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"cannot read {value!r} as a comma-separated list") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cmc")
+def cli() -> None:
+    """CompileMask: compile attention-mask descriptions (.mask) into GPU kernels."""
+
+
+@cli.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-D", "defines", multiple=True, metavar="NAME=INT", help="Override a const.")
+@click.option("--quiet", "-q", is_flag=True, help="Only errors and warnings.")
+@_reports_errors
+def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> None:
+    """Check masks and print their interval tables."""
+    from .driver import front
+    from .render import table_text
+
+    failed = False
+    for f in files:
+        try:
+            table = front(f, _defines(defines))
+        except CmcError as e:
+            click.echo(e.format(), err=True)
+            failed = True
+            continue
+        if quiet:
+            for r in table.residuals:
+                click.echo(f"{f}: warning: residual: {r.reason}: {r.where}", err=True)
+        else:
+            click.echo(f"{f}: ok")
+            click.echo(table_text(table))
+    if failed:
+        sys.exit(1)
+
+
+def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, Any]:
+    from .ir import Mask
+
+    assert isinstance(mask, Mask)
+    given: dict[str, str] = {}
+    for it in items:
+        name, sep, val = it.partition("=")
+        if not sep:
+            raise UsageError(f"--param {it}: expected NAME=VALUE")
+        given[name.strip()] = val
+    out: dict[str, Any] = {}
+    for p in mask.params:
+        if p.name not in given:
+            raise UsageError(f"--param {p.name}=... is required (declared {p.kind})")
+        raw = given.pop(p.name)
+        if p.kind == "segments":
+            out[p.name] = sorted(_csv(raw, int))
+        else:
+            try:
+                out[p.name] = int(raw, 0)
+            except ValueError:
+                raise UsageError(f"--param {p.name}={raw}: expected an integer") from None
+    if given:
+        raise UsageError(f"unknown parameter(s): {', '.join(sorted(given))}")
+    return out
+
+
+@cli.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--len", "length", type=click.IntRange(1, 1 << 20), required=True)
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Run-time value; segments as a comma-separated list of starts.")
+@click.option("--tile", default="128x128", show_default=True, metavar="MxN")
+@click.option("--png", type=click.Path(dir_okay=False), help="Write a picture of mask and tiles.")
+@click.option("-D", "defines", multiple=True, metavar="NAME=INT")
+@_reports_errors
+def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: str | None,
+             defines: tuple[str, ...]) -> None:
+    """Density, tile classes and the work skipped, for one length and parameter set."""
+    from .driver import front
+    from .render import ascii_tiles
+    from .tiles import EMPTY, FULL, PARTIAL, classify, visible_pairs
+
+    try:
+        tm, tn = (int(x) for x in tile.lower().split("x"))
+        if tm <= 0 or tn <= 0:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--tile {tile}: expected MxN with positive integers") from None
+    table = front(file, _defines(defines))
+    values = _show_params(table.mask, params, length)
+    classes = classify(table, length, values, tm, tn)
+    pairs = visible_pairs(table, length, values)
+    n = classes.size
+    counts = {c: int((classes == c).sum()) for c in (EMPTY, FULL, PARTIAL)}
+    click.echo(f"{table.mask.name}: len {length}, tile {tm}x{tn}")
+    click.echo(f"  visible pairs {pairs} of {length * length} (density {pairs / length**2:.4f})")
+    click.echo(f"  tiles {n}: empty {counts[EMPTY]}, full {counts[FULL]}, partial {counts[PARTIAL]}")
+    click.echo(f"  work skipped {counts[EMPTY] / n:.1%} of tiles; "
+               f"mask work on {counts[PARTIAL] / n:.1%}")
+    click.echo(ascii_tiles(classes))
+    if png:
+        from .oracle import dense
+        from .picture import write_png
+
+        write_png(Path(png), dense(table.mask, length, values) if length <= 8192 else None,
+                  classes, tm, tn, length)
+        click.echo(f"  wrote {png}")
+
+
+@cli.command("compile")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--arch", default="sm_90a,sm_100a", show_default=True)
+@click.option("--head-dim", "head_dims", default="64,128", show_default=True)
+@click.option("--dtype", "dtypes", default="bf16,fp16", show_default=True)
+@click.option("-D", "defines", multiple=True, metavar="NAME=INT")
+@click.option("--emit", "emit_kind", type=click.Choice(["itab", "cu", "cubin"]), default="cubin",
+              show_default=True, help="Stop after the table, the source, or build everything.")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option("--check", "check_only", is_flag=True,
+              help="Exit 1 and name what differs when the artifacts in OUT are stale.")
+@click.option("--no-cache", is_flag=True, help="Rebuild every kernel.")
+@_reports_errors
+def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
+                defines: tuple[str, ...], emit_kind: str, jobs: int, check_only: bool,
+                no_cache: bool) -> None:
+    """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
+    from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
+
+    archs = _csv(arch)
+    hds = _csv(head_dims, int)
+    dts = _csv(dtypes)
+    for a in archs:
+        if a not in SUPPORTED_ARCHS:
+            raise UsageError(f"--arch {a}: not one of {', '.join(SUPPORTED_ARCHS)}")
+    for h in hds:
+        if h not in HEAD_DIMS:
+            raise UsageError(f"--head-dim {h}: not one of {', '.join(map(str, HEAD_DIMS))}")
+    for d in dts:
+        if d not in DTYPES:
+            raise UsageError(f"--dtype {d}: not one of {', '.join(DTYPES)}")
+    if not (archs and hds and dts):
+        raise UsageError("--arch, --head-dim and --dtype each need at least one value")
+    from .driver import Options, compile_many
+
+    opts = Options(archs=archs, dtypes=dts, head_dims=hds,
+                   defines=tuple(sorted(_defines(defines).items())), jobs=jobs,
+                   cache=not no_cache)
+    stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=click.echo)
+    if stale:
+        for s in stale:
+            click.echo(f"stale: {s}", err=True)
+        sys.exit(1)
+
+
+@cli.command("inspect")
+@click.argument("path", type=click.Path(file_okay=False))
+@_reports_errors
+def inspect_cmd(path: str) -> None:
+    """Validate an artifact folder and list its kernels and their resources."""
+    from .inspect import inspect, report_text
+
+    click.echo(report_text(inspect(Path(path))))
+
+
+def main() -> None:
+    cli(prog_name="cmc")
+
+
+if __name__ == "__main__":
+    main()

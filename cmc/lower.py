@@ -1,0 +1,793 @@
+"""lower: Mask -> IntervalTable. Proves which key intervals each query row sees.
+
+The predicate is put in negation normal form, k-dependent min/max/abs/!=/same are split
+into plain comparisons, and the result is expanded into a disjunction of conjunctions.
+In each conjunction, atoms free of k form the row guard; atoms that can be solved for k
+give interval bounds; atoms over a 2D grid decomposition k = C + ky*W + kx (CLEAR,
+NATTEN) give a family of intervals over a compile-time index; whatever is left stays a
+residual predicate, checked per element, with the reason recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from math import isqrt
+
+from .ir import (
+    FALSE,
+    TRUE,
+    And,
+    BinOp,
+    BoolConst,
+    Bound,
+    Call,
+    Cmp,
+    CmpOp,
+    Const,
+    Expr,
+    Family,
+    IntervalTable,
+    Mask,
+    Monotone,
+    Neg,
+    Not,
+    Or,
+    ParamRef,
+    Pred,
+    Residual,
+    Same,
+    SegFn,
+    TableRef,
+    Term,
+    Var,
+)
+from .render import pred_str
+
+MAX_CONJUNCTIONS = 512
+K = "k"
+
+# --------------------------------------------------------------------------- small algebra
+
+
+def uses(e: Expr | Pred, var: str) -> bool:
+    """Does the tree mention Var(var)?"""
+    if isinstance(e, Var):
+        return e.name == var
+    if isinstance(e, (Const, ParamRef, BoolConst)):
+        return False
+    if isinstance(e, BinOp):
+        return uses(e.a, var) or uses(e.b, var)
+    if isinstance(e, (Neg, Not)):
+        return uses(e.a, var)
+    if isinstance(e, Call):
+        return any(uses(a, var) for a in e.args)
+    if isinstance(e, SegFn):
+        return uses(e.arg, var)
+    if isinstance(e, TableRef):
+        return uses(e.index, var)
+    if isinstance(e, Cmp):
+        return uses(e.a, var) or uses(e.b, var)
+    if isinstance(e, (And, Or)):
+        return any(uses(x, var) for x in e.items)
+    if isinstance(e, Same):
+        return uses(e.a, var) or uses(e.b, var)
+    raise TypeError(e)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value + b.value)
+    if isinstance(b, Const):
+        if b.value == 0:
+            return a
+        if isinstance(a, BinOp) and a.op in "+-" and isinstance(a.b, Const):
+            c = a.b.value + b.value if a.op == "+" else -a.b.value + b.value
+            return add(a.a, Const(c)) if c else a.a
+        if b.value < 0:
+            return BinOp("-", a, Const(-b.value))
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(b, Neg):
+        return sub(a, b.a)
+    return BinOp("+", a, b)
+
+
+def sub(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const):
+        return add(a, Const(-b.value))
+    if a == b:
+        return Const(0)
+    if isinstance(a, Const) and a.value == 0:
+        return neg(b)
+    if isinstance(b, Neg):
+        return add(a, b.a)
+    return BinOp("-", a, b)
+
+
+def neg(a: Expr) -> Expr:
+    if isinstance(a, Const):
+        return Const(-a.value)
+    if isinstance(a, Neg):
+        return a.a
+    return Neg(a)
+
+
+def mul(a: Expr, c: int) -> Expr:
+    if c == 1:
+        return a
+    if c == 0:
+        return Const(0)
+    if isinstance(a, Const):
+        return Const(a.value * c)
+    if c == -1:
+        return neg(a)
+    return BinOp("*", a, Const(c))
+
+
+def fdiv(a: Expr, c: int) -> Expr:
+    if c == 1:
+        return a
+    if isinstance(a, Const):
+        return Const(a.value // c)
+    return BinOp("/", a, Const(c))
+
+
+def emin(items: list[Expr]) -> Expr | None:
+    return _fold("min", items)
+
+
+def emax(items: list[Expr]) -> Expr | None:
+    return _fold("max", items)
+
+
+def _fold(fn: str, items: list[Expr]) -> Expr | None:
+    uniq: list[Expr] = []
+    for x in items:
+        if x not in uniq:
+            uniq.append(x)
+    consts = [x.value for x in uniq if isinstance(x, Const)]
+    rest = [x for x in uniq if not isinstance(x, Const)]
+    if consts:
+        rest.append(Const(min(consts) if fn == "min" else max(consts)))
+    if not rest:
+        return None
+    if len(rest) == 1:
+        return rest[0]
+    return Call(fn, tuple(rest))  # type: ignore[arg-type]
+
+
+def lin_form(e: Expr) -> tuple[dict[Expr, int], int]:
+    """e as sum of coefficient * opaque term + constant (opaque: anything not + - neg *c)."""
+    if isinstance(e, Const):
+        return {}, e.value
+    if isinstance(e, BinOp) and e.op in "+-":
+        ta, ca = lin_form(e.a)
+        tb, cb = lin_form(e.b)
+        s = 1 if e.op == "+" else -1
+        out = dict(ta)
+        for t, c in tb.items():
+            out[t] = out.get(t, 0) + s * c
+        return {t: c for t, c in out.items() if c}, ca + s * cb
+    if isinstance(e, Neg):
+        t, c = lin_form(e.a)
+        return {x: -v for x, v in t.items()}, -c
+    if isinstance(e, BinOp) and e.op == "*" and (isinstance(e.a, Const) or isinstance(e.b, Const)):
+        k, x = (e.a, e.b) if isinstance(e.a, Const) else (e.b, e.a)
+        assert isinstance(k, Const)
+        t, c = lin_form(x)
+        return {y: v * k.value for y, v in t.items() if v * k.value}, c * k.value
+    return {e: 1}, 0
+
+
+def const_difference(a: Expr, b: Expr) -> int | None:
+    """a - b when it is the same integer for every q (symbolic cancellation), else None."""
+    ta, ca = lin_form(a)
+    tb, cb = lin_form(b)
+    for t in set(ta) | set(tb):
+        if ta.get(t, 0) != tb.get(t, 0):
+            return None
+    return ca - cb
+
+
+def linearize(e: Expr, var: str) -> tuple[int, Expr] | None:
+    """e == coef * var + rest with rest free of var, or None when var is not linear in e."""
+    if not uses(e, var):
+        return 0, e
+    if isinstance(e, Var):
+        return 1, Const(0)
+    if isinstance(e, BinOp) and e.op in "+-":
+        la, lb = linearize(e.a, var), linearize(e.b, var)
+        if la is None or lb is None:
+            return None
+        if e.op == "+":
+            return la[0] + lb[0], add(la[1], lb[1])
+        return la[0] - lb[0], sub(la[1], lb[1])
+    if isinstance(e, Neg):
+        la = linearize(e.a, var)
+        return None if la is None else (-la[0], neg(la[1]))
+    if isinstance(e, BinOp) and e.op == "*":
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, Const):
+                lx = linearize(x, var)
+                return None if lx is None else (lx[0] * c.value, mul(lx[1], c.value))
+    return None
+
+
+def substitute(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Bottom-up rewrite: fn returns a replacement or None to keep the (rebuilt) node."""
+    r = fn(e)
+    if r is not None:
+        return r
+    if isinstance(e, BinOp):
+        return BinOp(e.op, substitute(e.a, fn), substitute(e.b, fn))
+    if isinstance(e, Neg):
+        return Neg(substitute(e.a, fn))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(substitute(a, fn) for a in e.args))
+    if isinstance(e, SegFn):
+        return SegFn(e.fn, e.segments, substitute(e.arg, fn))
+    if isinstance(e, TableRef):
+        return TableRef(e.table, substitute(e.index, fn))
+    return e
+
+
+def subexprs(e: Expr) -> Iterable[Expr]:
+    yield e
+    if isinstance(e, BinOp):
+        yield from subexprs(e.a)
+        yield from subexprs(e.b)
+    elif isinstance(e, Neg):
+        yield from subexprs(e.a)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from subexprs(a)
+    elif isinstance(e, SegFn):
+        yield from subexprs(e.arg)
+    elif isinstance(e, TableRef):
+        yield from subexprs(e.index)
+
+
+# --------------------------------------------------------------------------- monotonicity
+
+
+def monotone(e: Expr) -> Monotone:
+    """Direction of e as q grows within one sequence (len, params: fixed)."""
+    if isinstance(e, (Const, ParamRef, TableRef)):
+        return "const" if not uses(e, "q") else "none"
+    if isinstance(e, Var):
+        return "nondec" if e.name == "q" else "const"
+    if isinstance(e, BinOp):
+        ma, mb = monotone(e.a), monotone(e.b)
+        if e.op == "+":
+            return _combine(ma, mb)
+        if e.op == "-":
+            return _combine(ma, _flip(mb))
+        if e.op == "*":
+            for c, m in ((e.a, mb), (e.b, ma)):
+                if isinstance(c, Const):
+                    return m if c.value >= 0 else _flip(m)
+            return "const" if ma == mb == "const" else "none"
+        if e.op == "/" and isinstance(e.b, Const):
+            return ma if e.b.value > 0 else _flip(ma) if e.b.value < 0 else "const"
+        return "const" if ma == mb == "const" else "none"
+    if isinstance(e, Neg):
+        return _flip(monotone(e.a))
+    if isinstance(e, Call):
+        ms = [monotone(a) for a in e.args]
+        if e.fn == "abs":
+            return "const" if ms[0] == "const" else "none"
+        out: Monotone = "const"
+        for m in ms:
+            out = _combine(out, m)
+        return out
+    if isinstance(e, SegFn):
+        return monotone(e.arg)  # seg, seg_start, seg_end are non-decreasing in their argument
+    raise TypeError(e)
+
+
+def _flip(m: Monotone) -> Monotone:
+    return {"nondec": "noninc", "noninc": "nondec"}.get(m, m)  # type: ignore[return-value]
+
+
+def _combine(a: Monotone, b: Monotone) -> Monotone:
+    if a == "const":
+        return b
+    if b == "const":
+        return a
+    return a if a == b else "none"
+
+
+# --------------------------------------------------------------------------- normal forms
+
+_NEG: dict[str, CmpOp] = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+_FLIP: dict[str, CmpOp] = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def nnf(p: Pred, negate: bool = False) -> Pred:
+    """Negation normal form, with k-dependent !=, same and not-same made plain comparisons."""
+    if isinstance(p, BoolConst):
+        return BoolConst(p.value != negate)
+    if isinstance(p, Not):
+        return nnf(p.a, not negate)
+    if isinstance(p, And):
+        items = tuple(nnf(x, negate) for x in p.items)
+        return Or(items) if negate else And(items)
+    if isinstance(p, Or):
+        items = tuple(nnf(x, negate) for x in p.items)
+        return And(items) if negate else Or(items)
+    if isinstance(p, Cmp):
+        op = _NEG[p.op] if negate else p.op
+        if op == "!=" and uses(p, K):
+            return Or((Cmp("<", p.a, p.b), Cmp(">", p.a, p.b)))
+        return Cmp(op, p.a, p.b)
+    if isinstance(p, Same):
+        # same(S, X, k) <=> seg_start(S, X) <= k < seg_end(S, X) holds because 0 <= k < len;
+        # for another k-expression E outside [0, len) it would not (seg extends past both ends)
+        ka, kb = p.a == Var(K), p.b == Var(K)
+        if ka != kb and not uses(p.b if ka else p.a, K):
+            x, e = (p.b, p.a) if ka else (p.a, p.b)
+            lo, hi = SegFn("seg_start", p.segments, x), SegFn("seg_end", p.segments, x)
+            if negate:
+                return Or((Cmp("<", e, lo), Cmp(">=", e, hi)))
+            return And((Cmp(">=", e, lo), Cmp("<", e, hi)))
+        return Not(p) if negate else p
+    raise TypeError(p)
+
+
+def split_k_calls(p: Pred) -> Pred:
+    """Replace each k-dependent min/max/abs inside a comparison by a case split."""
+    if isinstance(p, (And, Or)):
+        return type(p)(tuple(split_k_calls(x) for x in p.items))
+    if not isinstance(p, Cmp) or not uses(p, K):
+        return p
+    for side in (p.a, p.b):
+        for sub_e in subexprs(side):
+            if isinstance(sub_e, Call) and uses(sub_e, K):
+                return split_k_calls(_case_split(p, sub_e))
+    return p
+
+
+def _case_split(p: Cmp, call: Call) -> Pred:
+    def repl(by: Expr) -> Cmp:
+        def f(e: Expr) -> Expr | None:
+            return by if e == call else None
+
+        return Cmp(p.op, substitute(p.a, f), substitute(p.b, f))
+
+    if call.fn == "abs":
+        x = call.args[0]
+        return Or((And((Cmp(">=", x, Const(0)), repl(x))), And((Cmp("<", x, Const(0)), repl(neg(x))))))
+    a = call.args[0]
+    b = call.args[1] if len(call.args) == 2 else Call(call.fn, call.args[1:])
+    take_a = "<=" if call.fn == "min" else ">="
+    take_b = ">" if call.fn == "min" else "<"
+    return Or((And((Cmp(take_a, a, b), repl(a))), And((Cmp(take_b, a, b), repl(b)))))
+
+
+def dnf(p: Pred) -> list[list[Pred]] | None:
+    """Disjunction of conjunctions of atoms, or None when it would exceed MAX_CONJUNCTIONS."""
+    if isinstance(p, BoolConst):
+        return [[]] if p.value else []
+    if isinstance(p, Or):
+        out: list[list[Pred]] = []
+        for x in p.items:
+            d = dnf(x)
+            if d is None:
+                return None
+            out.extend(d)
+            if len(out) > MAX_CONJUNCTIONS:
+                return None
+        return out
+    if isinstance(p, And):
+        acc: list[list[Pred]] = [[]]
+        for x in p.items:
+            d = dnf(x)
+            if d is None:
+                return None
+            acc = [a + b for a in acc for b in d]
+            if len(acc) > MAX_CONJUNCTIONS:
+                return None
+        return acc
+    return [[p]]
+
+
+# --------------------------------------------------------------------------- solving for k
+
+
+@dataclass(frozen=True)
+class Lo:
+    """var >= expr"""
+
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Hi:
+    """var < expr"""
+
+    expr: Expr
+
+
+Constraint = Lo | Hi
+
+
+def _base(op: str, r: Expr) -> list[Constraint]:
+    if op == "<":
+        return [Hi(r)]
+    if op == "<=":
+        return [Hi(add(r, Const(1)))]
+    if op == ">":
+        return [Lo(add(r, Const(1)))]
+    if op == ">=":
+        return [Lo(r)]
+    if op == "==":
+        return [Lo(r), Hi(add(r, Const(1)))]
+    raise ValueError(op)
+
+
+def isolate(e: Expr, op: str, r: Expr, var: str) -> list[Constraint] | None:
+    """Solve `e op r` (r free of var) for var; None when e is not invertible in var."""
+    if isinstance(e, Var) and e.name == var:
+        return _base(op, r)
+    if isinstance(e, BinOp):
+        ua, ub = uses(e.a, var), uses(e.b, var)
+        if e.op == "+" and ua != ub:
+            return isolate(e.a, op, sub(r, e.b), var) if ua else isolate(e.b, op, sub(r, e.a), var)
+        if e.op == "-" and ua != ub:
+            if ua:
+                return isolate(e.a, op, add(r, e.b), var)
+            return isolate(e.b, _FLIP[op], sub(e.a, r), var)
+        if e.op == "*" and ua != ub:
+            c, x = (e.b, e.a) if ua else (e.a, e.b)
+            if isinstance(c, Const) and c.value != 0:
+                return _isolate_scaled(x, c.value, op, r, var)
+            return None
+        if e.op == "/" and ua and not ub and isinstance(e.b, Const) and e.b.value != 0:
+            d = e.b.value
+            if d < 0:
+                return isolate(BinOp("/", neg(e.a), Const(-d)), op, r, var)
+            return _isolate_floordiv(e.a, d, op, r, var)
+        if e.op in "+-" and ua and ub:
+            lin = linearize(e, var)
+            if lin is None or lin[0] == 0:
+                return None
+            return _isolate_scaled(Var(var), lin[0], op, sub(r, lin[1]), var)
+        return None
+    if isinstance(e, Neg):
+        return isolate(e.a, _FLIP[op], neg(r), var)
+    if isinstance(e, SegFn) and e.fn == "seg" and isinstance(r, SegFn) and r.fn == "seg":
+        if r.segments != e.segments or e.arg != Var(K) or var != K:
+            return None  # exact only for seg(S, k) itself (see nnf)
+        lo, hi = SegFn("seg_start", e.segments, r.arg), SegFn("seg_end", e.segments, r.arg)
+        parts = {"==": [(">=", lo), ("<", hi)], "<=": [("<", hi)], "<": [("<", lo)],
+                 ">=": [(">=", lo)], ">": [(">=", hi)]}[op]
+        out: list[Constraint] = []
+        for o, bound in parts:
+            got = isolate(e.arg, o, bound, var)
+            if got is None:
+                return None
+            out += got
+        return out
+    return None
+
+
+def _isolate_scaled(x: Expr, c: int, op: str, r: Expr, var: str) -> list[Constraint] | None:
+    """c*x op r, c != 0 constant."""
+    if c < 0:
+        return _isolate_scaled(x, -c, _FLIP[op], neg(r), var)
+    if c == 1:
+        return isolate(x, op, r, var)
+    ceil_r = fdiv(add(r, Const(c - 1)), c)
+    floor_r = fdiv(r, c)
+    if op == "<":
+        return isolate(x, "<", ceil_r, var)
+    if op == "<=":
+        return isolate(x, "<=", floor_r, var)
+    if op == ">":
+        return isolate(x, ">", floor_r, var)
+    if op == ">=":
+        return isolate(x, ">=", ceil_r, var)
+    a, b = isolate(x, ">=", ceil_r, var), isolate(x, "<=", floor_r, var)
+    return None if a is None or b is None else a + b
+
+
+def _isolate_floordiv(x: Expr, d: int, op: str, r: Expr, var: str) -> list[Constraint] | None:
+    """floor(x / d) op r, d > 0 constant."""
+    r_lo = mul(r, d)
+    r_hi = mul(add(r, Const(1)), d)
+    if op == "<=":
+        return isolate(x, "<", r_hi, var)
+    if op == "<":
+        return isolate(x, "<", r_lo, var)
+    if op == ">=":
+        return isolate(x, ">=", r_lo, var)
+    if op == ">":
+        return isolate(x, ">=", r_hi, var)
+    a, b = isolate(x, ">=", r_lo, var), isolate(x, "<", r_hi, var)
+    return None if a is None or b is None else a + b
+
+
+def solve_atom(atom: Pred, var: str) -> list[Constraint] | None:
+    if not isinstance(atom, Cmp):
+        return None
+    ua, ub = uses(atom.a, var), uses(atom.b, var)
+    if ua and not ub:
+        return isolate(atom.a, atom.op, atom.b, var)
+    if ub and not ua:
+        return isolate(atom.b, _FLIP[atom.op], atom.a, var)
+    if ua and ub:
+        return isolate(BinOp("-", atom.a, atom.b), atom.op, Const(0), var)
+    return None
+
+
+# --------------------------------------------------------------------------- guards
+
+
+def simplify_guard(atoms: list[Pred]) -> Pred:
+    """And of k-free atoms, dropping those decided by 0 <= q (e.g. `q < 0` with CONTEXT = 0)."""
+    out: list[Pred] = []
+    for a in atoms:
+        v = _decide_by_q_range(a)
+        if v is False:
+            return FALSE
+        if v is None:
+            out.append(a)
+    if not out:
+        return TRUE
+    return out[0] if len(out) == 1 else And(tuple(out))
+
+
+def _decide_by_q_range(a: Pred) -> bool | None:
+    if isinstance(a, BoolConst):
+        return a.value
+    if not isinstance(a, Cmp):
+        return None
+    if isinstance(a.a, Var) and a.a.name == "q" and isinstance(a.b, Const):
+        c, op = a.b.value, a.op
+    elif isinstance(a.b, Var) and a.b.name == "q" and isinstance(a.a, Const):
+        c, op = a.a.value, _FLIP[a.op]
+    else:
+        return None
+    # q op c, with q >= 0 for every row
+    if op == "<" and c <= 0 or op == "<=" and c < 0 or op == "==" and c < 0:
+        return False
+    if op == ">=" and c <= 0 or op == ">" and c < 0 or op == "!=" and c < 0:
+        return True
+    return None
+
+
+# --------------------------------------------------------------------------- grid families
+
+
+@dataclass(frozen=True)
+class Grid:
+    origin: int  # k = origin + ky * width + kx, 0 <= kx < width
+    width: int
+
+
+def find_grid(atoms: list[Pred]) -> Grid | None:
+    """The one (origin, width) such that k only occurs as (k - origin) / width, % width or
+    linearly. None when k is used in more than one grid or not at all under / or %."""
+    grids: set[tuple[int, int]] = set()
+    for atom in atoms:
+        assert isinstance(atom, Cmp)
+        for side in (atom.a, atom.b):
+            for e in subexprs(side):
+                if isinstance(e, BinOp) and e.op in "/%" and uses(e.a, K):
+                    if not isinstance(e.b, Const) or e.b.value <= 0:
+                        return None
+                    lin = linearize(e.a, K)
+                    if lin is None or lin[0] != 1 or not isinstance(lin[1], Const):
+                        return None
+                    grids.add((-lin[1].value, e.b.value))
+    if len(grids) != 1:
+        return None
+    origin, width = grids.pop()
+    return Grid(origin, width)
+
+
+def to_grid(e: Expr, g: Grid) -> Expr:
+    def f(x: Expr) -> Expr | None:
+        if isinstance(x, BinOp) and x.op in "/%" and uses(x.a, K):
+            return Var("ky") if x.op == "/" else Var("kx")
+        return None
+
+    return substitute(e, f)
+
+
+def _square(e: Expr) -> Expr | None:
+    if isinstance(e, BinOp) and e.op == "*" and e.a == e.b:
+        return e.a
+    return None
+
+
+def match_disc(atom: Cmp) -> tuple[int, Expr, int, Expr, int] | None:
+    """(A)*(A) + (B)*(B) < c with A = sy*ky + a0, B = sx*kx + b0, sy, sx = ±1, c constant.
+
+    Returns (sy, a0, sx, b0, c) with the bound made strict (< c)."""
+    op, lhs, rhs = atom.op, atom.a, atom.b
+    if op in (">", ">="):
+        op, lhs, rhs = _FLIP[op], rhs, lhs
+    if op not in ("<", "<=") or not isinstance(rhs, Const):
+        return None
+    c = rhs.value + (1 if op == "<=" else 0)
+    if not (isinstance(lhs, BinOp) and lhs.op == "+"):
+        return None
+    sa, sb = _square(lhs.a), _square(lhs.b)
+    if sa is None or sb is None:
+        return None
+    parts = {}
+    for s in (sa, sb):
+        for var in ("ky", "kx"):
+            if uses(s, var):
+                other = "kx" if var == "ky" else "ky"
+                lin = linearize(s, var)
+                if lin is None or abs(lin[0]) != 1 or uses(lin[1], other) or uses(lin[1], K):
+                    return None
+                parts[var] = lin
+    if set(parts) != {"ky", "kx"}:
+        return None
+    return parts["ky"][0], parts["ky"][1], parts["kx"][0], parts["kx"][1], c
+
+
+def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | None:
+    """One family term for a conjunction whose k-atoms live on grid g, or None."""
+    klo: list[Expr] = []
+    khi: list[Expr] = []
+    ylo: list[Expr] = []
+    yhi: list[Expr] = []
+    xlo: list[Expr] = []
+    xhi: list[Expr] = []
+    disc = None
+    for atom in k_atoms:
+        assert isinstance(atom, Cmp)
+        ga = Cmp(atom.op, to_grid(atom.a, g), to_grid(atom.b, g))
+        vs = {v for v in (K, "ky", "kx") if uses(ga, v)}
+        if len(vs) == 1:
+            (v,) = vs
+            got = solve_atom(ga, v)
+            if got is None:
+                return None
+            lo_l, hi_l = {K: (klo, khi), "ky": (ylo, yhi), "kx": (xlo, xhi)}[v]
+            for c in got:
+                (lo_l if isinstance(c, Lo) else hi_l).append(c.expr)
+        elif vs == {"ky", "kx"} and disc is None:
+            disc = match_disc(ga)
+            if disc is None:
+                return None
+        else:
+            return None
+    t = Var("t")
+    guards = list(guard_atoms)
+    tables: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    if disc is not None:
+        sy, a0, sx, b0, c = disc
+        if c <= 0:
+            return None
+        ry = isqrt(c - 1)
+        count = 2 * ry + 1
+        widths = tuple(isqrt(c - 1 - (i - ry) ** 2) for i in range(count))
+        dy = sub(t, Const(ry))  # dy = sy*ky + a0  =>  ky = sy*(dy - a0)
+        ky = sub(dy, a0) if sy == 1 else sub(add(a0, Const(ry)), t)
+        w = TableRef("w", t)
+        # |sx*kx + b0| <= w  =>  kx in [-w - b0, w - b0] (sx = 1) or [b0 - w, b0 + w] (sx = -1)
+        if sx == 1:
+            xlo.append(sub(neg(w), b0))
+            xhi.append(add(sub(w, b0), Const(1)))
+        else:
+            xlo.append(sub(b0, w))
+            xhi.append(add(add(b0, w), Const(1)))
+        tables = (("w", widths),)
+        guards += [Cmp(">=", ky, e) for e in ylo] + [Cmp("<", ky, e) for e in yhi]
+    else:
+        if len(ylo) != 1 or len(yhi) != 1:
+            return None
+        count_opt = const_difference(yhi[0], ylo[0])
+        if count_opt is None or count_opt <= 0 or count_opt > 4096:
+            return None
+        count = count_opt
+        ky = add(ylo[0], t)
+    row = add(Const(g.origin), mul(ky, g.width))
+    x_lo = emax(xlo + [Const(0)])
+    x_hi = emin(xhi + [Const(g.width)])
+    assert x_lo is not None and x_hi is not None
+    lo = emax([add(row, x_lo)] + klo)
+    hi = emin([add(row, x_hi)] + khi)
+    assert lo is not None and hi is not None
+    return Term(
+        guard=simplify_guard(guards),
+        lo=Bound(lo, monotone(lo) if not uses(lo, "t") else "none"),
+        hi=Bound(hi, monotone(hi) if not uses(hi, "t") else "none"),
+        family=Family("t", 0, count, tables),
+    )
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def _bound(items: list[Expr], default: Expr, pick: Callable[[list[Expr]], Expr | None]) -> Bound:
+    e = pick(items) if items else default
+    assert e is not None
+    return Bound(e, monotone(e))
+
+
+def lower_conjunction(atoms: list[Pred]) -> tuple[Term | None, Residual | None]:
+    guard_atoms = [a for a in atoms if not uses(a, K)]
+    k_atoms = [a for a in atoms if uses(a, K)]
+    guard = simplify_guard(guard_atoms)
+    if guard == FALSE:
+        return None, None
+    lows: list[Expr] = []
+    highs: list[Expr] = []
+    unsolved: list[Pred] = []
+    for a in k_atoms:
+        got = solve_atom(a, K)
+        if got is None:
+            unsolved.append(a)
+            continue
+        for c in got:
+            (lows if isinstance(c, Lo) else highs).append(c.expr)
+    if unsolved:
+        g = find_grid(k_atoms) if all(isinstance(a, Cmp) for a in k_atoms) else None
+        if g is not None:
+            term = grid_term(guard_atoms, k_atoms, g)
+            if term is not None:
+                return (term if term.guard != FALSE else None), None
+        residual: Pred = unsolved[0] if len(unsolved) == 1 else And(tuple(unsolved))
+        term = Term(guard, _bound(lows, Const(0), emax), _bound(highs, Var("len"), emin), residual)
+        why = Residual(
+            "k appears in a form the interval analysis cannot invert; "
+            "it is checked per element on every tile these rows touch",
+            pred_str(residual),
+        )
+        return term, why
+    return Term(guard, _bound(lows, Const(0), emax), _bound(highs, Var("len"), emin)), None
+
+
+def merge_adjacent(terms: list[Term]) -> list[Term]:
+    """Join exact, same-guard terms where one ends exactly where the other starts, when
+    neither can be empty (else the joined interval could admit keys that neither has)."""
+    changed = True
+    while changed:
+        changed = False
+        for i, a in enumerate(terms):
+            for j, b in enumerate(terms):
+                if i == j or a.family or b.family or a.residual or b.residual:
+                    continue
+                if a.guard == b.guard and a.hi.expr == b.lo.expr and _never_empty(a) \
+                        and _never_empty(b):
+                    lo, hi = a.lo.expr, b.hi.expr
+                    merged = Term(a.guard, Bound(lo, monotone(lo)), Bound(hi, monotone(hi)))
+                    terms = [t for n, t in enumerate(terms) if n not in (i, j)] + [merged]
+                    changed = True
+                    break
+            if changed:
+                break
+    return terms
+
+
+def _never_empty(t: Term) -> bool:
+    """hi - lo is a non-negative constant (so the union of adjacent terms is one interval)."""
+    d = const_difference(t.hi.expr, t.lo.expr)
+    return d is not None and d >= 0
+
+
+def lower(mask: Mask) -> IntervalTable:
+    pred = split_k_calls(nnf(mask.predicate))
+    conjs = dnf(pred)
+    if conjs is None:
+        whole = mask.predicate
+        term = Term(TRUE, Bound(Const(0), "const"), Bound(Var("len"), "const"), whole)
+        why = Residual(f"the predicate expands to more than {MAX_CONJUNCTIONS} cases",
+                       pred_str(whole))
+        return IntervalTable(mask, (term,), (why,))
+    terms: list[Term] = []
+    residuals: list[Residual] = []
+    for atoms in conjs:
+        term, why = lower_conjunction(atoms)
+        if term is not None and term not in terms:
+            terms.append(term)
+        if why is not None:
+            residuals.append(why)
+    return IntervalTable(mask, tuple(merge_adjacent(terms)), tuple(residuals))

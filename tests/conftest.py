@@ -1,0 +1,53 @@
+"""Shared test helpers: the samples, small const overrides, and random parameter values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted((ROOT / "samples").glob("*.mask"))
+
+# Small constants so that exhaustive checks at lengths <= 40 see every region of a mask.
+SMALL_DEFINES: dict[str, dict[str, int]] = {
+    "sliding_window": {"WINDOW": 3},
+    "chunked_causal": {"CHUNK": 4},
+    "hstu": {"CONTEXT": 2},
+    "hstu_context": {"CONTEXT": 2, "WINDOW": 3},
+    "clear": {"TEXT": 5, "W": 6, "R": 3},
+    "longformer": {"GLOBAL": 2, "RADIUS": 3},
+    "natten2d": {"W": 5, "K": 3},
+    "block_causal_video": {"FRAME": 3},
+}
+
+# The masks the interval analysis must make exact (no residual part).
+EXACT = {
+    "causal", "sliding_window", "sliding_window_rt", "document_causal", "prefix_lm",
+    "chunked_causal", "hstu", "hstu_context", "shared_prefix", "clear", "longformer",
+    "natten2d", "block_causal_video",
+}
+
+
+def random_params(mask, length: int, rng: np.random.Generator) -> dict:
+    """One parameter set for one sequence, edge values drawn often."""
+    out: dict = {}
+    for p in mask.params:
+        if p.kind == "segments":
+            n = int(rng.integers(0, 5))
+            out[p.name] = sorted(int(x) for x in rng.integers(0, length + 1, size=n))
+        else:
+            r = rng.random()
+            if r < 0.2:
+                out[p.name] = 0
+            elif r < 0.4:
+                out[p.name] = length
+            else:
+                out[p.name] = int(rng.integers(0, length + 1))
+    return out
+
+
+@pytest.fixture(params=SAMPLES, ids=lambda p: p.stem)
+def sample(request) -> Path:
+    return request.param

@@ -1,0 +1,174 @@
+"""The interval table reconstructs the oracle exactly, and tile classes are sound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cmc.driver import front
+from cmc.evaluate import Env, eval_pred
+from cmc.ir import (
+    And,
+    BinOp,
+    Call,
+    Cmp,
+    Const,
+    Mask,
+    Not,
+    Or,
+    ParamDecl,
+    ParamRef,
+    Same,
+    SegFn,
+    Var,
+)
+from cmc.lower import lower
+from cmc.oracle import dense
+from cmc.tiles import EMPTY, FULL, classify, dense_from_table, visible_pairs
+
+from .conftest import EXACT, SAMPLES, SMALL_DEFINES, random_params
+
+
+def _check(table, length, params, tiles=((4, 4), (3, 5), (8, 2))):
+    truth = dense(table.mask, length, params)
+    got = dense_from_table(table, length, params)
+    assert (got == truth).all(), (
+        f"{table.mask.name} len={length} params={params}: "
+        f"lost {np.argwhere(truth & ~got)[:4].tolist()} admitted {np.argwhere(got & ~truth)[:4].tolist()}"
+    )
+    assert visible_pairs(table, length, params) == int(truth.sum())
+    for tm, tn in tiles:
+        cls = classify(table, length, params, tm, tn)
+        for i in range(cls.shape[0]):
+            for j in range(cls.shape[1]):
+                block = truth[i * tm:(i + 1) * tm, j * tn:(j + 1) * tn]
+                if cls[i, j] == EMPTY:
+                    assert not block.any(), (table.mask.name, length, params, i, j, "empty")
+                elif cls[i, j] == FULL:
+                    assert block.all(), (table.mask.name, length, params, i, j, "full")
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_sample_table_equals_oracle_exhaustively(path):
+    table = front(path, SMALL_DEFINES.get(path.stem, {}))
+    rng = np.random.default_rng(1234)
+    for length in (1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 40):
+        for _ in range(6 if table.mask.params else 1):
+            _check(table, length, random_params(table.mask, length, rng))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_sample_table_at_default_constants(path):
+    table = front(path)
+    rng = np.random.default_rng(7)
+    for length in (300, 777):
+        _check(table, length, random_params(table.mask, length, rng), tiles=((128, 128), (64, 96)))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_exact_samples_have_no_residual(path):
+    table = front(path)
+    if path.stem in EXACT:
+        assert table.exact and not table.residuals, table.residuals
+
+
+def test_seed_table_sizes():
+    sizes = {p.stem: front(p).max_intervals_per_row() for p in SAMPLES}
+    assert sizes["causal"] == 1
+    assert sizes["shared_prefix"] == 2
+    assert sizes["hstu"] == 2  # CONTEXT = 0: the contextual-row class is empty and dropped
+    hstu = next(p for p in SAMPLES if p.stem == "hstu")
+    assert front(hstu, {"CONTEXT": 4}).max_intervals_per_row() == 3
+    assert sizes["clear"] == 2 + 31  # text rows/keys, then one interval per grid row offset
+
+
+def test_causal_tiles_are_triangular():
+    table = front(next(p for p in SAMPLES if p.stem == "causal"))
+    cls = classify(table, 512, {}, 128, 128)
+    assert (np.diag(cls) == 2).all() and (cls[np.triu_indices(4, 1)] == EMPTY).all()
+    assert (cls[np.tril_indices(4, -1)] == FULL).all()
+
+
+def _mask(allows, denies=(), params=()):
+    return Mask("m", "", "", "m.mask", (), tuple(params), tuple(allows), tuple(denies))
+
+
+def test_residual_is_reported_and_still_exact():
+    q, k = Var("q"), Var("k")
+    # k * k is not invertible by the analysis: it must stay a residual, checked per element
+    m = _mask([Cmp("<", BinOp("*", k, k), q)])
+    table = lower(m)
+    assert not table.exact and table.residuals
+    for length in (1, 9, 30):
+        _check(table, length, {})
+
+
+# ---------------------------------------------------------------- random masks (hypothesis)
+
+PARAMS = (ParamDecl("n", "batch"), ParamDecl("s", "segments"))
+q, k, ln = Var("q"), Var("k"), Var("len")
+
+leaf = st.one_of(
+    st.just(q), st.just(k), st.just(ln), st.just(ParamRef("n")),
+    st.integers(-6, 12).map(Const),
+)
+
+
+def _exprs():
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.tuples(st.sampled_from("+-"), inner, inner).map(lambda t: BinOp(*t)),
+            st.tuples(inner, st.integers(-3, 4)).map(lambda t: BinOp("*", t[0], Const(t[1]))),
+            st.tuples(st.sampled_from("/%"), inner, st.integers(1, 5)).map(
+                lambda t: BinOp(t[0], t[1], Const(t[2]))),
+            st.tuples(st.sampled_from(["min", "max"]), inner, inner).map(
+                lambda t: Call(t[0], (t[1], t[2]))),
+            inner.map(lambda e: Call("abs", (e,))),
+            st.tuples(st.sampled_from(["seg", "seg_start", "seg_end"]), inner).map(
+                lambda t: SegFn(t[0], "s", t[1])),
+        ),
+        max_leaves=6,
+    )
+
+
+def _preds():
+    atom = st.one_of(
+        st.tuples(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), _exprs(), _exprs()).map(
+            lambda t: Cmp(*t)),
+        st.tuples(_exprs(), _exprs()).map(lambda t: Same("s", t[0], t[1])),
+    )
+    return st.recursive(
+        atom,
+        lambda inner: st.one_of(
+            st.lists(inner, min_size=2, max_size=3).map(lambda xs: And(tuple(xs))),
+            st.lists(inner, min_size=2, max_size=3).map(lambda xs: Or(tuple(xs))),
+            inner.map(Not),
+        ),
+        max_leaves=4,
+    )
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    allows=st.lists(_preds(), min_size=1, max_size=3),
+    denies=st.lists(_preds(), max_size=1),
+    length=st.integers(1, 24),
+    n=st.integers(0, 24),
+    starts=st.lists(st.integers(0, 24), max_size=4),
+)
+def test_random_masks_table_equals_oracle(allows, denies, length, n, starts):
+    table = lower(_mask(allows, denies, PARAMS))
+    params = {"n": min(n, length), "s": sorted(min(s, length) for s in starts)}
+    _check(table, length, params, tiles=((4, 4), (5, 3)))
+
+
+def test_oracle_agrees_with_direct_evaluation():
+    """Guards the test itself: the oracle is the predicate evaluated densely."""
+    m = _mask([Cmp("<=", k, q)])
+    d = dense(m, 6, {})
+    qq, kk = np.arange(6)[:, None], np.arange(6)[None, :]
+    assert (d == np.broadcast_to(eval_pred(m.predicate, Env(6, {}, {"q": qq, "k": kk})), (6, 6))).all()
+    assert d.sum() == 21
