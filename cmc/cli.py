@@ -67,10 +67,11 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
     from .driver import front
     from .render import table_text
 
+    defs = _defines(defines)
     failed = False
     for f in files:
         try:
-            table = front(f, _defines(defines))
+            table = front(f, defs)
         except CmcError as e:
             click.echo(e.format(), err=True)
             failed = True

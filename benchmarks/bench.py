@@ -1,0 +1,395 @@
+"""The public benchmark suite: cmc beside FlexAttention (Triton and FA4 backends), SDPA/cuDNN
+and FA4 native, in one process, on the same inputs. Prints a table last, writes JSON and PNGs.
+
+    python benchmarks/bench.py --artifacts out/bench --out results/   (on a GPU machine)
+
+Artifacts come from `python benchmarks/bench.py --compile out/bench` (CPU is enough).
+Effective TFLOP/s = 4 * B * H * D * visible pairs / time. Timing: triton.testing.do_bench
+(median; it clears the L2 between runs), warm-up excluded; first-call latency measured apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TOKENS = 32768
+HEADS = 16
+HEAD_DIM = 128
+LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
+
+# mask file, -D overrides, artifact folder name
+ARTIFACTS = {
+    "causal": ("samples/causal.mask", {}),
+    "hstu": ("samples/hstu.mask", {}),
+    "shared_prefix": ("samples/shared_prefix.mask", {}),
+    "clear": ("samples/clear.mask", {"TEXT": 0}),
+    "clear_text": ("samples/clear.mask", {"TEXT": 512}),
+}
+
+
+def compile_all(dest: Path) -> None:
+    from cmc.driver import compile_file
+
+    for key, (mask, defines) in ARTIFACTS.items():
+        t = time.perf_counter()
+        path = compile_file(ROOT / mask, dest / key, archs=["sm_90a"], dtypes=["bf16"],
+                            head_dims=[HEAD_DIM], defines=defines, jobs=2)
+        print(f"compiled {key} -> {path} in {time.perf_counter() - t:.1f} s")
+
+
+@dataclass
+class Case:
+    pattern: str  # causal | hstu | shared_prefix | clear | hstu_jagged | shared_prefix_jagged | clear_text
+    length: int
+    lengths: list[int]  # per sequence (packed when jagged)
+    params: list[dict[str, Any]]  # per sequence, host values (cmc's show/oracle form)
+    jagged: bool
+    visible_pairs: int = 0
+
+
+@dataclass
+class Result:
+    case: str
+    pattern: str
+    length: int
+    system: str
+    ms: float | None
+    tflops: float | None
+    first_call_s: float | None = None
+    mask_build_ms: float | None = None
+    max_err: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def make_cases(rng: Any, lengths: tuple[int, ...]) -> list[Case]:
+    cases = []
+    for L in lengths:
+        B = TOKENS // L
+        cases.append(Case("causal", L, [L] * B, [{}] * B, False))
+        cases.append(Case("hstu", L, [L] * B, [{"n_targets": L // 8}] * B, False))
+        r = (L - L // 4) // 4
+        starts = [L // 4 + i * r for i in range(4)]
+        cases.append(Case("shared_prefix", L, [L] * B,
+                          [{"prompt_len": L // 4, "responses": starts}] * B, False))
+        cases.append(Case("clear", L, [L] * B, [{}] * B, False))
+        # jagged: lengths in [L/2, L] packed into at most TOKENS tokens
+        lens: list[int] = []
+        while True:
+            n = int(rng.integers(L // 2, L + 1))
+            if sum(lens) + n > TOKENS:
+                break
+            lens.append(n)
+        cases.append(Case("hstu_jagged", L, lens, [{"n_targets": n // 8} for n in lens], True))
+        sp: list[dict[str, Any]] = []
+        for _ in range(B):
+            p = int(rng.integers(L // 8, L // 2))
+            cuts = sorted(int(x) for x in rng.choice(range(p + 1, L), size=3, replace=False))
+            sp.append({"prompt_len": p, "responses": [p] + cuts})
+        cases.append(Case("shared_prefix_jagged", L, [L] * B, sp, False))
+        if L > 512:
+            cases.append(Case("clear_text", L, [L] * B, [{}] * B, False))
+    return cases
+
+
+def artifact_for(pattern: str) -> str:
+    return {"hstu_jagged": "hstu", "shared_prefix_jagged": "shared_prefix"}.get(pattern, pattern)
+
+
+# --------------------------------------------------------------------------- flex mask_mods
+
+
+def flex_mask_mod(case: Case, torch: Any, device: str) -> Any:
+    """The same mask as a FlexAttention mask_mod, over one packed sequence (B = 1) when
+    jagged, else per batch (b indexes per-sequence tensors)."""
+    pat = case.pattern
+    lens = torch.tensor(case.lengths, device=device, dtype=torch.int32)
+    if case.jagged:
+        offs = torch.zeros(len(case.lengths) + 1, device=device, dtype=torch.int32)
+        offs[1:] = torch.cumsum(lens, 0)
+        doc = torch.repeat_interleave(torch.arange(len(case.lengths), device=device), lens)
+        nt = torch.tensor([p["n_targets"] for p in case.params], device=device)
+
+        def jag(b: Any, h: Any, q: Any, k: Any) -> Any:
+            d = doc[q]
+            lq, lk = q - offs[d], k - offs[d]
+            hist = lens[d] - nt[d]
+            return (doc[k] == d) & (((lk <= lq) & (lk < hist)) | (lk == lq))
+
+        return jag
+    if pat == "causal":
+        return lambda b, h, q, k: k <= q
+    if pat == "hstu":
+        nt = torch.tensor([p["n_targets"] for p in case.params], device=device)
+        L = case.length
+        return lambda b, h, q, k: ((k <= q) & (k < L - nt[b])) | (k == q)
+    if pat.startswith("shared_prefix"):
+        L = case.length
+        pl = torch.tensor([p["prompt_len"] for p in case.params], device=device)
+        seg = torch.full((len(case.params), L), -1, device=device, dtype=torch.int32)
+        for i, p in enumerate(case.params):
+            for j, s in enumerate(p["responses"]):
+                seg[i, s:] = j
+        return lambda b, h, q, k: (k <= q) & ((k < pl[b]) | (seg[b, q] == seg[b, k]))
+    if pat.startswith("clear"):
+        text = 512 if pat == "clear_text" else 0
+        W, R = 128, 16
+
+        def clear(b: Any, h: Any, q: Any, k: Any) -> Any:
+            qq, kk = q - text, k - text
+            dy = qq // W - kk // W
+            dx = qq % W - kk % W
+            return (q < text) | (k < text) | ((q >= text) & (k >= text) & (dy * dy + dx * dx < R * R))
+
+        return clear
+    raise ValueError(pat)
+
+
+# --------------------------------------------------------------------------- runner
+
+
+def run(args: argparse.Namespace) -> list[Result]:
+    import numpy as np
+    import torch
+    import triton
+
+    from cmc.driver import front
+    from cmc.runtime import load
+    from cmc.tiles import visible_pairs
+
+    dev = "cuda"
+    rng = np.random.default_rng(20261202)
+    cases = make_cases(rng, tuple(args.lengths))
+    if args.patterns:
+        cases = [c for c in cases if c.pattern in args.patterns]
+    tables = {key: front(ROOT / m, d) for key, (m, d) in ARTIFACTS.items()}
+    for c in cases:
+        t = tables[artifact_for(c.pattern)]
+        c.visible_pairs = sum(visible_pairs(t, n, p) for n, p in zip(c.lengths, c.params))
+
+    kernels, load_s = {}, {}
+    for key in ARTIFACTS:
+        t0 = time.perf_counter()
+        kernels[key] = load(_artifact_dir(Path(args.artifacts), key))
+        load_s[key] = time.perf_counter() - t0
+
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    have_fa4 = True
+    try:
+        from flash_attn.cute.interface import flash_attn_func
+    except Exception as e:  # noqa: BLE001
+        have_fa4 = False
+        print(f"flash-attn-4 not available: {e!r}")
+
+    results: list[Result] = []
+
+    def bench(fn: Any) -> float:
+        return float(triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep,
+                                             return_mode="median"))
+
+    for c in cases:
+        T = sum(c.lengths)
+        B = len(c.lengths)
+        torch.manual_seed(0)
+        q = torch.randn(T, HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+        k = torch.randn_like(q)
+        v = torch.randn_like(q)
+        flops = 4.0 * HEADS * HEAD_DIM * c.visible_pairs
+        name = f"{c.pattern}/{c.length}"
+        attn = kernels[artifact_for(c.pattern)]
+        cu = torch.zeros(B + 1, dtype=torch.int32, device=dev)
+        cu[1:] = torch.cumsum(torch.tensor(c.lengths, device=dev, dtype=torch.int32), 0)
+        kw = _cmc_params(c)
+
+        def ours() -> Any:
+            return attn(q, k, v, cu_seqlens=cu, max_len=max(c.lengths), **kw)
+
+        t = time.perf_counter()
+        ours()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t + load_s[artifact_for(c.pattern)]
+        ms = bench(ours)
+        results.append(Result(name, c.pattern, c.length, "cmc", ms, flops / ms / 1e9, first))
+
+        # flex (B, H, L, D); jagged: one packed sequence
+        if c.jagged:
+            fq, fk, fv = (x.unsqueeze(0).transpose(1, 2).contiguous() for x in (q, k, v))
+            fb, fl = 1, T
+        else:
+            fq, fk, fv = (x.view(B, c.length, HEADS, HEAD_DIM).transpose(1, 2).contiguous()
+                          for x in (q, k, v))
+            fb, fl = B, c.length
+        mm = flex_mask_mod(c, torch, dev)
+        t = time.perf_counter()
+        bm = create_block_mask(mm, fb, None, fl, fl, device=dev)
+        torch.cuda.synchronize()
+        mask_ms = (time.perf_counter() - t) * 1e3
+        for system, opts in (("flex-triton", None), ("flex-fa4", {"BACKEND": "FLASH"})):
+            if system == "flex-fa4" and not have_fa4:
+                continue
+            try:
+                def peer(opts: Any = opts) -> Any:
+                    return flex(fq, fk, fv, block_mask=bm, kernel_options=opts)
+
+                t = time.perf_counter()
+                peer()
+                torch.cuda.synchronize()
+                first = time.perf_counter() - t
+                ms = bench(peer)
+                results.append(Result(name, c.pattern, c.length, system, ms, flops / ms / 1e9,
+                                      first, mask_ms))
+            except Exception as e:  # noqa: BLE001
+                results.append(Result(name, c.pattern, c.length, system, None, None,
+                                      note=f"failed: {type(e).__name__}: {str(e)[:160]}"))
+        if c.pattern == "causal":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def cudnn() -> Any:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return torch.nn.functional.scaled_dot_product_attention(fq, fk, fv,
+                                                                            is_causal=True)
+
+            try:
+                ms = bench(cudnn)
+                results.append(Result(name, c.pattern, c.length, "sdpa-cudnn", ms,
+                                      flops / ms / 1e9))
+            except Exception as e:  # noqa: BLE001
+                results.append(Result(name, c.pattern, c.length, "sdpa-cudnn", None, None,
+                                      note=f"failed: {e!r}"[:160]))
+            if have_fa4:
+                bq, bk, bv = (x.view(B, c.length, HEADS, HEAD_DIM) for x in (q, k, v))
+                try:
+                    ms = bench(lambda: flash_attn_func(bq, bk, bv, causal=True))
+                    results.append(Result(name, c.pattern, c.length, "fa4", ms, flops / ms / 1e9))
+                except Exception as e:  # noqa: BLE001
+                    results.append(Result(name, c.pattern, c.length, "fa4", None, None,
+                                          note=f"failed: {e!r}"[:160]))
+        for r in results[-6:]:
+            if r.case == name:
+                print(f"{name:28s} {r.system:12s} "
+                      f"{'-' if r.tflops is None else f'{r.tflops:7.1f}'} TFLOP/s {r.note}",
+                      flush=True)
+        del q, k, v, fq, fk, fv, bm
+        torch.cuda.empty_cache()
+    return results
+
+
+def _artifact_dir(root: Path, key: str) -> Path:
+    sub = root / key
+    inner = [p for p in sub.iterdir() if (p / "manifest.json").exists()]
+    if len(inner) != 1:
+        raise SystemExit(f"expected one artifact under {sub}; run --compile first")
+    return inner[0]
+
+
+def _cmc_params(c: Case) -> dict[str, Any]:
+    if c.pattern.startswith("hstu"):
+        return {"n_targets": [p["n_targets"] for p in c.params]}
+    if c.pattern.startswith("shared_prefix"):
+        return {"prompt_len": [p["prompt_len"] for p in c.params],
+                "responses": [p["responses"] for p in c.params]}
+    return {}
+
+
+def summarize(results: list[Result]) -> str:
+    by: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by.setdefault(r.case, {})[r.system] = r
+    systems = ["cmc", "flex-fa4", "flex-triton", "sdpa-cudnn", "fa4"]
+    head = f"{'case':28s}" + "".join(f"{s:>12s}" for s in systems) + "   cmc/flexfa4  cmc/flextri  cmc/best"
+    lines = [head]
+    for case, row in by.items():
+        vals = [row[s].tflops if s in row and row[s].tflops else None for s in systems]
+        cells = "".join(f"{v:12.1f}" if v else f"{'-':>12s}" for v in vals)
+        ours = vals[0]
+        ratios = []
+        for v in (vals[1], vals[2], max([x for x in vals[1:] if x] or [0]) or None):
+            ratios.append(f"{ours / v:12.2f}" if ours and v else f"{'-':>12s}")
+        lines.append(f"{case:28s}{cells} " + " ".join(ratios))
+    return "\n".join(lines)
+
+
+def plot(results: list[Result], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    patterns = sorted({r.pattern for r in results})
+    fig, axes = plt.subplots(math.ceil(len(patterns) / 3), 3, figsize=(15, 4 * math.ceil(len(patterns) / 3)))
+    for ax, pat in zip(axes.flat, patterns):
+        for system in ("cmc", "flex-fa4", "flex-triton", "sdpa-cudnn", "fa4"):
+            pts = sorted((r.length, r.tflops) for r in results
+                         if r.pattern == pat and r.system == system and r.tflops)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=system)
+        ax.set_xscale("log", base=2)
+        ax.set_title(pat)
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("effective TFLOP/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(patterns):]:
+        ax.axis("off")
+    fig.tight_layout()
+    p = out / "bench.png"
+    fig.savefig(p, dpi=90)
+    paths.append(p)
+    return paths
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", metavar="DIR", help="only compile the artifacts into DIR")
+    ap.add_argument("--artifacts", default="out/bench")
+    ap.add_argument("--out", default="results")
+    ap.add_argument("--lengths", type=int, nargs="*", default=list(LENGTHS))
+    ap.add_argument("--patterns", nargs="*")
+    ap.add_argument("--warmup", type=int, default=25)
+    ap.add_argument("--rep", type=int, default=100)
+    args = ap.parse_args()
+    if args.compile:
+        compile_all(Path(args.compile))
+        return
+    import torch
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = run(args)
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "tokens": TOKENS, "heads": HEADS, "head_dim": HEAD_DIM,
+        "command": " ".join(sys.argv),
+    }
+    try:
+        import flash_attn  # type: ignore[import-not-found]
+
+        meta["flash_attn"] = getattr(flash_attn, "__version__", "?")
+    except Exception:  # noqa: BLE001
+        pass
+    (out / "bench.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]},
+                                               indent=2))
+    plot(results, out)
+    print(json.dumps(meta))
+    print(summarize(results))
+
+
+if __name__ == "__main__":
+    main()

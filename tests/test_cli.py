@@ -1,0 +1,82 @@
+"""The command line: exit codes 0 / 1 (user error) / 2 (usage), messages without tracebacks."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from cmc.cli import cli
+
+from .conftest import EXACT, ROOT, SAMPLES
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_check_all_samples_exact():
+    r = run("check", *map(str, SAMPLES))
+    assert r.exit_code == 0, r.output
+    assert "residual" not in r.output
+    for p in SAMPLES:
+        assert f"mask {p.stem}:" in r.output
+    assert len(EXACT) == len(SAMPLES)
+
+
+def test_check_reports_error_with_position_and_no_traceback(tmp_path):
+    bad = tmp_path / "bad.mask"
+    bad.write_text("mask bad\nallow k <= qq\n")
+    r = CliRunner().invoke(cli, ["check", str(bad)])
+    assert r.exit_code == 1
+    assert f"{bad}:2:" in r.output and "^" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_check_missing_file_is_user_error(tmp_path):
+    r = CliRunner().invoke(cli, ["check", str(tmp_path / "nope.mask")])
+    assert r.exit_code == 1 and "no such file" in r.output
+
+
+def test_show_counts_tiles_for_causal():
+    r = run("show", str(ROOT / "samples/causal.mask"), "--len", "512", "--tile", "128x128")
+    assert r.exit_code == 0, r.output
+    assert "tiles 16: empty 6, full 6, partial 4" in r.output
+    assert "visible pairs 131328 of 262144" in r.output
+
+
+def test_show_with_params_and_png(tmp_path):
+    png = tmp_path / "sp.png"
+    r = run("show", str(ROOT / "samples/shared_prefix.mask"), "--len", "300",
+            "--param", "prompt_len=60", "--param", "responses=60,150,220",
+            "--tile", "64x64", "--png", str(png))
+    assert r.exit_code == 0, r.output
+    assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_show_missing_param_is_usage_error():
+    r = CliRunner().invoke(cli, ["show", str(ROOT / "samples/hstu.mask"), "--len", "64"])
+    assert r.exit_code == 2 and "n_targets" in r.output
+
+
+def test_defines_override_and_bad_define():
+    r = run("check", str(ROOT / "samples/sliding_window.mask"), "-D", "WINDOW=8")
+    assert r.exit_code == 0 and "q - 7" in r.output, r.output
+    r = CliRunner().invoke(cli, ["check", str(ROOT / "samples/causal.mask"), "-D", "X"])
+    assert r.exit_code == 2
+
+
+def test_compile_emit_itab(tmp_path):
+    r = run("compile", str(ROOT / "samples/hstu.mask"), "-o", str(tmp_path), "--emit", "itab")
+    assert r.exit_code == 0, r.output
+    table = json.loads((tmp_path / "hstu" / "hstu.itab.json").read_text())
+    assert table["exact"] and len(table["terms"]) == 2
+
+
+def test_compile_usage_errors(tmp_path):
+    r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples/causal.mask"), "-o",
+                                 str(tmp_path), "--arch", "sm_75"])
+    assert r.exit_code == 2 and "sm_75" in r.output
+    r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples/causal.mask"), "-o",
+                                 str(tmp_path), "--head-dim", "96"])
+    assert r.exit_code == 2
