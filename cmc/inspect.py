@@ -1,0 +1,256 @@
+"""`cmc inspect OUT/NAME`: validate an artifact folder and list its kernels' resources.
+
+A runtime trusts the folder only as far as it checks it, so this checks everything a loader
+relies on: the manifest against schema/manifest.schema.json, its descriptor against the ABI
+of this cmc, the source and header against their sha256, and each cubin against its sha256,
+its arch read from the ELF itself, its entry symbol, its parameter block size, and the
+resources the manifest claims. Every problem found is named in one ArtifactError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .abi import descriptor_layout
+from .artifacts import SCHEMA_VERSION
+from .cubin import read_cubin
+from .errors import ArtifactError
+from .ir import Mask, ParamDecl
+from .package import MANIFEST, descriptor_dict
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    symbol: str
+    arch: str
+    file: str
+    dtype: str
+    head_dim: int
+    kernel: str
+    threads: int
+    block_m: int
+    block_n: int
+    registers: int
+    shared_static: int
+    dynamic_smem: int
+    local_bytes: int
+    spill_stores: int
+    spill_loads: int
+    size: int  # bytes of the cubin
+    toolkit: str  # ptxas version recorded in the cubin
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    path: Path
+    name: str
+    cmc_version: str
+    nvrtc_versions: tuple[str, ...]
+    descriptor_size: int
+    exact: bool
+    kernels: tuple[KernelReport, ...]
+    notes: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=1)
+def manifest_schema() -> dict[str, Any]:
+    text = resources.files("cmc.schema").joinpath("manifest.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def schema_errors(manifest: Any) -> list[str] | None:
+    """Schema violations as 'where: what'; None when jsonschema is not installed."""
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    validator = jsonschema.Draft202012Validator(manifest_schema())
+    out = []
+    for err in sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in err.absolute_path) or "(top)"
+        out.append(f"manifest {where}: {err.message}")
+    return out
+
+
+def _expected_descriptor(m: dict[str, Any]) -> dict[str, Any]:
+    """The descriptor this cmc would lay out for the manifest's mask name and params."""
+    mask = Mask(
+        name=m["mask"]["name"],
+        doc="",
+        source="",
+        filename="",
+        consts=(),
+        params=tuple(ParamDecl(p["name"], p["kind"]) for p in m["params"]),
+        allows=(),
+        denies=(),
+    )
+    return descriptor_dict(descriptor_layout(mask))
+
+
+def _read(folder: Path, fname: str, problems: list[str]) -> bytes | None:
+    p = folder / fname
+    if Path(fname).name != fname or fname in ("", ".", ".."):
+        problems.append(f"{fname!r}: not a plain file name")
+        return None
+    if p.is_symlink() or not p.is_file():
+        problems.append(f"{fname}: missing (or not a regular file)")
+        return None
+    return p.read_bytes()
+
+
+def inspect(path: str | Path) -> InspectReport:
+    """Validate OUT/NAME; raise ArtifactError naming every problem, else report its kernels."""
+    folder = Path(path)
+    mpath = folder / MANIFEST
+    if not folder.is_dir():
+        raise ArtifactError(f"{folder}: not an artifact folder")
+    if not mpath.is_file():
+        raise ArtifactError(f"{folder}: no {MANIFEST}")
+    try:
+        m = json.loads(mpath.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{mpath}: not valid JSON ({e})") from None
+    if not isinstance(m, dict):
+        raise ArtifactError(f"{mpath}: not a JSON object")
+    if m.get("schema_version") != SCHEMA_VERSION:
+        raise ArtifactError(
+            f"{mpath}: schema_version {m.get('schema_version')!r}; this cmc reads "
+            f"{SCHEMA_VERSION} (rebuild the artifacts with this cmc)"
+        )
+    notes: list[str] = []
+    errs = schema_errors(m)
+    if errs is None:
+        notes.append("schema not checked: jsonschema is not installed")
+    elif errs:
+        raise ArtifactError(f"{mpath} does not match its schema:\n  " + "\n  ".join(errs))
+
+    try:
+        return _check(folder, m, notes)
+    except (KeyError, TypeError, ValueError) as e:  # only reachable without jsonschema
+        raise ArtifactError(f"{mpath}: malformed manifest ({type(e).__name__}: {e})") from None
+
+
+def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
+    problems: list[str] = []
+    if m["descriptor"] != _expected_descriptor(m):
+        problems.append(
+            "descriptor: layout differs from the one this cmc computes for these params "
+            "(built by an incompatible cmc?)"
+        )
+    for key in ("source", "header"):
+        ref = m[key]
+        data = _read(folder, ref["file"], problems)
+        if data is not None and hashlib.sha256(data).hexdigest() != ref["sha256"]:
+            problems.append(f"{ref['file']}: sha256 differs from the manifest")
+    if m["mask"]["sha256"] != hashlib.sha256(m["mask"]["source"].encode()).hexdigest():
+        problems.append("mask: sha256 does not match mask.source")
+
+    kernels: list[KernelReport] = []
+    seen: set[tuple[str, str, int]] = set()
+    for k in m["kernels"]:
+        tag = f"{k['file']}"
+        ident = (k["arch"], k["dtype"], k["head_dim"])
+        if ident in seen:
+            problems.append(f"{tag}: a second kernel for {ident}")
+        seen.add(ident)
+        data = _read(folder, k["file"], problems)
+        if data is None:
+            continue
+        if hashlib.sha256(data).hexdigest() != k["sha256"]:
+            problems.append(f"{tag}: sha256 differs from the manifest (corrupt or replaced)")
+            continue
+        try:
+            cub = read_cubin(data)
+        except ArtifactError as e:
+            problems.append(f"{tag}: {e}")
+            continue
+        if cub.arch != k["arch"]:
+            problems.append(f"{tag}: the cubin is for {cub.arch}, the manifest says {k['arch']}")
+        if k["symbol"] not in cub.kernels:
+            problems.append(f"{tag}: no entry point {k['symbol']} in the cubin")
+            continue
+        info = cub.kernel(k["symbol"])
+        claimed = {
+            "registers": info.registers,
+            "shared_static": info.shared_static,
+            "local_bytes": info.frame_size,
+        }
+        for field, actual in claimed.items():
+            if k[field] != actual:
+                problems.append(f"{tag}: manifest says {field} {k[field]}, the cubin {actual}")
+        if info.param_bytes and info.param_bytes != m["descriptor"]["size"]:
+            problems.append(
+                f"{tag}: kernel takes {info.param_bytes} parameter bytes, the descriptor is "
+                f"{m['descriptor']['size']}"
+            )
+        kernels.append(
+            KernelReport(
+                symbol=k["symbol"],
+                arch=cub.arch,
+                file=k["file"],
+                dtype=k["dtype"],
+                head_dim=k["head_dim"],
+                kernel=k["kernel"],
+                threads=k["threads"],
+                block_m=k["block_m"],
+                block_n=k["block_n"],
+                registers=info.registers,
+                shared_static=info.shared_static,
+                dynamic_smem=k["dynamic_smem"],
+                local_bytes=info.frame_size,
+                spill_stores=k["spill_stores"],
+                spill_loads=k["spill_loads"],
+                size=len(data),
+                toolkit=cub.toolkit,
+            )
+        )
+    if problems:
+        raise ArtifactError(f"{folder}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    return InspectReport(
+        path=folder,
+        name=m["mask"]["name"],
+        cmc_version=m["cmc_version"],
+        nvrtc_versions=tuple(sorted({k["nvrtc_version"] for k in m["kernels"]})),
+        descriptor_size=m["descriptor"]["size"],
+        exact=m["interval_table"]["exact"],
+        kernels=tuple(kernels),
+        notes=tuple(notes),
+    )
+
+
+def report_text(r: InspectReport) -> str:
+    """What `cmc inspect` prints."""
+    head = (
+        f"{r.path}: mask {r.name}, cmc {r.cmc_version}, NVRTC {', '.join(r.nvrtc_versions)}, "
+        f"descriptor {r.descriptor_size} B, interval table "
+        f"{'exact' if r.exact else 'with residual parts'}; all checks passed"
+    )
+    cols = ("symbol", "arch", "kernel", "threads", "regs", "smem static", "smem dyn", "local",
+            "spill st/ld", "bytes")
+    rows = [
+        (
+            k.symbol,
+            k.arch,
+            k.kernel,
+            str(k.threads),
+            str(k.registers),
+            str(k.shared_static),
+            str(k.dynamic_smem),
+            str(k.local_bytes),
+            f"{k.spill_stores}/{k.spill_loads}",
+            str(k.size),
+        )
+        for k in r.kernels
+    ]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    lines = [head, ("  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))).rstrip()]
+    lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)

@@ -1,0 +1,387 @@
+"""Package stage: BuiltKernels -> OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h).
+
+The folder is the contract with every runtime, so its bytes must be reproducible: the same
+build written twice, anywhere, gives identical files. Hence JSON with sorted keys, indent 2
+and a trailing newline; no timestamps, no absolute paths, no build timings; the mask file is
+recorded by its base name. All files are rendered in memory first (`render_files`), which is
+also what `check_stale` compares against.
+
+Nothing is written outside OUT/NAME: the mask name must be a C identifier, the folder must
+resolve inside OUT, and only plain file names are written. Files from an earlier build of
+the same mask that this build does not produce (a dropped variant's cubin) are removed, so
+the folder always equals a fresh build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+from .abi import HEADER_FIELDS, DescriptorLayout, check_identifier
+from .artifacts import SCHEMA_VERSION, BuiltCubin, BuiltKernels, KernelVariant
+from .errors import ArtifactError
+from .render import table_dict
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from .driver import Options
+
+MANIFEST = "manifest.json"
+_FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+# Rules every runtime must follow when it fills the descriptor (see cmc/abi.py).
+POINTER_ALIGN = 16  # bytes: Q, K, V, O base pointers (vector loads, TMA)
+STRIDE_ALIGN_ELEMENTS = 8  # token and head strides of Q, K, V, O, in elements (16 bytes)
+
+
+def safe_name(name: str) -> str:
+    """The mask name, which becomes a folder, file names and C identifiers."""
+    try:
+        return check_identifier(name)
+    except ValueError as e:
+        raise ArtifactError(f"refusing to package: {e}") from None
+
+
+def to_json(obj: Any) -> bytes:
+    """The one JSON encoding of artifacts: stable across runs and machines."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def grid_rule(v: KernelVariant) -> list[str]:
+    """Grid dimensions as expressions over descriptor fields (the header's grid function)."""
+    return [f"ceil_div(max_len, {v.block_m})", "heads_q", "batch"]
+
+
+def _variant_of(built: BuiltKernels, c: BuiltCubin) -> KernelVariant:
+    for v in built.source.variants:
+        if v.symbol == c.symbol and c.arch in v.archs:
+            return v
+    raise ArtifactError(f"cubin {c.filename} matches no kernel variant of the source")
+
+
+def descriptor_dict(layout: DescriptorLayout) -> dict[str, Any]:
+    return {
+        "struct": layout.struct_name,
+        "size": layout.size,
+        "align": layout.align,
+        "fields": [
+            {
+                "name": f.name,
+                "ctype": f.ctype,
+                "offset": f.offset,
+                "size": f.size,
+                "param": f.param,
+                "role": f.role,
+            }
+            for f in layout.fields
+        ],
+    }
+
+
+def layout_dict(layout: DescriptorLayout) -> dict[str, Any]:
+    """Tensor shapes and strides, in terms of descriptor fields (T = cu_seqlens[batch])."""
+
+    def tensor(p: str, heads: str) -> dict[str, Any]:
+        return {
+            "dtype": "kernel",
+            "shape": ["T", heads, "head_dim"],
+            "strides": [f"{p}_stride_tok", f"{p}_stride_head", 1],
+        }
+
+    params: dict[str, Any] = {}
+    for f in layout.fields:
+        if f.param is None:
+            continue
+        if f.role == "per_sequence":
+            params[f.name] = {"dtype": "int32", "shape": ["batch"]}
+        elif f.role == "segment_offsets":
+            params[f.name] = {"dtype": "int32", "shape": ["batch + 1"]}
+        elif f.role == "segment_starts":
+            base = f.name.removesuffix("_starts")
+            params[f.name] = {"dtype": "int32", "shape": [f"{base}_offsets[batch]"]}
+    header_names = {n for n, _, _ in HEADER_FIELDS}
+    assert {"q", "k", "v", "o", "lse", "cu_seqlens"} <= header_names
+    return {
+        "tokens": (
+            "packed: token i of sequence b is row cu_seqlens[b] + i, T = cu_seqlens[batch]; "
+            "the batch layout [B, L, H, D] is the packed one with cu_seqlens = [0, L, 2L, ...]"
+        ),
+        "tensors": {
+            "q": tensor("q", "heads_q"),
+            "k": tensor("k", "heads_kv"),
+            "v": tensor("v", "heads_kv"),
+            "o": tensor("o", "heads_q"),
+            "lse": {
+                "dtype": "float32",
+                "shape": ["heads_q", "T"],
+                "strides": ["lse_stride_head", 1],
+                "optional": True,
+            },
+            "cu_seqlens": {"dtype": "int32", "shape": ["batch + 1"], "strides": [1]},
+        },
+        "params": params,
+        "alignment": {
+            "pointer_bytes": POINTER_ALIGN,
+            "stride_elements": STRIDE_ALIGN_ELEMENTS,
+        },
+        "rules": [
+            "heads_q % heads_kv == 0",
+            "0 <= cu_seqlens[b] <= cu_seqlens[b + 1]",
+            "max_len >= cu_seqlens[b + 1] - cu_seqlens[b] for every b",
+            "segment starts are sorted within each sequence, relative to its start",
+            "scale_log2 = softmax scale * log2(e)",
+        ],
+    }
+
+
+def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
+    v = _variant_of(built, c)
+    r = c.resources
+    return {
+        "symbol": c.symbol,
+        "arch": c.arch,
+        "file": c.filename,
+        "sha256": c.sha256,
+        "dtype": v.dtype,
+        "head_dim": v.head_dim,
+        "block_m": v.block_m,
+        "block_n": v.block_n,
+        "threads": v.threads,
+        "block": [v.threads, 1, 1],
+        "grid": grid_rule(v),
+        "dynamic_smem": v.smem_bytes,
+        "registers": r.registers,
+        "shared_static": r.shared_static,
+        "local_bytes": r.local_bytes,
+        "spill_stores": r.spill_stores,
+        "spill_loads": r.spill_loads,
+        "kernel": v.kernel,
+        "nvrtc_version": c.nvrtc_version,
+        "options": list(c.options),
+    }
+
+
+def manifest_dict(
+    built: BuiltKernels, mask_file: str, source_bytes: bytes, header_bytes: bytes
+) -> dict[str, Any]:
+    src = built.source
+    mask = src.table.mask
+    name = safe_name(mask.name)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cmc_version": __version__,
+        "mask": {
+            "name": name,
+            "doc": mask.doc,
+            "file": Path(mask_file).name,
+            "source": mask.source,
+            "sha256": sha256(mask.source.encode()),
+        },
+        "constants": dict(mask.consts),
+        "params": [{"name": p.name, "kind": p.kind} for p in mask.params],
+        "descriptor": descriptor_dict(src.layout),
+        "interval_table": table_dict(src.table),
+        "layout": layout_dict(src.layout),
+        "source": {"file": src.filename, "sha256": sha256(source_bytes)},
+        "header": {"file": f"{name}.h", "sha256": sha256(header_bytes)},
+        "kernels": [kernel_dict(built, c) for c in built.cubins],
+    }
+
+
+# --------------------------------------------------------------------------- the header
+
+
+@lru_cache(maxsize=1)
+def _jinja() -> jinja2.Environment:
+    import jinja2
+
+    def load(name: str) -> str:
+        return resources.files("cmc.templates").joinpath(name).read_text(encoding="utf-8")
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _c_string(s: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]*", s):
+        raise ArtifactError(f"refusing to put {s!r} in a C string")
+    return f'"{s}"'
+
+
+def render_header(built: BuiltKernels, mask_file: str) -> str:
+    """NAME.h: descriptor struct with checked offsets, kernel names, launch rule."""
+    src = built.source
+    name = safe_name(src.table.mask.name)
+    up = name.upper()
+    variants = []
+    for v in src.variants:
+        cubins = [c for c in built.cubins if c.symbol == v.symbol]
+        if not cubins:
+            continue
+        tag = f"{v.dtype}_d{v.head_dim}"
+        variants.append(
+            {
+                "tag": tag,
+                "TAG": tag.upper(),
+                "symbol": _c_string(v.symbol),
+                "threads": v.threads,
+                "block_m": v.block_m,
+                "block_n": v.block_n,
+                "smem": v.smem_bytes,
+                "kernel": v.kernel,
+                "cubins": [
+                    {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
+                    for c in cubins
+                ],
+            }
+        )
+    return _jinja().get_template("header.h.j2").render(
+        name=name,
+        NAME=up,
+        cmc_version=__version__,
+        mask_file=Path(mask_file).name,
+        struct=src.layout.c_struct(),
+        struct_name=src.layout.struct_name,
+        fields=src.layout.fields,
+        size=src.layout.size,
+        align=src.layout.align,
+        variants=variants,
+    )
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def render_files(built: BuiltKernels, mask_file: str) -> dict[str, bytes]:
+    """Every file of OUT/NAME by its name, in memory; the manifest comes last."""
+    src = built.source
+    name = safe_name(src.table.mask.name)
+    if src.filename != f"{name}.cu":
+        raise ArtifactError(f"source file {src.filename!r} should be {name}.cu for mask {name}")
+    source_bytes = src.text.encode("utf-8")
+    header_bytes = render_header(built, mask_file).encode("utf-8")
+    files: dict[str, bytes] = {c.filename: c.data for c in built.cubins}
+    if len(files) != len(built.cubins):
+        raise ArtifactError("two cubins share a file name")
+    files[src.filename] = source_bytes
+    files[f"{name}.h"] = header_bytes
+    files[MANIFEST] = to_json(manifest_dict(built, mask_file, source_bytes, header_bytes))
+    for f in files:
+        if not _FILE_NAME.match(f) or f in (".", ".."):
+            raise ArtifactError(f"refusing to write file {f!r}")
+    return files
+
+
+def artifact_dir(out_dir: Path, name: str) -> Path:
+    """OUT/NAME, refusing a name or a link that would land outside OUT."""
+    safe_name(name)
+    root = Path(out_dir).resolve()
+    dest = root / name
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise ArtifactError(f"{dest} exists and is not a folder; refusing to write there")
+    if dest.resolve().parent != root:
+        raise ArtifactError(f"{dest} resolves outside {root}; refusing to write there")
+    return dest
+
+
+def _ours(fname: str, name: str) -> bool:
+    """Files a build of mask NAME may have written (so may remove when it no longer does)."""
+    return fname in (MANIFEST, f"{name}.cu", f"{name}.h") or (
+        fname.startswith(f"{name}.") and fname.endswith(".cubin")
+    )
+
+
+def _write(dest: Path, fname: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dest, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest / fname)  # replaces a link itself, never writes through it
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def package(built: BuiltKernels, out_dir: Path, mask_file: str) -> Path:
+    """Write OUT/NAME/ and return it. The manifest is written last, each file atomically."""
+    files = render_files(built, mask_file)
+    name = built.source.table.mask.name
+    dest = artifact_dir(out_dir, name)
+    dest.mkdir(parents=True, exist_ok=True)
+    for fname, data in files.items():
+        _write(dest, fname, data)
+    for p in sorted(dest.iterdir()):
+        if p.name not in files and _ours(p.name, name) and (p.is_file() or p.is_symlink()):
+            p.unlink()
+    return dest
+
+
+# --------------------------------------------------------------------------- --check
+
+Rebuild = Callable[[Path, "Options"], BuiltKernels]
+
+
+def _rebuild(path: Path, opts: Options) -> BuiltKernels:
+    from .build import build
+    from .driver import back, front
+
+    table = front(path, dict(opts.defines))
+    return build(back(table, opts), archs=opts.archs, jobs=opts.jobs, cache=opts.cache)
+
+
+def stale_files(built: BuiltKernels, mask_file: str, out_dir: Path) -> list[str]:
+    """Paths under OUT/NAME that differ from, are missing from, or are left over from `built`."""
+    files = render_files(built, mask_file)
+    name = built.source.table.mask.name
+    dest = artifact_dir(out_dir, name)
+    out = []
+    for fname, data in files.items():
+        p = dest / fname
+        try:
+            same = p.is_file() and not p.is_symlink() and p.read_bytes() == data
+        except OSError:
+            same = False
+        if not same:
+            out.append(str(p))
+    if dest.is_dir():
+        for p in sorted(dest.iterdir()):
+            if p.name not in files and _ours(p.name, name):
+                out.append(str(p))
+    return out
+
+
+def check_stale(
+    mask_paths: Sequence[str | Path],
+    out_dir: Path,
+    options: Options,
+    rebuild: Rebuild | None = None,
+) -> list[str]:
+    """`cmc compile --check`: rebuild each mask in memory (the build cache makes this cheap)
+    and name every artifact file that differs, is missing, or should no longer be there."""
+    fn = rebuild or _rebuild
+    out: list[str] = []
+    for mp in mask_paths:
+        built = fn(Path(mp), options)
+        out.extend(stale_files(built, Path(mp).name, Path(out_dir)))
+    return out
