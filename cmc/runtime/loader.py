@@ -1,0 +1,612 @@
+"""Load a compiled artifact and launch its kernels: `load(path) -> Attention`.
+
+The manifest is the whole contract (docs/architecture.md): the runtime never imports the
+compiler. Loading verifies every cubin's sha256, picks the cubin for the device's compute
+capability, loads it into the device's primary context (the one PyTorch and CuPy use, so
+pointers from either are valid) and sets the dynamic shared memory it needs. A call packs
+the descriptor at the manifest's byte offsets and launches on the caller's current stream.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from ..abi import CTYPES, HEADER_FIELDS, DescriptorLayout, Field
+from ..artifacts import SCHEMA_VERSION
+from ..errors import ArtifactError, ParamError
+from . import _driver
+from .arrays import (
+    ArrayInfo,
+    DeviceArray,
+    _Allocation,
+    current_stream_of,
+    describe,
+    host_or_device_ints,
+    library_of,
+    stream_handle,
+)
+from .params import (
+    Geometry,
+    PackedParam,
+    check_cu_seqlens,
+    check_int32_device,
+    check_params,
+    check_tensors,
+    grid_dims,
+    kernel_strides,
+    parse_grid_expr,
+    resolve_max_len,
+    scale_log2,
+    select_arch,
+)
+
+RESERVED = ("q", "k", "v", "scale", "return_lse", "out", "cu_seqlens", "max_len", "stream")
+DEFAULT_GRID = ("ceil(max_len / block_m)", "heads_q", "batch")
+_ROLES = {"scalar": (("value", "int32_t"),), "batch": (("per_sequence", "uint64_t"),),
+          "segments": (("segment_offsets", "uint64_t"), ("segment_starts", "uint64_t"))}
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One kernel of the manifest: one (dtype, head_dim) variant built for one arch."""
+
+    symbol: str
+    arch: str
+    file: str
+    sha256: str
+    dtype: str
+    head_dim: int
+    block_m: int
+    block_n: int
+    threads: int
+    block: tuple[int, int, int]
+    grid: tuple[Callable[[Mapping[str, int]], int], ...]
+    dynamic_smem: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path  # the artifact folder
+    name: str
+    raw: Mapping[str, Any]
+    params: tuple[tuple[str, str], ...]  # (name, kind) in declaration order
+    layout: DescriptorLayout
+    kernels: tuple[KernelEntry, ...]
+
+    def param_fields(self) -> dict[str, dict[str, Field]]:
+        out: dict[str, dict[str, Field]] = {}
+        for f in self.layout.fields:
+            if f.param is not None:
+                out.setdefault(f.param, {})[f.role] = f
+        return out
+
+
+def _need(d: Mapping[str, Any], key: str, where: str, typ: type | tuple[type, ...]) -> Any:
+    if key not in d:
+        raise ArtifactError(f"manifest: {where} has no {key!r}")
+    v = d[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise ArtifactError(f"manifest: {where}.{key} has the wrong type ({type(v).__name__})")
+    return v
+
+
+def _read_layout(raw: Mapping[str, Any], params: Sequence[tuple[str, str]]) -> DescriptorLayout:
+    d = _need(raw, "descriptor", "manifest", dict)
+    fields = []
+    for i, f in enumerate(_need(d, "fields", "descriptor", list)):
+        where = f"descriptor.fields[{i}]"
+        ctype = _need(f, "ctype", where, str)
+        if ctype not in CTYPES:
+            raise ArtifactError(f"manifest: {where} has unknown C type {ctype!r}")
+        size = _need(f, "size", where, int)
+        off = _need(f, "offset", where, int)
+        if size != CTYPES[ctype][0] or off < 0 or off % size:
+            raise ArtifactError(f"manifest: {where} has a bad size/offset ({size}/{off})")
+        fields.append(Field(_need(f, "name", where, str), ctype, off, size,
+                            f.get("param"), str(f.get("role") or "")))
+    size = _need(d, "size", "descriptor", int)
+    layout = DescriptorLayout(_need(d, "struct", "descriptor", str), tuple(fields), size,
+                              _need(d, "align", "descriptor", int))
+    spans = sorted((f.offset, f.offset + f.size, f.name) for f in fields)
+    for (_, a1, an), (b0, _, bn) in zip(spans, spans[1:], strict=False):
+        if b0 < a1:
+            raise ArtifactError(f"manifest: descriptor fields {an} and {bn} overlap")
+    if spans and spans[-1][1] > size:
+        raise ArtifactError(f"manifest: descriptor field {spans[-1][2]} runs past its size {size}")
+    names = {f.name: f for f in fields}
+    for name, ctype, _ in HEADER_FIELDS:
+        if name not in names or names[name].ctype != ctype:
+            raise ArtifactError(f"manifest: descriptor lacks header field {ctype} {name} "
+                                "(built by an incompatible cmc?)")
+    by_param: dict[str, dict[str, Field]] = {}
+    for f in fields:
+        if f.param is not None:
+            by_param.setdefault(f.param, {})[f.role] = f
+    for pname, kind in params:
+        for role, ctype in _ROLES[kind]:
+            got = by_param.get(pname, {}).get(role)
+            if got is None or got.ctype != ctype:
+                raise ArtifactError(f"manifest: parameter {pname} ({kind}) has no {ctype} "
+                                    f"descriptor field with role {role!r}")
+    return layout
+
+
+def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
+    where = f"kernels[{i}]"
+    file = _need(k, "file", where, str)
+    if "/" in file or "\\" in file or file in ("", ".", ".."):
+        raise ArtifactError(f"manifest: {where}.file must be a file name in the artifact "
+                            f"folder, not {file!r}")
+    threads = _need(k, "threads", where, int)
+    block = k.get("block", [threads, 1, 1])
+    if not (isinstance(block, list) and len(block) == 3 and all(isinstance(b, int) for b in block)):
+        raise ArtifactError(f"manifest: {where}.block must be [x, y, z] ints")
+    grid_raw = k.get("grid", list(DEFAULT_GRID))
+    if not (isinstance(grid_raw, list) and len(grid_raw) == 3):
+        raise ArtifactError(f"manifest: {where}.grid must be 3 expressions")
+    dtype = _need(k, "dtype", where, str)
+    if dtype not in ("bf16", "fp16"):
+        raise ArtifactError(f"manifest: {where}.dtype {dtype!r} is not bf16 or fp16")
+    return KernelEntry(
+        symbol=_need(k, "symbol", where, str), arch=_need(k, "arch", where, str), file=file,
+        sha256=_need(k, "sha256", where, str).lower(), dtype=dtype,
+        head_dim=_need(k, "head_dim", where, int), block_m=_need(k, "block_m", where, int),
+        block_n=int(k.get("block_n", 0)), threads=threads,
+        block=(int(block[0]), int(block[1]), int(block[2])),
+        grid=tuple(parse_grid_expr(g) for g in grid_raw),
+        dynamic_smem=_need(k, "dynamic_smem", where, int))
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    """Parse and check manifest.json (path: the artifact folder or the manifest itself)."""
+    p = Path(path)
+    mpath = p if p.is_file() else p / "manifest.json"
+    try:
+        raw = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{mpath}: no manifest.json (compile the mask first: "
+                            "cmc compile x.mask -o out/)") from None
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{mpath}: cannot read the manifest: {e}") from e
+    if not isinstance(raw, dict):
+        raise ArtifactError(f"{mpath}: the manifest is not a JSON object")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ArtifactError(f"{mpath}: schema_version {version!r}, this runtime reads "
+                            f"{SCHEMA_VERSION}; recompile with this cmc")
+    params = []
+    for i, pr in enumerate(_need(raw, "params", "manifest", list)):
+        kind = _need(pr, "kind", f"params[{i}]", str)
+        if kind not in _ROLES:
+            raise ArtifactError(f"manifest: params[{i}] has unknown kind {kind!r}")
+        params.append((_need(pr, "name", f"params[{i}]", str), kind))
+    for pname, _ in params:
+        if pname in RESERVED:
+            raise ArtifactError(f"mask parameter {pname!r} collides with a keyword of "
+                                "Attention.__call__; rename it in the .mask file")
+    kernels = tuple(_read_kernel(k, i) for i, k in enumerate(_need(raw, "kernels", "manifest",
+                                                                   list)))
+    if not kernels:
+        raise ArtifactError(f"{mpath}: the manifest lists no kernels")
+    mask_info = raw.get("mask")
+    mask: dict[str, Any] = mask_info if isinstance(mask_info, dict) else {}
+    name = str(mask.get("name") or mpath.parent.name)
+    return Manifest(mpath.parent, name, raw, tuple(params), _read_layout(raw, params), kernels)
+
+
+def verify_cubins(m: Manifest) -> dict[str, bytes]:
+    """Read every cubin the manifest lists and check its sha256: file name -> bytes."""
+    out: dict[str, bytes] = {}
+    for k in m.kernels:
+        if k.file in out:
+            continue
+        path = m.path / k.file
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"{k.file}: cannot read the cubin ({e.strerror or e})") from e
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != k.sha256:
+            raise ArtifactError(f"{k.file}: sha256 mismatch (manifest {k.sha256[:16]}..., file "
+                                f"{digest[:16]}...): the artifact is corrupt or stale; recompile")
+        out[k.file] = data
+    return out
+
+
+# --------------------------------------------------------------------------- per device
+
+
+@dataclass
+class _Kernel:
+    entry: KernelEntry
+    module: Any
+    function: Any
+
+
+class _DeviceKernels:
+    """The kernels of one arch, loaded into one device's primary context."""
+
+    def __init__(self, m: Manifest, cubins: Mapping[str, bytes], device: int):
+        self.device = device
+        with _driver.on_device(device):
+            cc = _driver.compute_capability(device)
+            self.arch = select_arch(cc, [k.arch for k in m.kernels])
+            smem_max = _driver.max_optin_smem(device)
+            self.kernels: dict[tuple[str, int], _Kernel] = {}
+            for k in m.kernels:
+                if k.arch != self.arch:
+                    continue
+                if k.dynamic_smem > smem_max:
+                    raise ArtifactError(f"{k.file}: needs {k.dynamic_smem} bytes of shared "
+                                        f"memory, the device allows {smem_max}")
+                module = _driver.call(f"cuModuleLoadData({k.file})",
+                                      cu.cuModuleLoadData(cubins[k.file]), ArtifactError)
+                func = _driver.call(f"cuModuleGetFunction({k.symbol})",
+                                    cu.cuModuleGetFunction(module, k.symbol.encode()),
+                                    ArtifactError)
+                attr = cu.CUfunction_attribute
+                _driver.call("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                             cu.cuFuncSetAttribute(
+                                 func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 k.dynamic_smem), ArtifactError)
+                max_threads = _driver.call(
+                    "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)",
+                    cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func),
+                    ArtifactError)
+                threads = k.block[0] * k.block[1] * k.block[2]
+                if threads > int(max_threads):
+                    raise ArtifactError(f"{k.file}: block of {threads} threads, the kernel "
+                                        f"allows {int(max_threads)}")
+                self.kernels[(k.dtype, k.head_dim)] = _Kernel(k, module, func)
+
+
+# --------------------------------------------------------------------------- cu_seqlens cache
+
+_seqlens_lock = threading.Lock()
+# (device, B, L) -> device int32 [0, L, 2L, ...]. Never freed: CUDA graphs captured with one
+# keep pointing at it, and each is only 4 * (B + 1) bytes.
+_seqlens: dict[tuple[int, int, int], _Allocation] = {}
+
+
+def batch_cu_seqlens(batch: int, seq_len: int) -> np.ndarray:
+    """The packed view of the batch layout (cmc/abi.py): cu_seqlens = [0, L, 2L, ..., BL]."""
+    return (np.arange(batch + 1, dtype=np.int64) * seq_len).astype(np.int32)
+
+
+def _cached_seqlens(device: int, batch: int, seq_len: int, capturing: bool) -> int:
+    key = (device, batch, seq_len)
+    with _seqlens_lock:
+        a = _seqlens.get(key)
+        if a is None:
+            if capturing:
+                raise ParamError("q", f"first call with batch {batch} and length {seq_len} "
+                                      "happened during CUDA graph capture; call once before "
+                                      "capturing (warm-up) so cu_seqlens is on the device")
+            host = batch_cu_seqlens(batch, seq_len)
+            a = _Allocation(host.nbytes, device)
+            with _driver.on_device(device):
+                _driver.htod(a.ptr, host.ctypes.data, host.nbytes)
+            _seqlens[key] = a
+        return a.ptr
+
+
+# --------------------------------------------------------------------------- uploads
+
+
+class _Uploads:
+    """Host int32 arrays gathered into one stream-ordered device buffer per launch."""
+
+    ALIGN = 16
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, np.ndarray]] = []
+        self.size = 0
+        self.base = 0
+
+    def add(self, a: np.ndarray) -> int:
+        """Reserve room for a; returns its offset (the pointer is base + offset)."""
+        off = self.size
+        self.items.append((off, np.ascontiguousarray(a, dtype=np.int32)))
+        self.size += max(a.nbytes, 4) + (-max(a.nbytes, 4)) % self.ALIGN
+        return off
+
+    def upload(self, stream: int) -> None:
+        if not self.items:
+            return
+        host = np.zeros(self.size, dtype=np.uint8)
+        for off, a in self.items:
+            host[off:off + a.nbytes] = a.view(np.uint8)
+        self.base = _driver.mem_alloc_async(self.size, stream)
+        _driver.htod_async(self.base, host.ctypes.data, self.size, stream)
+
+    def free(self, stream: int) -> None:
+        if self.base:
+            _driver.mem_free_async(self.base, stream)
+            self.base = 0
+
+
+# --------------------------------------------------------------------------- Attention
+
+
+def _torch() -> Any:
+    return sys.modules["torch"]
+
+
+def _cupy() -> Any:
+    return sys.modules["cupy"]
+
+
+_TORCH_OF = {"bf16": "bfloat16", "fp16": "float16", "f32": "float32"}
+
+
+def _empty_like_q(q: Any, qi: ArrayInfo, lib: str) -> Any:
+    """A C-contiguous array shaped like q, from q's own library (so it follows its streams)."""
+    if lib == "torch":
+        return _torch().empty_like(q, memory_format=_torch().contiguous_format)
+    if lib == "cupy":
+        with q.device:
+            return _cupy().empty_like(q, order="C")
+    assert qi.device is not None
+    return DeviceArray(qi.shape, qi.dtype, qi.device)
+
+
+def _empty_lse(q: Any, qi: ArrayInfo, lib: str, heads: int, tokens: int) -> Any:
+    if lib == "torch":
+        return _torch().empty((heads, tokens), dtype=_torch().float32, device=q.device)
+    if lib == "cupy":
+        with q.device:
+            return _cupy().empty((heads, tokens), dtype=_cupy().float32)
+    assert qi.device is not None
+    return DeviceArray((heads, tokens), "f32", qi.device)
+
+
+def lse_batch_view(lse: Any, batch: int, heads: int, seq_len: int) -> Any:
+    """[H, T] with T = B*L, seen as [B, H, L] without a copy."""
+    if isinstance(lse, DeviceArray):
+        return lse.view((batch, heads, seq_len), (seq_len, batch * seq_len, 1))
+    if hasattr(lse, "permute"):  # torch
+        return lse.view(heads, batch, seq_len).permute(1, 0, 2)
+    return lse.reshape(heads, batch, seq_len).transpose(1, 0, 2)  # cupy
+
+
+class Attention:
+    """A loaded artifact: call it like an attention function.
+
+    `attn(q, k, v, *, scale=None, return_lse=False, out=None, cu_seqlens=None,
+    max_len=None, stream=None, **params)` -> out, or (out, lse) with return_lse.
+    Batch layout: q [B, L, Hq, D], k/v [B, L, Hkv, D]; lse [B, Hq, L] (a view of the
+    kernel's [Hq, B*L]). Packed layout: q [T, Hq, D], k/v [T, Hkv, D], cu_seqlens int32
+    [B+1]; lse [Hq, T]. A row that sees no key gives 0 and lse -inf. The rules each argument
+    must follow are listed in cmc/runtime/params.py; breaking one raises ParamError.
+    """
+
+    def __init__(self, manifest: Manifest, cubins: Mapping[str, bytes]):
+        self.manifest = manifest
+        self._cubins = dict(cubins)
+        self._devices: dict[int, _DeviceKernels] = {}
+        self._lock = threading.Lock()
+        self._param_fields = manifest.param_fields()
+
+    # -- introspection
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def path(self) -> Path:
+        return self.manifest.path
+
+    @property
+    def params(self) -> tuple[tuple[str, str], ...]:
+        """Declared mask parameters as (name, kind), kind in scalar / batch / segments."""
+        return self.manifest.params
+
+    def variants(self, device: int | None = None) -> list[tuple[str, int]]:
+        """(dtype, head_dim) pairs with a kernel for the device's arch."""
+        return sorted(self._kernels(self._device(device)).kernels)
+
+    def arch(self, device: int | None = None) -> str:
+        return self._kernels(self._device(device)).arch
+
+    def _device(self, device: int | None) -> int:
+        return _driver.current_device() if device is None else int(device)
+
+    def _kernels(self, device: int) -> _DeviceKernels:
+        dk = self._devices.get(device)
+        if dk is None:
+            with self._lock:
+                dk = self._devices.get(device)
+                if dk is None:
+                    dk = _DeviceKernels(self.manifest, self._cubins, device)
+                    self._devices[device] = dk
+        return dk
+
+    # -- launch
+    def __call__(self, q: Any, k: Any, v: Any, *, scale: float | None = None,
+                 return_lse: bool = False, out: Any = None, cu_seqlens: Any = None,
+                 max_len: int | None = None, stream: Any = None, **params: Any) -> Any:
+        lib = library_of(q)
+        sh = stream_handle(stream) if stream is not None else current_stream_of(q)
+        qi = describe(q, "q", sh)
+        if qi.device is None:
+            qi = replace(qi, device=_driver.pointer_device(qi.ptr)) if qi.ptr else \
+                replace(qi, device=_driver.current_device())
+        assert qi.device is not None
+        device = qi.device
+        dk = self._kernels(device)
+        with _driver.on_device(device):
+            return self._launch(dk, lib, sh, q, qi, k, v, out, scale, return_lse,
+                                cu_seqlens, max_len, params)
+
+    def _resolve(self, a: ArrayInfo, device: int) -> ArrayInfo:
+        if a.device is not None:
+            return a
+        return replace(a, device=_driver.pointer_device(a.ptr) if a.ptr else device)
+
+    def _read(self, stream: int) -> Callable[[ArrayInfo], np.ndarray]:
+        def read(a: ArrayInfo) -> np.ndarray:
+            host = np.empty(a.shape[0], dtype=np.int32)
+            if host.nbytes:
+                _driver.dtoh_sync(host.ctypes.data, a.ptr, host.nbytes, stream)
+            return host
+        return read
+
+    def _launch(self, dk: _DeviceKernels, lib: str, sh: int, q: Any, qi: ArrayInfo, k: Any,
+                v: Any, out: Any, scale: Any, return_lse: bool, cu_seqlens: Any, max_len: Any,
+                params: Mapping[str, Any]) -> Any:
+        device = dk.device
+        infos = [self._resolve(describe(x, n, sh), device) for n, x in (("k", k), ("v", v))]
+        ki, vi = infos
+        oi = None if out is None else self._resolve(describe(out, "out", sh), device)
+        packed = qi.ndim == 3 or cu_seqlens is not None
+        if cu_seqlens is not None and qi.ndim == 4:
+            raise ParamError("cu_seqlens", "only for the packed layout q [T, Hq, D]; the batch "
+                                           "layout [B, L, Hq, D] needs none")
+        if qi.ndim == 3 and cu_seqlens is None:
+            raise ParamError("cu_seqlens", "required for the packed layout q [T, Hq, D]")
+        geo = check_tensors(qi, ki, vi, oi, packed=packed, variants=list(dk.kernels))
+        for a in (qi, ki, vi, oi):  # CAI v3: order after the producer's stream
+            if a is not None and a.cai_stream is not None and a.cai_stream != sh:
+                _driver.stream_wait_stream(sh, a.cai_stream)
+        capturing = _driver.is_capturing(sh)
+        read = None if capturing else self._read(sh)
+        uploads = _Uploads()
+        seq_ptr: int | tuple[str, int]
+        if packed:
+            cs = host_or_device_ints(cu_seqlens, "cu_seqlens", sh)
+            if isinstance(cs, ArrayInfo):
+                cs = self._resolve(cs, device)
+                check_int32_device("cu_seqlens", cs, None, device)
+                if cs.shape[0] < 1:
+                    raise ParamError("cu_seqlens", "must have B+1 >= 1 values")
+                lengths = None if read is None else check_cu_seqlens(read(cs), geo.tokens)
+                batch = cs.shape[0] - 1
+                seq_ptr = cs.ptr
+            else:
+                lengths = check_cu_seqlens(cs, geo.tokens)
+                batch = lengths.size
+                seq_ptr = ("upload", uploads.add(cs.astype(np.int32)))
+            mlen = resolve_max_len(max_len, lengths)
+        else:
+            batch, mlen = geo.batch, geo.seq_len
+            if max_len is not None and max_len != mlen:
+                raise ParamError("max_len", f"must be L = {mlen} for the batch layout (or None)")
+            lengths = np.full(batch, mlen, dtype=np.int64)
+            seq_ptr = 0  # filled from the cache below, once everything else is checked
+        packed_params = check_params(self.manifest.params, params, batch=batch, lengths=lengths,
+                                     device=device, read=read, stream=sh)
+        slog2 = scale_log2(scale, geo.head_dim)
+        if capturing and (uploads.items or any(isinstance(a, np.ndarray)
+                                               for p in packed_params for a in p.arrays)):
+            raise ParamError(_host_param_name(packed_params, uploads),
+                             "host values cannot be uploaded during CUDA graph capture; pass "
+                             "device int32 arrays (and cu_seqlens on the device)")
+        kern = dk.kernels[(geo.dtype, geo.head_dim)]
+        if out is None:
+            out = _empty_like_q(q, qi, lib)
+            oi = describe(out, "out", sh)
+            geo = replace(geo, strides={**geo.strides, "out": kernel_strides("out", oi, packed)})
+        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens) if return_lse else None
+        lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
+        assert oi is not None
+        if not packed:
+            seq_ptr = _cached_seqlens(device, batch, mlen, capturing) if batch and mlen else 0
+        if geo.tokens and batch and geo.heads_q and mlen:
+            self._run(kern, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch, mlen, slog2,
+                      packed_params, uploads)
+        if lse is None:
+            return out
+        if not packed:
+            lse = lse_batch_view(lse, batch, geo.heads_q, mlen)
+        return out, lse
+
+    def _run(self, kern: _Kernel, sh: int, geo: Geometry, qi: ArrayInfo, ki: ArrayInfo,
+             vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int, seq_ptr: int | tuple[str, int],
+             batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
+             uploads: _Uploads) -> None:
+        pending: list[tuple[str, int]] = []  # (field name, upload offset)
+        values: dict[str, int | float] = {}
+        for p in packed_params:
+            fields = self._param_fields[p.name]
+            if p.kind == "scalar":
+                values[fields["value"].name] = p.value
+                continue
+            roles = ("per_sequence",) if p.kind == "batch" else ("segment_offsets",
+                                                                  "segment_starts")
+            for role, arr in zip(roles, p.arrays, strict=True):
+                fname = fields[role].name
+                if isinstance(arr, ArrayInfo):
+                    values[fname] = arr.ptr
+                else:
+                    pending.append((fname, uploads.add(arr)))
+        s = geo.strides
+        values.update({
+            "q": qi.ptr, "k": ki.ptr, "v": vi.ptr, "o": oi.ptr, "lse": lse_ptr,
+            "q_stride_tok": s["q"].tok, "q_stride_head": s["q"].head,
+            "k_stride_tok": s["k"].tok, "k_stride_head": s["k"].head,
+            "v_stride_tok": s["v"].tok, "v_stride_head": s["v"].head,
+            "o_stride_tok": s["out"].tok, "o_stride_head": s["out"].head,
+            "lse_stride_head": geo.tokens, "batch": batch, "heads_q": geo.heads_q,
+            "heads_kv": geo.heads_kv, "max_len": mlen, "scale_log2": slog2,
+        })
+        e = kern.entry
+        env = {**{n: int(x) for n, x in values.items() if isinstance(x, int)},
+               "block_m": e.block_m, "block_n": e.block_n, "threads": e.threads}
+        grid = grid_dims(e.grid, env)
+        if not (0 < grid[0] <= 2**31 - 1 and 0 < grid[1] <= 65535 and 0 < grid[2] <= 65535):
+            raise ParamError("q", f"launch grid {grid} is outside the device limits")
+        uploads.upload(sh)
+        try:
+            for fname, off in pending:
+                values[fname] = uploads.base + off
+            if isinstance(seq_ptr, tuple):
+                values["cu_seqlens"] = uploads.base + seq_ptr[1]
+            else:
+                values["cu_seqlens"] = seq_ptr
+            desc = self.manifest.layout.pack(values)
+            buf = ctypes.create_string_buffer(desc, len(desc))
+            argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+            _driver.call(f"cuLaunchKernel({e.symbol})", cu.cuLaunchKernel(
+                kern.function, grid[0], grid[1], grid[2], e.block[0], e.block[1], e.block[2],
+                e.dynamic_smem, _driver.stream(sh), ctypes.addressof(argv), 0))
+        finally:
+            uploads.free(sh)
+
+
+def _host_param_name(packed_params: Sequence[PackedParam], uploads: _Uploads) -> str:
+    for p in packed_params:
+        if any(isinstance(a, np.ndarray) for a in p.arrays):
+            return p.name
+    return "cu_seqlens"
+
+
+def load(path: str | Path, *, device: int | None = None) -> Attention:
+    """Load an artifact folder (out/NAME, or its manifest.json) for a CUDA device.
+
+    Checks the manifest and every cubin's sha256 before touching the GPU, then loads the
+    kernels for `device` (default: the current context's device, else 0) so a missing or
+    unfit GPU is reported here rather than at the first call.
+    """
+    m = read_manifest(path)
+    cubins = verify_cubins(m)
+    attn = Attention(m, cubins)
+    attn._kernels(attn._device(device))
+    return attn
+
+
+__all__ = ["Attention", "KernelEntry", "Manifest", "batch_cu_seqlens", "load", "read_manifest",
+           "verify_cubins"]

@@ -1,0 +1,151 @@
+"""A loaded artifact as a PyTorch custom op, so it traces into torch.compile graphs and can
+be captured in CUDA graphs: `fn = register(attn, "causal"); o = fn(q, k, v)`.
+
+Imported only on demand (it imports torch). The op itself, `cmc::<name>`, takes only
+tensors and ints (schema below), returns (out, lse[Hq, T]) and never aliases its inputs; its
+fake implementation gives the shapes, so torch.compile needs no real kernel to trace it.
+The Python wrapper `register` returns turns friendly parameter values (ints, lists, lists of
+segment starts) into those tensors before calling the op.
+
+CUDA graph capture: warm up once outside capture with the same shapes (the batch layout's
+cu_seqlens is created and cached then), and pass per-sequence parameters and cu_seqlens as
+device int32 tensors (no host-to-device copy can run during capture). During capture the
+values of device tensors cannot be read back, so only their shapes and types are checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import ParamError
+from .loader import Attention
+from .params import KIND_SYNTAX, Segments, pack_segments
+
+_registered: dict[str, tuple[Attention, Callable[..., Any]]] = {}
+
+
+def _schema(attn: Attention) -> tuple[str, list[tuple[str, str, tuple[str, ...]]]]:
+    """The op schema, and per mask parameter (name, kind, op argument names)."""
+    args = ["Tensor q", "Tensor k", "Tensor v", "Tensor? cu_seqlens", "int? max_len",
+            "float? scale", "bool return_lse"]
+    plan = []
+    for name, kind in attn.params:
+        if kind == "scalar":
+            names: tuple[str, ...] = (f"p_{name}",)
+            args.append(f"int p_{name}")
+        elif kind == "batch":
+            names = (f"p_{name}",)
+            args.append(f"Tensor p_{name}")
+        else:
+            names = (f"p_{name}_offsets", f"p_{name}_starts")
+            args += [f"Tensor p_{name}_offsets", f"Tensor p_{name}_starts"]
+        plan.append((name, kind, names))
+    return "(" + ", ".join(args) + ") -> (Tensor, Tensor)", plan
+
+
+def register(attn: Attention, name: str | None = None, *, namespace: str = "cmc") -> Any:
+    """Register `attn` as the op `namespace::name` (default: the mask's name).
+
+    Returns fn(q, k, v, *, scale=None, return_lse=False, cu_seqlens=None, max_len=None,
+    **params) with `fn.op` the custom op. Registering the same name again returns the same
+    fn for the same Attention, and is an error for another one (torch ops are global).
+    """
+    import torch
+
+    opname = name or attn.name
+    qual = f"{namespace}::{opname}"
+    if qual in _registered:
+        prev_attn, prev_fn = _registered[qual]
+        if prev_attn is attn:
+            return prev_fn
+        raise ValueError(f"torch op {qual} is already registered for another artifact")
+    schema, plan = _schema(attn)
+
+    def _kwargs(pargs: tuple[Any, ...]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        i = 0
+        for pname, kind, names in plan:
+            if kind == "segments":
+                out[pname] = Segments(pargs[i], pargs[i + 1])
+            else:
+                out[pname] = pargs[i]
+            i += len(names)
+        return out
+
+    def impl(q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: Any, scale: Any,
+             return_lse: bool, *pargs: Any) -> tuple[Any, Any]:
+        res = attn(q, k, v, scale=scale, return_lse=return_lse, cu_seqlens=cu_seqlens,
+                   max_len=max_len, **_kwargs(pargs))
+        if return_lse:
+            o, lse = res
+            if q.dim() == 4:  # back to the kernel's [Hq, T] (contiguous base of the view)
+                lse = lse.permute(1, 0, 2).reshape(q.shape[2], -1)
+            return o, lse
+        return res, q.new_empty((0,), dtype=torch.float32)
+
+    def fake(q: Any, k: Any, v: Any, cu_seqlens: Any, max_len: Any, scale: Any,
+             return_lse: bool, *pargs: Any) -> tuple[Any, Any]:
+        tokens = q.shape[0] if q.dim() == 3 else q.shape[0] * q.shape[1]
+        o = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse_shape = (q.shape[-2], tokens) if return_lse else (0,)
+        return o, q.new_empty(lse_shape, dtype=torch.float32)
+
+    op = torch.library.custom_op(qual, impl, mutates_args=(), device_types="cuda",
+                                 schema=schema)
+    op.register_fake(fake)
+
+    def fn(q: Any, k: Any, v: Any, *, scale: float | None = None, return_lse: bool = False,
+           cu_seqlens: Any = None, max_len: int | None = None, **params: Any) -> Any:
+        batch = q.shape[0] if q.dim() == 4 else (cu_seqlens.shape[0] - 1
+                                                 if cu_seqlens is not None else 0)
+        if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
+            cu_seqlens = torch.as_tensor(cu_seqlens, dtype=torch.int32, device=q.device)
+            batch = cu_seqlens.shape[0] - 1
+        declared = [n for n, _, _ in plan]
+        for pname in params:
+            if pname not in declared:
+                raise ParamError(pname, "unknown parameter; the mask declares: "
+                                        f"{', '.join(declared) or 'none'}")
+        pargs: list[Any] = []
+        for pname, kind, _ in plan:
+            if pname not in params:
+                raise ParamError(pname, f"missing: the mask declares `param {pname} : "
+                                        f"{KIND_SYNTAX[kind]}`")
+            pargs += _to_op_args(torch, pname, kind, params[pname], batch, q.device)
+        o, lse = op(q, k, v, cu_seqlens, max_len, scale, return_lse, *pargs)
+        if not return_lse:
+            return o
+        if q.dim() == 4:
+            b, seq, h = q.shape[0], q.shape[1], q.shape[2]
+            lse = lse.view(h, b, seq).permute(1, 0, 2)
+        return o, lse
+
+    fn.op = op  # type: ignore[attr-defined]
+    _registered[qual] = (attn, fn)
+    return fn
+
+
+def _to_op_args(torch: Any, name: str, kind: str, value: Any, batch: int,
+                device: Any) -> list[Any]:
+    """Friendly values -> the op's tensors (device int32) or ints."""
+    def dev(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):  # a no-op for device int32 tensors
+            return x.to(device=device, dtype=torch.int32)
+        return torch.as_tensor(np.asarray(x, dtype=np.int32), device=device)
+
+    if kind == "scalar":
+        return [value]
+    if kind == "batch":
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return [torch.full((batch,), int(value), dtype=torch.int32, device=device)]
+        return [dev(value)]
+    if isinstance(value, Segments):
+        return [dev(value.offsets), dev(value.starts)]
+    items = list(value)
+    if batch == 1 and all(isinstance(x, (int, np.integer)) for x in items):
+        items = [items]
+    offsets, starts = pack_segments(name, items, None)
+    return [dev(offsets), dev(starts)]

@@ -1,0 +1,972 @@
+"""CPU tests of cmc.runtime: validation rules, array adapters, manifest reading, arch choice,
+and the whole launch path against a fake driver whose "device memory" is host memory, so the
+descriptor bytes and the arrays they point at can be read back and checked."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import math
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from cuda.bindings import driver as cu
+
+from cmc.abi import CTYPES, DescriptorLayout, descriptor_layout
+from cmc.errors import ArtifactError, ParamError
+from cmc.ir import Mask, ParamDecl
+from cmc.runtime import _driver, loader
+from cmc.runtime.arrays import (
+    ArrayInfo,
+    DeviceArray,
+    bf16_bits,
+    bf16_to_f32,
+    describe,
+    from_cai,
+    host_or_device_ints,
+    parse_dlpack_capsule,
+    stream_handle,
+)
+from cmc.runtime.params import (
+    Segments,
+    check_cu_seqlens,
+    check_params,
+    check_tensors,
+    grid_dims,
+    pack_segments,
+    parse_grid_expr,
+    resolve_max_len,
+    scale_log2,
+    select_arch,
+)
+
+VARIANTS = [("bf16", 64), ("bf16", 128), ("fp16", 64), ("fp16", 128)]
+
+
+def info(shape, dtype="bf16", strides=None, ptr=0x10000, device=0, readonly=False):
+    """An ArrayInfo for a C-contiguous array unless strides are given."""
+    if strides is None:
+        acc, st = 1, []
+        for n in reversed(shape):
+            st.append(acc)
+            acc *= n
+        strides = tuple(reversed(st))
+    return ArrayInfo(ptr, tuple(shape), tuple(strides), dtype, device, "cai", None,
+                     readonly=readonly)
+
+
+def qkv(b=2, seq=16, hq=4, hkv=2, d=128, dtype="bf16"):
+    return (info((b, seq, hq, d), dtype, ptr=0x10000), info((b, seq, hkv, d), dtype, ptr=0x20000),
+            info((b, seq, hkv, d), dtype, ptr=0x30000))
+
+
+def rule_of(exc: pytest.ExceptionInfo) -> tuple[str, str]:
+    return exc.value.param, exc.value.rule
+
+
+# --------------------------------------------------------------------------- tensors
+
+
+def test_valid_batch_geometry_and_strides():
+    q, k, v = qkv()
+    out = info(q.shape, ptr=0x40000)
+    g = check_tensors(q, k, v, out, packed=False, variants=VARIANTS)
+    assert (g.batch, g.seq_len, g.tokens, g.heads_q, g.heads_kv, g.head_dim) == (2, 16, 32, 4, 2,
+                                                                                  128)
+    assert g.strides["q"].tok == 4 * 128 and g.strides["q"].head == 128
+    assert g.strides["k"].tok == 2 * 128 and g.strides["out"].head == 128
+
+
+def test_valid_packed_geometry():
+    q = info((100, 4, 64), "fp16")
+    k = info((100, 1, 64), "fp16", ptr=0x20000)
+    g = check_tensors(q, k, k, None, packed=True, variants=VARIANTS)
+    assert (g.tokens, g.heads_q, g.heads_kv, g.head_dim, g.dtype) == (100, 4, 1, 64, "fp16")
+    assert g.strides["k"].head == 0  # one head: its stride is never used
+
+
+@pytest.mark.parametrize("case, param, words", [
+    ("q_dtype", "q", "dtype f32 is not one the artifact was built for"),
+    ("k_dtype", "k", "must match q's"),
+    ("out_dtype", "out", "must match q's"),
+    ("v_device", "v", "q's device"),
+    ("q_ndim", "q", "must have 4 dimensions"),
+    ("last_stride", "q", "last dimension must be contiguous"),
+    ("misaligned", "k", "16-byte aligned"),
+    ("tok_stride", "v", "token stride"),
+    ("head_stride", "q", "head stride"),
+    ("batch_stride", "k", "batch stride"),
+    ("negative", "q", "non-negative"),
+    ("k_shape", "k", "shape"),
+    ("v_shape", "v", "must equal k's"),
+    ("out_shape", "out", "must equal q's"),
+    ("head_dim", "q", "head_dim 96"),
+    ("gqa", "k", "multiple of key/value heads"),
+    ("readonly_out", "out", "writable"),
+    ("overlap_out", "out", "overlap"),
+])
+def test_tensor_rules(case, param, words):
+    q, k, v = qkv()
+    out = None
+    if case == "q_dtype":
+        q = info(q.shape, "f32")
+    elif case == "k_dtype":
+        k = info(k.shape, "fp16")
+    elif case == "out_dtype":
+        out = info(q.shape, "fp16")
+    elif case == "v_device":
+        v = info(v.shape, device=1)
+    elif case == "q_ndim":
+        q = info((32, 4, 128))
+    elif case == "last_stride":
+        q = info(q.shape, strides=(16 * 4 * 256, 4 * 256, 256, 2))
+    elif case == "misaligned":
+        k = info(k.shape, ptr=0x20008)
+    elif case == "tok_stride":
+        v = info(v.shape, strides=(16 * 260, 260, 128, 1))
+    elif case == "head_stride":
+        q = info(q.shape, strides=(16 * 4 * 132, 4 * 132, 132, 1))
+    elif case == "batch_stride":  # [B, H, L, D] transposed to [B, L, H, D]
+        k = info(k.shape, strides=(2 * 16 * 128, 128, 16 * 128, 1))
+    elif case == "negative":
+        q = info(q.shape, strides=(-16 * 512, 512, 128, 1))
+    elif case == "k_shape":
+        k = info((2, 15, 2, 128))
+    elif case == "v_shape":
+        v = info((2, 16, 1, 128))
+    elif case == "out_shape":
+        out = info((2, 16, 2, 128))
+    elif case == "head_dim":
+        q, k, v = qkv(d=96)
+    elif case == "gqa":
+        q, k, v = qkv(hq=4, hkv=3)
+    elif case == "readonly_out":
+        out = info(q.shape, readonly=True)
+    elif case == "overlap_out":
+        out = info(q.shape, strides=(16 * 4 * 128, 4 * 128, 64, 1))
+    with pytest.raises(ParamError) as e:
+        check_tensors(q, k, v, out, packed=False, variants=VARIANTS)
+    assert e.value.param == param
+    assert words in e.value.rule
+
+
+def test_head_dim_rule_names_built_dims():
+    q, k, v = qkv(d=64)
+    with pytest.raises(ParamError) as e:
+        check_tensors(q, k, v, None, packed=False, variants=[("bf16", 128)])
+    assert rule_of(e)[0] == "q" and "128" in e.value.rule
+
+
+def test_size_one_dims_ignore_their_strides():
+    # L == 1: tokens are consecutive sequences, so the token stride is the batch stride.
+    q = info((3, 1, 1, 128), strides=(4096, 7, 5, 1))
+    g = check_tensors(q, q, q, None, packed=False, variants=VARIANTS)
+    assert g.strides["q"].tok == 4096 and g.strides["q"].head == 0
+    # B == 1: the batch stride is never used.
+    q = info((1, 10, 2, 128), strides=(3, 256, 128, 1))
+    g = check_tensors(q, q, q, None, packed=False, variants=VARIANTS)
+    assert g.strides["q"].tok == 256
+
+
+def test_batch_stride_rule_accepts_padded_heads():
+    # tokens padded (stride 3*128 for 2 heads) but batch stride consistent: fine.
+    q = info((2, 8, 2, 128), strides=(8 * 384, 384, 128, 1))
+    g = check_tensors(q, q, q, None, packed=False, variants=VARIANTS)
+    assert g.strides["q"].tok == 384
+
+
+def test_empty_tensors_skip_pointer_checks():
+    q = info((0, 4, 128), ptr=0)
+    g = check_tensors(q, q, q, None, packed=True, variants=VARIANTS)
+    assert g.tokens == 0
+
+
+# --------------------------------------------------------------------------- cu_seqlens
+
+
+def test_cu_seqlens_rules():
+    assert check_cu_seqlens(np.array([0, 3, 3, 10]), 10).tolist() == [3, 0, 7]
+    for vals, words in [([1, 5], "start at 0"), ([0, 5, 4, 10], "non-decreasing"),
+                        ([0, 5, 9], "end at T = 10"), ([], "B+1 >= 1")]:
+        with pytest.raises(ParamError) as e:
+            check_cu_seqlens(np.array(vals, dtype=np.int64), 10)
+        assert e.value.param == "cu_seqlens" and words in e.value.rule
+    with pytest.raises(ParamError):
+        check_cu_seqlens(np.zeros((2, 2)), 0)
+
+
+def test_max_len():
+    lengths = np.array([3, 9, 2])
+    assert resolve_max_len(None, lengths) == 9
+    assert resolve_max_len(12, lengths) == 12
+    for bad in (8, -1, True, 2.5, 2**31):
+        with pytest.raises(ParamError) as e:
+            resolve_max_len(bad, lengths)
+        assert e.value.param == "max_len"
+    with pytest.raises(ParamError):
+        resolve_max_len(None, None)  # during capture it must be given
+
+
+# --------------------------------------------------------------------------- params
+
+
+DECLS = [("window", "scalar"), ("n_targets", "batch"), ("docs", "segments")]
+LENS = np.array([10, 4])
+
+
+def good(**over):
+    p = {"window": 7, "n_targets": [2, 4], "docs": [[0, 5], []]}
+    p.update(over)
+    return p
+
+
+def test_params_pack():
+    out = check_params(DECLS, good(), batch=2, lengths=LENS)
+    assert out[0].value == 7
+    assert out[1].arrays[0].dtype == np.int32 and out[1].arrays[0].tolist() == [2, 4]
+    offsets, starts = out[2].arrays
+    assert offsets.tolist() == [0, 2, 2] and starts.tolist() == [0, 5]
+    assert offsets.dtype == np.int32 and starts.dtype == np.int32
+
+
+def test_params_broadcast_int_and_numpy():
+    out = check_params(DECLS, good(n_targets=3, docs=np.array([[1, 2], [3, 4]])), batch=2,
+                       lengths=LENS)
+    assert out[1].arrays[0].tolist() == [3, 3]
+    assert out[2].arrays[1].tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("over, param, words", [
+    ({"window": True}, "window", "must be an int"),
+    ({"window": 2.0}, "window", "must be an int"),
+    ({"window": 2**31}, "window", "int32"),
+    ({"n_targets": [1]}, "n_targets", "2 values"),
+    ({"n_targets": [1, 5]}, "n_targets", "[0, len]"),
+    ({"n_targets": [-1, 0]}, "n_targets", "[0, len]"),
+    ({"n_targets": [1.5, 2]}, "n_targets", "integers"),
+    ({"docs": [[5, 2], []]}, "docs", "sorted"),
+    ({"docs": [[0, 11], []]}, "docs", "[0, len]"),
+    ({"docs": [[0], [5]]}, "docs", "[0, len]"),
+    ({"docs": [[0]]}, "docs", "2 lists"),
+    ({"docs": "abc"}, "docs", "segments"),
+    ({"extra": 1}, "extra", "unknown parameter"),
+])
+def test_param_rules(over, param, words):
+    with pytest.raises(ParamError) as e:
+        check_params(DECLS, good(**over), batch=2, lengths=LENS)
+    assert e.value.param == param and words in e.value.rule
+
+
+def test_missing_param():
+    p = good()
+    del p["docs"]
+    with pytest.raises(ParamError) as e:
+        check_params(DECLS, p, batch=2, lengths=LENS)
+    assert e.value.param == "docs" and "missing" in e.value.rule
+
+
+def test_segments_flat_for_one_sequence_and_empty():
+    d = [("docs", "segments")]
+    out = check_params(d, {"docs": [0, 3, 3]}, batch=1, lengths=np.array([5]))
+    assert out[0].arrays[0].tolist() == [0, 3] and out[0].arrays[1].tolist() == [0, 3, 3]
+    out = check_params(d, {"docs": []}, batch=1, lengths=np.array([5]))
+    assert out[0].arrays[0].tolist() == [0, 0] and out[0].arrays[1].size == 0
+    out = check_params(d, {"docs": [[], [], [2]]}, batch=3, lengths=np.array([0, 0, 2]))
+    assert out[0].arrays[0].tolist() == [0, 0, 0, 1]
+
+
+def test_pack_segments_boundaries():
+    offsets, starts = pack_segments("s", [[0, 0, 4], [4]], np.array([4, 4]))
+    assert offsets.tolist() == [0, 3, 4] and starts.tolist() == [0, 0, 4, 4]
+
+
+def test_segments_prepacked_host():
+    d = [("docs", "segments")]
+    out = check_params(d, {"docs": Segments([0, 1, 3], [2, 0, 1])}, batch=2,
+                       lengths=np.array([4, 4]))
+    assert out[0].arrays[0].tolist() == [0, 1, 3]
+    for seg, param in [(Segments([0, 1], [2]), "docs.offsets"),
+                       (Segments([0, 2, 1], [0, 0]), "docs.offsets"),
+                       (Segments([0, 1, 3], [2, 1, 0]), "docs"),
+                       (Segments([0, 1, 2], [9, 0]), "docs")]:
+        with pytest.raises(ParamError) as e:
+            check_params(d, {"docs": seg}, batch=2, lengths=np.array([4, 4]))
+        assert e.value.param == param
+
+
+class FakeDeviceInts:
+    """A device int32 array as the CAI protocol describes it, with host-side contents."""
+
+    def __init__(self, values, typestr="<i4", ptr=0x5000):
+        self.values = np.asarray(values)
+        self.__cuda_array_interface__ = {"shape": self.values.shape, "typestr": typestr,
+                                         "data": (ptr, False), "version": 3, "strides": None}
+
+
+def reader(table):
+    def read(a: ArrayInfo) -> np.ndarray:
+        return np.asarray(table[a.ptr], dtype=np.int32)
+    return read
+
+
+def test_device_params_are_range_checked_through_a_host_copy():
+    d = [("n_targets", "batch")]
+    good_arr, bad_arr = FakeDeviceInts([1, 4], ptr=0x5000), FakeDeviceInts([1, 5], ptr=0x6000)
+    read = reader({0x5000: [1, 4], 0x6000: [1, 5]})
+    out = check_params(d, {"n_targets": good_arr}, batch=2, lengths=LENS, device=None, read=read)
+    assert isinstance(out[0].arrays[0], ArrayInfo) and out[0].arrays[0].ptr == 0x5000
+    with pytest.raises(ParamError) as e:
+        check_params(d, {"n_targets": bad_arr}, batch=2, lengths=LENS, read=read)
+    assert e.value.param == "n_targets" and "[0, len]" in e.value.rule
+    # during capture (read=None) the values cannot be checked, the shape and type still are
+    check_params(d, {"n_targets": bad_arr}, batch=2, lengths=LENS, read=None)
+    for arr, words in [(FakeDeviceInts([1, 2], "<i8"), "int32"),
+                       (FakeDeviceInts([1, 2, 3]), "2 values"),
+                       (FakeDeviceInts([[1, 2]]), "1-D")]:
+        with pytest.raises(ParamError) as e:
+            check_params(d, {"n_targets": arr}, batch=2, lengths=LENS, read=None)
+        assert e.value.param == "n_targets" and words in e.value.rule
+
+
+def test_device_segments_checked_through_a_host_copy():
+    d = [("docs", "segments")]
+    offs, sts = FakeDeviceInts([0, 2, 2], ptr=0x7000), FakeDeviceInts([3, 1], ptr=0x8000)
+    read = reader({0x7000: [0, 2, 2], 0x8000: [3, 1]})
+    with pytest.raises(ParamError) as e:
+        check_params(d, {"docs": Segments(offs, sts)}, batch=2, lengths=LENS, read=read)
+    assert e.value.param == "docs" and "sorted" in e.value.rule
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+class FakeCAI:
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = cai
+
+
+def test_cai_adapter():
+    a = describe(FakeCAI(shape=(2, 3, 4), typestr="<f2", data=(0x1000, False), version=3,
+                         strides=(48, 16, 2), stream=7), "q")
+    assert (a.ptr, a.shape, a.strides, a.dtype, a.device, a.cai_stream) == (
+        0x1000, (2, 3, 4), (24, 8, 1), "fp16", None, 7)
+    a = describe(FakeCAI(shape=(2, 3), typestr="<i4", data=(0x2000, True), version=2), "x")
+    assert a.strides == (3, 1) and a.readonly and a.dtype == "i32"
+    with pytest.raises(ParamError) as e:
+        describe(FakeCAI(shape=(2,), typestr="<f2", data=(0, False), version=3, strides=(3,)),
+                 "k")
+    assert e.value.param == "k" and "multiple of the element size" in e.value.rule
+    with pytest.raises(ParamError):
+        from_cai({"shape": (2,), "typestr": "<f2", "data": (0, False), "mask": object()}, "q")
+    # bf16 has no CAI typestr: an unknown dtype, rejected by the dtype rule later
+    a = describe(FakeCAI(shape=(2,), typestr="<V2", data=(0, False), version=3), "q")
+    assert a.dtype == "other:<V2"
+
+
+def test_dlpack_parse_numpy():
+    base = np.arange(2 * 3 * 8, dtype=np.float16).reshape(2, 3, 8)
+    view = base[:, 1:, ::2]
+    v = parse_dlpack_capsule(view.__dlpack__())
+    assert v.ptr == view.ctypes.data
+    assert v.shape == (2, 2, 4) and v.strides == (24, 8, 2) and v.dtype == "fp16"
+    assert v.device_type == 1
+    i = parse_dlpack_capsule(np.zeros(5, dtype=np.int32).__dlpack__())
+    assert i.dtype == "i32" and i.strides == (1,)
+
+
+def test_describe_rejects_host_arrays():
+    with pytest.raises(ParamError) as e:
+        describe(np.zeros((2, 2)), "q")
+    assert e.value.param == "q" and "CUDA" in e.value.rule
+
+    class CpuDL:
+        def __dlpack__(self, stream=None):
+            return np.zeros(2).__dlpack__()
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(ParamError):
+        describe(CpuDL(), "v")
+    with pytest.raises(ParamError):
+        describe(object(), "k")
+
+
+def test_describe_cuda_dlpack_object():
+    """A producer that says CUDA: the capsule is parsed, the stream is passed as DLPack wants."""
+    host = np.zeros((4, 8), dtype=np.float16)
+    seen = {}
+
+    class CudaDL:
+        def __dlpack__(self, stream=None):
+            seen["stream"] = stream
+            return host.__dlpack__()
+
+        def __dlpack_device__(self):
+            return (2, 3)
+
+    a = describe(CudaDL(), "q", stream=0)
+    assert seen["stream"] == 1  # the legacy default stream, as DLPack spells it
+    assert (a.ptr, a.shape, a.device, a.dtype) == (host.ctypes.data, (4, 8), 3, "fp16")
+    describe(CudaDL(), "q", stream=0xABC)
+    assert seen["stream"] == 0xABC
+
+
+def test_host_ints():
+    assert host_or_device_ints([1, 2], "n").tolist() == [1, 2]
+    assert host_or_device_ints(np.array([3], dtype=np.int16), "n").dtype == np.int64
+    assert host_or_device_ints([], "n").size == 0
+    for bad in (True, [1.0, 2.0], ["a"]):
+        with pytest.raises(ParamError):
+            host_or_device_ints(bad, "n")
+    assert isinstance(host_or_device_ints(FakeDeviceInts([1]), "n"), ArrayInfo)
+
+
+def test_stream_handle():
+    assert stream_handle(None) == 0 and stream_handle(5) == 5
+    assert stream_handle(SimpleNamespace(cuda_stream=7)) == 7
+    assert stream_handle(SimpleNamespace(ptr=9)) == 9
+
+    class S:
+        def __cuda_stream__(self):
+            return (0, 11)
+
+    assert stream_handle(S()) == 11
+    assert stream_handle(cu.CUstream(13)) == 13
+    with pytest.raises(ParamError):
+        stream_handle("x")
+
+
+def test_bf16_round_trip():
+    x = np.array([1.0, -2.5, 3.140625, 1e-3, 65504.0, np.inf], dtype=np.float32)
+    back = bf16_to_f32(bf16_bits(x))
+    assert np.allclose(back, x, rtol=1 / 128) and np.isinf(back[-1])
+    assert bf16_bits(np.array([1.00390625], dtype=np.float32))[0] == 0x3F80  # ties to even
+    assert np.isnan(bf16_to_f32(bf16_bits(np.array([np.nan], dtype=np.float32))))[0]
+
+
+# --------------------------------------------------------------------------- arch choice
+
+
+@pytest.mark.parametrize("cc, have, want", [
+    ((9, 0), ["sm_80", "sm_90", "sm_90a", "sm_100a"], "sm_90a"),
+    ((9, 0), ["sm_80", "sm_90"], "sm_90"),
+    ((10, 0), ["sm_90a", "sm_100a"], "sm_100a"),
+    ((8, 6), ["sm_80", "sm_86"], "sm_86"),
+    ((8, 9), ["sm_80", "sm_86", "sm_90a"], "sm_86"),
+    ((8, 0), ["sm_80", "sm_86"], "sm_80"),
+])
+def test_select_arch(cc, have, want):
+    assert select_arch(cc, have) == want
+
+
+@pytest.mark.parametrize("cc, have", [((9, 0), ["sm_80"]), ((9, 0), ["sm_100a"]),
+                                      ((9, 1), ["sm_90a"]), ((8, 0), ["sm_86"])])
+def test_select_arch_none_fits(cc, have):
+    with pytest.raises(ArtifactError) as e:
+        select_arch(cc, have)
+    assert all(a in str(e.value) for a in have)
+    assert f"{cc[0]}.{cc[1]}" in str(e.value)
+
+
+# --------------------------------------------------------------------------- grid, scale
+
+
+def test_grid_expressions():
+    env = {"max_len": 300, "heads_q": 4, "batch": 3, "block_m": 128}
+    for expr, want in [("ceil_div(max_len, 128)", 3), ("ceil(max_len / block_m)", 3),
+                       ("(max_len + block_m - 1) / block_m", 3), ("heads_q", 4), (7, 7),
+                       ("max(1, batch * 2)", 6), ("cdiv(max_len, 64)", 5)]:
+        assert parse_grid_expr(expr)(env) == want, expr
+    fns = [parse_grid_expr(e) for e in ("ceil_div(max_len, 128)", "heads_q", "batch")]
+    assert grid_dims(fns, env) == (3, 4, 3)
+    for bad in ("__import__('os')", "max_len.real", "max_len ** 2", "lambda: 1", True):
+        with pytest.raises(ArtifactError):
+            parse_grid_expr(bad)
+    with pytest.raises(ArtifactError):
+        grid_dims([parse_grid_expr("nope")] * 3, env)
+
+
+def test_scale():
+    assert scale_log2(None, 64) == pytest.approx(math.log2(math.e) / 8)
+    assert scale_log2(0.5, 64) == pytest.approx(0.5 * math.log2(math.e))
+    for bad in (float("nan"), float("inf"), "1", True, 0.0, -0.5):
+        with pytest.raises(ParamError) as e:
+            scale_log2(bad, 64)
+        assert e.value.param == "scale"
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def mask_of(name: str, params: list[tuple[str, str]]) -> Mask:
+    return Mask(name, "", "", f"{name}.mask", (), tuple(ParamDecl(n, k) for n, k in params),
+                (), ())
+
+
+def write_artifact(root: Path, name: str = "hstu", params=(("n_targets", "batch"),),
+                   archs=("sm_90a", "sm_100a"), variants=VARIANTS, smem=49152) -> Path:
+    """An artifact folder shaped like the packager's: manifest + (fake) cubins."""
+    layout = descriptor_layout(mask_of(name, list(params)))
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    kernels = []
+    for arch in archs:
+        for dtype, hd in variants:
+            fname = f"{name}.{arch}.{dtype}_d{hd}.cubin"
+            data = f"cubin {arch} {dtype} {hd}".encode()
+            (d / fname).write_bytes(data)
+            kernels.append({
+                "symbol": f"cmc_{name}_fwd_{dtype}_d{hd}", "arch": arch, "file": fname,
+                "sha256": hashlib.sha256(data).hexdigest(), "dtype": dtype, "head_dim": hd,
+                "block_m": 128, "block_n": 64, "threads": 256, "block": [256, 1, 1],
+                "grid": ["ceil_div(max_len, 128)", "heads_q", "batch"], "dynamic_smem": smem,
+            })
+    manifest = {
+        "schema_version": 1, "cmc_version": "0.1.0",
+        "mask": {"name": name, "doc": "", "file": f"{name}.mask", "source": "", "sha256": ""},
+        "constants": {}, "params": [{"name": n, "kind": k} for n, k in params],
+        "descriptor": {"struct": layout.struct_name, "size": layout.size, "align": layout.align,
+                       "fields": [{"name": f.name, "ctype": f.ctype, "offset": f.offset,
+                                   "size": f.size, "param": f.param, "role": f.role}
+                                  for f in layout.fields]},
+        "kernels": kernels,
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return d
+
+
+def edit_manifest(d: Path, fn) -> None:
+    m = json.loads((d / "manifest.json").read_text())
+    fn(m)
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
+def test_read_manifest(tmp_path):
+    d = write_artifact(tmp_path)
+    m = loader.read_manifest(d)
+    assert m.name == "hstu" and m.params == (("n_targets", "batch"),)
+    assert len(m.kernels) == 8 and m.kernels[0].block == (256, 1, 1)
+    assert m.layout.field("p_n_targets").role == "per_sequence"
+    assert loader.read_manifest(d / "manifest.json").name == "hstu"
+    assert len(loader.verify_cubins(m)) == 8
+
+
+def test_sha256_mismatch_names_the_file(tmp_path):
+    d = write_artifact(tmp_path)
+    (d / "hstu.sm_90a.fp16_d64.cubin").write_bytes(b"tampered")
+    with pytest.raises(ArtifactError) as e:
+        loader.load(d)  # fails before any driver call
+    assert "hstu.sm_90a.fp16_d64.cubin" in str(e.value) and "sha256" in str(e.value)
+
+
+def test_missing_cubin_names_the_file(tmp_path):
+    d = write_artifact(tmp_path)
+    (d / "hstu.sm_100a.bf16_d128.cubin").unlink()
+    with pytest.raises(ArtifactError) as e:
+        loader.verify_cubins(loader.read_manifest(d))
+    assert "hstu.sm_100a.bf16_d128.cubin" in str(e.value)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda m: m.update(schema_version=2), "schema_version"),
+    (lambda m: m.pop("kernels"), "kernels"),
+    (lambda m: m.update(kernels=[]), "no kernels"),
+    (lambda m: m["kernels"][0].update(file="../evil.cubin"), "file name"),
+    (lambda m: m["kernels"][0].pop("sha256"), "sha256"),
+    (lambda m: m["kernels"][0].update(dtype="fp8"), "dtype"),
+    (lambda m: m["kernels"][0].update(grid=["os.system('x')", "heads_q", "batch"]), "grid"),
+    (lambda m: m["params"][0].update(kind="tensor"), "unknown kind"),
+    (lambda m: m["descriptor"]["fields"].pop(0), "header field"),
+    (lambda m: m["descriptor"]["fields"][-1].update(role="value"), "role"),
+    (lambda m: m["descriptor"]["fields"][1].update(offset=4), "offset"),
+    (lambda m: m["descriptor"]["fields"][1].update(offset=0), "overlap"),
+    (lambda m: m["descriptor"].update(size=8), "past its size"),
+])
+def test_manifest_problems(tmp_path, edit, words):
+    d = write_artifact(tmp_path)
+    edit_manifest(d, edit)
+    with pytest.raises(ArtifactError) as e:
+        loader.read_manifest(d)
+    assert words in str(e.value)
+
+
+def test_manifest_missing_and_reserved(tmp_path):
+    with pytest.raises(ArtifactError) as e:
+        loader.read_manifest(tmp_path / "nothing")
+    assert "no manifest.json" in str(e.value)
+    d = write_artifact(tmp_path, name="odd", params=(("scale", "scalar"),))
+    with pytest.raises(ArtifactError) as e:
+        loader.read_manifest(d)
+    assert "scale" in str(e.value)
+
+
+def test_load_without_a_driver_is_an_artifact_error(tmp_path):
+    try:
+        _driver.init()
+        pytest.skip("a CUDA driver is present")
+    except ArtifactError:
+        pass
+    d = write_artifact(tmp_path)
+    with pytest.raises(ArtifactError):
+        loader.load(d)
+
+
+# --------------------------------------------------------------------------- fake driver
+
+
+class _Null:
+    def __init__(self, *a: Any):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any):
+        return None
+
+
+class FakeGPU:
+    """The driver as the runtime uses it, with host memory standing in for device memory."""
+
+    def __init__(self, monkeypatch, cc=(9, 0)):
+        self.buffers: list[np.ndarray] = []
+        self.launches: list[dict[str, Any]] = []
+        self.loaded: list[bytes] = []
+        self.freed: list[int] = []
+        self.capturing = False
+        d = _driver
+        for name, fn in {
+            "init": lambda: None, "compute_capability": lambda dev: cc,
+            "max_optin_smem": lambda dev: 232448, "current_device": lambda: 0,
+            "pointer_device": lambda ptr: 0, "is_capturing": lambda h: self.capturing,
+            "on_device": _Null, "mem_alloc": self.alloc,
+            "mem_alloc_async": lambda n, h: self.alloc(n), "mem_free": lambda p: None,
+            "mem_free_async": lambda p, h: self.freed.append(p),
+            "htod": lambda dst, src, n: ctypes.memmove(dst, src, n),
+            "htod_async": lambda dst, src, n, h: ctypes.memmove(dst, src, n),
+            "dtoh_sync": lambda dst, src, n, h: ctypes.memmove(dst, src, n),
+            "stream_wait_stream": lambda w, p: None,
+        }.items():
+            monkeypatch.setattr(d, name, fn)
+        monkeypatch.setattr(loader, "cu", SimpleNamespace(
+            cuModuleLoadData=lambda data: (self.loaded.append(bytes(data)) or 0, object()),
+            cuModuleGetFunction=lambda mod, name: (0, name.decode()),
+            cuFuncSetAttribute=lambda f, a, v: (0,),
+            cuFuncGetAttribute=lambda a, f: (0, 1024),
+            CUfunction_attribute=cu.CUfunction_attribute,
+            cuLaunchKernel=self.launch))
+        monkeypatch.setattr(loader, "_seqlens", {})
+
+    def alloc(self, n: int) -> int:
+        buf = np.zeros(n + 64, dtype=np.uint8)
+        self.buffers.append(buf)
+        return buf.ctypes.data + (-buf.ctypes.data) % 16
+
+    def launch(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        argv = ctypes.c_void_p.from_address(params).value
+        self.launches.append({"symbol": f, "grid": (gx, gy, gz), "block": (bx, by, bz),
+                              "smem": smem, "stream": int(stream), "raw": argv})
+        self.launches[-1]["desc_ptr"] = argv
+        return (0,)
+
+    def array(self, shape, dtype="fp16"):
+        """A 'device' array: host memory described by CAI."""
+        np_dtype = {"fp16": np.float16, "i32": np.int32, "f32": np.float32}[dtype]
+        n = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
+        ptr = self.alloc(n)
+        typestr = {"fp16": "<f2", "i32": "<i4", "f32": "<f4"}[dtype]
+        return FakeCAI(shape=tuple(shape), typestr=typestr, data=(ptr, False), version=3,
+                       strides=None)
+
+
+def decode(layout: DescriptorLayout, raw: bytes) -> dict[str, Any]:
+    return {f.name: struct.unpack_from("<" + CTYPES[f.ctype][1], raw, f.offset)[0]
+            for f in layout.fields}
+
+
+def ints_at(ptr: int, n: int) -> list[int]:
+    return list((ctypes.c_int32 * n).from_address(ptr)) if n else []
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    return FakeGPU(monkeypatch)
+
+
+def run_and_decode(gpu, attn, *args, **kw):
+    """Call attn, decoding the descriptor while the launch's buffers are still alive."""
+    real_launch = gpu.launch
+    descs = []
+
+    def launch(*a):
+        real_launch(*a)
+        raw = ctypes.string_at(gpu.launches[-1]["desc_ptr"], attn.manifest.layout.size)
+        descs.append(decode(attn.manifest.layout, raw))
+        d = descs[-1]
+        gpu.launches[-1]["seqlens"] = ints_at(d["cu_seqlens"], d["batch"] + 1)
+        for f in attn.manifest.layout.fields:
+            if f.role == "per_sequence":
+                gpu.launches[-1][f.param] = ints_at(d[f.name], d["batch"])
+            if f.role == "segment_offsets":
+                offs = ints_at(d[f.name], d["batch"] + 1)
+                starts = ints_at(d[f.name.replace("_offsets", "_starts")], offs[-1])
+                gpu.launches[-1][f.param] = (offs, starts)
+        return (0,)
+
+    gpu.launch = launch
+    loader.cu.cuLaunchKernel = launch
+    res = attn(*args, **kw)
+    return res, descs
+
+
+def test_launch_batch_layout_descriptor(tmp_path, gpu):
+    d = write_artifact(tmp_path)
+    attn = loader.load(d)
+    assert attn.arch() == "sm_90a" and len(gpu.loaded) == 4
+    assert (("fp16", 64) in attn.variants()) and attn.params == (("n_targets", "batch"),)
+    b, seq, hq, hkv, dim = 3, 300, 4, 2, 64
+    q, k, v = gpu.array((b, seq, hq, dim)), gpu.array((b, seq, hkv, dim)), gpu.array(
+        (b, seq, hkv, dim))
+    out = gpu.array((b, seq, hq, dim))
+    res, descs = run_and_decode(gpu, attn, q, k, v, out=out, n_targets=[0, 37, 300],
+                                stream=0x77, scale=0.25)
+    assert res is out
+    (desc,) = descs
+    launch = gpu.launches[-1]
+    assert launch["symbol"] == "cmc_hstu_fwd_fp16_d64"
+    assert launch["grid"] == (3, hq, b) and launch["block"] == (256, 1, 1)
+    assert launch["smem"] == 49152 and launch["stream"] == 0x77
+    ptr = lambda a: a.__cuda_array_interface__["data"][0]  # noqa: E731
+    assert desc["q"] == ptr(q) and desc["k"] == ptr(k) and desc["v"] == ptr(v)
+    assert desc["o"] == ptr(out) and desc["lse"] == 0
+    assert (desc["q_stride_tok"], desc["q_stride_head"]) == (hq * dim, dim)
+    assert (desc["k_stride_tok"], desc["v_stride_head"]) == (hkv * dim, dim)
+    assert (desc["o_stride_tok"], desc["lse_stride_head"]) == (hq * dim, b * seq)
+    assert (desc["batch"], desc["heads_q"], desc["heads_kv"], desc["max_len"]) == (b, hq, hkv,
+                                                                                   seq)
+    assert desc["scale_log2"] == pytest.approx(0.25 * math.log2(math.e), rel=1e-6)
+    assert launch["seqlens"] == [0, 300, 600, 900]  # the batch layout as packed tokens
+    assert launch["n_targets"] == [0, 37, 300]
+    assert gpu.freed, "the per-launch upload buffer is freed (stream-ordered)"
+    # the batch cu_seqlens device array is cached per (device, B, L)
+    _, descs2 = run_and_decode(gpu, attn, q, k, v, out=out, n_targets=1)
+    assert descs2[0]["cu_seqlens"] == desc["cu_seqlens"]
+    assert gpu.launches[-1]["n_targets"] == [1, 1, 1]
+
+
+def test_launch_packed_layout_and_lse(tmp_path, gpu):
+    d = write_artifact(tmp_path, name="shared_prefix",
+                       params=(("prompt_len", "batch"), ("responses", "segments")))
+    attn = loader.load(d)
+    lens = [5, 0, 130]
+    tokens = sum(lens)
+    q, k = gpu.array((tokens, 2, 128)), gpu.array((tokens, 1, 128))
+    cu_seqlens = [0, 5, 5, 135]
+    out = gpu.array((tokens, 2, 128))
+    # raw arrays (no torch/cupy): the runtime allocates the LSE itself
+    gpu_lse_allocs = len(gpu.buffers)
+    (o, lse), descs = run_and_decode(gpu, attn, q, k, k, out=out, cu_seqlens=cu_seqlens,
+                                     return_lse=True, prompt_len=[2, 0, 64],
+                                     responses=[[2, 4], [], [64, 64, 100]])
+    assert len(gpu.buffers) > gpu_lse_allocs
+    assert isinstance(lse, DeviceArray) and lse.shape == (2, tokens) and lse.dtype == "f32"
+    desc = descs[0]
+    launch = gpu.launches[-1]
+    assert desc["lse"] == lse.ptr and desc["lse_stride_head"] == tokens
+    assert desc["max_len"] == 130 and desc["batch"] == 3 and launch["grid"] == (2, 2, 3)
+    assert launch["seqlens"] == cu_seqlens
+    assert launch["prompt_len"] == [2, 0, 64]
+    assert launch["responses"] == ([0, 2, 2, 5], [2, 4, 64, 64, 100])
+    assert desc["k_stride_head"] == 0 and desc["q_stride_head"] == 128
+
+
+def test_launch_scalar_param_and_lse_batch_view(tmp_path, gpu):
+    d = write_artifact(tmp_path, name="sliding_window_rt", params=(("window", "scalar"),))
+    attn = loader.load(d)
+    q = gpu.array((2, 10, 2, 64))
+    (o, lse), descs = run_and_decode(gpu, attn, q, q, q, return_lse=True, window=-5)
+    assert descs[0]["p_window"] == -5
+    assert isinstance(o, DeviceArray) and o.shape == (2, 10, 2, 64) and o.dtype == "fp16"
+    assert descs[0]["o"] == o.ptr and descs[0]["o_stride_tok"] == 128
+    # LSE: kernel layout [H, T]; the caller gets [B, H, L] as a view of it
+    assert lse.shape == (2, 2, 10) and lse.strides == (10, 20, 1)
+    assert lse.ptr == descs[0]["lse"]
+
+
+def test_launch_rejects_before_launching(tmp_path, gpu):
+    d = write_artifact(tmp_path)
+    attn = loader.load(d)
+    q = gpu.array((2, 8, 2, 64))
+    cases = [
+        (dict(n_targets=[1, 9]), "n_targets"),
+        (dict(), "n_targets"),
+        (dict(n_targets=1, bogus=2), "bogus"),
+        (dict(n_targets=1, cu_seqlens=[0, 8, 16]), "cu_seqlens"),
+        (dict(n_targets=1, max_len=9), "max_len"),
+        (dict(n_targets=1, scale=float("nan")), "scale"),
+    ]
+    for kw, param in cases:
+        with pytest.raises(ParamError) as e:
+            attn(q, q, q, **kw)
+        assert e.value.param == param, kw
+    qp = gpu.array((16, 2, 64))
+    for cs, words in [([0, 8], "end at T"), ([0, 9, 16], "[0, len]"), (None, "required")]:
+        with pytest.raises(ParamError) as e:
+            attn(qp, qp, qp, cu_seqlens=cs, n_targets=[8, 8] if cs != [0, 8] else [8])
+        assert words in e.value.rule
+    assert not gpu.launches
+    attn(q, q, q, n_targets=[8, 0])  # and a good call after the bad ones still launches
+    assert len(gpu.launches) == 1
+
+
+def test_launch_device_cu_seqlens_and_capture(tmp_path, gpu):
+    d = write_artifact(tmp_path)
+    attn = loader.load(d)
+    qp = gpu.array((16, 2, 64))
+    cs = gpu.array((3,), "i32")
+    ints = (ctypes.c_int32 * 3).from_address(cs.__cuda_array_interface__["data"][0])
+    ints[:] = [0, 6, 16]
+    nt = gpu.array((2,), "i32")
+    (ctypes.c_int32 * 2).from_address(nt.__cuda_array_interface__["data"][0])[:] = [6, 11]
+    with pytest.raises(ParamError) as e:  # 11 > len 10 of sequence 1: read back and caught
+        attn(qp, qp, qp, cu_seqlens=cs, n_targets=nt)
+    assert e.value.param == "n_targets"
+    (ctypes.c_int32 * 2).from_address(nt.__cuda_array_interface__["data"][0])[:] = [6, 10]
+    _, descs = run_and_decode(gpu, attn, qp, qp, qp, cu_seqlens=cs, n_targets=nt)
+    assert descs[0]["cu_seqlens"] == cs.__cuda_array_interface__["data"][0]
+    assert descs[0]["max_len"] == 10 and gpu.launches[-1]["grid"][0] == 1
+    gpu.capturing = True
+    with pytest.raises(ParamError) as e:  # nothing can be read back during capture
+        attn(qp, qp, qp, cu_seqlens=cs, n_targets=nt)
+    assert e.value.param == "max_len"
+    with pytest.raises(ParamError) as e:  # nor uploaded
+        attn(qp, qp, qp, cu_seqlens=cs, max_len=10, n_targets=[6, 10])
+    assert e.value.param == "n_targets" and "capture" in e.value.rule
+    attn(qp, qp, qp, cu_seqlens=cs, max_len=10, n_targets=nt)  # device values: launches
+    q = gpu.array((1, 4, 2, 64))
+    with pytest.raises(ParamError) as e:  # first use of (B, L) must be before capture
+        attn(q, q, q, n_targets=gpu.array((1,), "i32"))
+    assert "warm" in e.value.rule
+
+
+def test_empty_work_does_not_launch(tmp_path, gpu):
+    d = write_artifact(tmp_path)
+    attn = loader.load(d)
+    q = gpu.array((0, 2, 64))
+    out = attn(q, q, q, cu_seqlens=[0], n_targets=[])
+    assert isinstance(out, DeviceArray) and out.shape == (0, 2, 64)
+    q = gpu.array((4, 2, 64))
+    attn(q, q, q, cu_seqlens=[0, 0, 4], n_targets=[0, 4])
+    assert len(gpu.launches) == 1
+
+
+def test_no_cubin_for_this_device(tmp_path, monkeypatch):
+    FakeGPU(monkeypatch, cc=(8, 0))
+    d = write_artifact(tmp_path, archs=("sm_90a", "sm_100a"))
+    with pytest.raises(ArtifactError) as e:
+        loader.load(d)
+    assert "sm_90a" in str(e.value) and "sm_100a" in str(e.value) and "8.0" in str(e.value)
+
+
+def test_too_much_shared_memory(tmp_path, gpu):
+    d = write_artifact(tmp_path, smem=300000)
+    with pytest.raises(ArtifactError) as e:
+        loader.load(d)
+    assert "shared memory" in str(e.value)
+
+
+# --------------------------------------------------------------------------- torch op
+
+
+def test_torch_op_schema_and_fake_shapes(tmp_path, gpu):
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from cmc.runtime import torch_op
+
+    d = write_artifact(tmp_path, name="shared_prefix",
+                       params=(("prompt_len", "batch"), ("responses", "segments")))
+    attn = loader.load(d)
+    schema, plan = torch_op._schema(attn)
+    assert "Tensor p_prompt_len" in schema and "Tensor p_responses_starts" in schema
+    fn = torch_op.register(attn, "cpu_test_shared_prefix")
+    assert torch_op.register(attn, "cpu_test_shared_prefix") is fn
+    with FakeTensorMode():
+        q = torch.empty(2, 16, 4, 128, dtype=torch.bfloat16)
+        k = torch.empty(2, 16, 2, 128, dtype=torch.bfloat16)
+        o, lse = fn.op(q, k, k, None, None, None, True, torch.zeros(2, dtype=torch.int32),
+                       torch.zeros(3, dtype=torch.int32), torch.zeros(0, dtype=torch.int32))
+        assert o.shape == q.shape and lse.shape == (4, 32) and lse.dtype == torch.float32
+    with pytest.raises(ParamError) as e:
+        fn(q, k, k, prompt_len=[1, 2])
+    assert e.value.param == "responses"
+
+
+# --------------------------------------------------------------------------- real artifacts
+
+
+@pytest.fixture(scope="module")
+def real_artifacts(tmp_path_factory):
+    """Artifacts from the real pipeline (NVRTC runs on a CPU): the packager's manifest, read
+    by the runtime and launched on the fake driver."""
+    try:
+        from cmc.driver import compile_file
+    except ImportError as e:  # a stage not written yet
+        pytest.skip(f"pipeline not available: {e}")
+    root = tmp_path_factory.mktemp("real")
+    out = {}
+    for name in ("causal", "shared_prefix", "sliding_window_rt"):
+        out[name] = compile_file(Path(__file__).parent.parent / "samples" / f"{name}.mask", root,
+                                 archs=["sm_90a"], dtypes=["bf16"], head_dims=[128])
+    return out
+
+
+def test_real_manifest_packs_and_launches(real_artifacts, gpu):
+    attn = loader.load(real_artifacts["shared_prefix"])
+    assert attn.params == (("prompt_len", "batch"), ("responses", "segments"))
+    assert attn.variants() == [("bf16", 128)]
+    fields = {f.role: f.name for f in attn.manifest.layout.fields if f.param}
+    assert fields == {"per_sequence": "p_prompt_len", "segment_offsets": "p_responses_offsets",
+                      "segment_starts": "p_responses_starts"}
+    da = DeviceArray((2, 40, 2, 128), "bf16")
+    _, descs = run_and_decode(gpu, attn, da, da, da, prompt_len=[3, 40],
+                              responses=[[3, 20], [40]])
+    launch = gpu.launches[-1]
+    assert launch["symbol"] == "cmc_shared_prefix_fwd_bf16_d128"
+    k = attn.manifest.kernels[0]
+    assert launch["grid"] == (-(-40 // k.block_m), 2, 2) and launch["block"] == k.block
+    assert launch["smem"] == k.dynamic_smem
+    assert launch["prompt_len"] == [3, 40] and launch["responses"] == ([0, 2, 3], [3, 20, 40])
+    assert descs[0]["q"] == da.ptr and descs[0]["q_stride_tok"] == 256
+
+
+def test_real_manifest_scalar(real_artifacts, gpu):
+    attn = loader.load(real_artifacts["sliding_window_rt"])
+    da = DeviceArray((5, 1, 128), "bf16")
+    _, descs = run_and_decode(gpu, attn, da, da, da, cu_seqlens=[0, 5], window=3)
+    assert descs[0]["p_window"] == 3 and descs[0]["batch"] == 1
+
+
+def test_launch_uses_each_tensors_own_strides(tmp_path, gpu):
+    d = write_artifact(tmp_path, name="causal", params=())
+    attn = loader.load(d)
+    q = gpu.array((10, 2, 128))
+    k = gpu.array((10, 1, 128))
+    ptr = gpu.alloc(10 * 3 * 128 * 2)  # out padded to 3 heads per token, then head-major V
+    out = FakeCAI(shape=(10, 2, 128), typestr="<f2", data=(ptr, False), version=3,
+                  strides=(3 * 128 * 2, 128 * 2, 2))
+    vptr = gpu.alloc(2 * 10 * 128 * 2)  # V as [H, T, D] seen as [T, H, D]: head-major
+    v = FakeCAI(shape=(10, 1, 128), typestr="<f2", data=(vptr, False), version=3,
+                strides=(128 * 2, 10 * 128 * 2, 2))
+    _, descs = run_and_decode(gpu, attn, q, k, v, out=out, cu_seqlens=[0, 4, 10])
+    s = descs[0]
+    assert (s["q_stride_tok"], s["q_stride_head"]) == (256, 128)
+    assert (s["k_stride_tok"], s["k_stride_head"]) == (128, 0)
+    assert s["v_stride_tok"] == 128 and s["o"] == ptr
+    assert (s["o_stride_tok"], s["o_stride_head"]) == (384, 128)
