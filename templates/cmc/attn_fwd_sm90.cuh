@@ -1,0 +1,636 @@
+// ===========================================================================================
+// cmc sm90a forward attention: wgmma + mbarrier ring + warp specialisation (Hopper only).
+// Hand-written. Follows the portable kernel (templates/cmc/attn_fwd_portable.cuh) and must be
+// placed AFTER it in NAME.cu: it reuses part A (cmc_i64, CMC_DEV, cmc_plan_place /
+// cmc_plan_merge) and is a template over the SAME hook struct H (contract at the top of the
+// portable header), so every mask works unchanged. No #include; inline PTX only.
+//
+// Semantics = the portable kernel's: fp32 accumulation, online softmax in exp2 units with
+// desc.scale_log2 (> 0), LSE (natural log, float32 [H, T]) written when desc.lse != 0, a row
+// with no visible key gives O = 0 and LSE = -inf (never NaN), rows >= len never written, GQA
+// (h_kv = h / (heads_q / heads_kv)), bf16 / fp16, head dim 64 / 128, jagged via cu_seqlens.
+// Per key tile: tiles no term touches are never loaded, full tiles do no mask work, partial
+// tiles call H::visible(s, r, k) && k < len per element.
+//
+// ------------------------------------------------------------------------------ launch
+// Same launch rule as cmc/abi.py: grid (ceil(max_len / 128), heads_q, batch), block 384
+// threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>() (needs the opt-in
+// cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); at most 227 KiB), no cluster.
+// The descriptor ABI is unchanged (stage 1 loads with cp.async, not TMA). Query tiles are
+// taken in reverse blockIdx.x order (the last tile of a causal row is the longest and
+// starts first). Requirements as the portable kernel: base pointers and token strides
+// 16-byte aligned, head dim contiguous.
+//
+// ------------------------------------------------------------------------------ design
+// CTA = 3 warpgroups (384 threads), __launch_bounds__(384, 1):
+//   WG0 producer (setmaxnreg.dec to 40): builds nothing, only copies. Q tile [128 x D] once,
+//       then for every walked key tile j (plan order) K(j) and V(j) into a kStages-deep ring
+//       with 16-byte cp.async (zero-fill for keys >= len); each of its 128 threads then does
+//       cp.async.mbarrier.arrive.noinc on the stage's FULL barrier (count 128), so the
+//       barrier completes when every copy has landed. It waits on the stage's EMPTY barrier
+//       (count 8: lane 0 of each consumer warp) before refilling.
+//   WG1, WG2 consumers (setmaxnreg.inc to 232): 64 query rows each (BLOCK_M = 128).
+//       S = Q K^T:  wgmma m64n128k16, A = Q and B = K both from shared memory (K-major,
+//                   128-byte swizzle descriptors), f32 accumulators (64 regs/thread).
+//       O += P V:   wgmma m64nDk16, A = P from registers (the S accumulator layout repacked
+//                   to bf16/fp16 pairs is exactly the A-fragment layout), B = V from shared
+//                   memory as an MN-major (transposed) 128-byte-swizzle descriptor.
+//       Intra-warpgroup pipelining (FA3): iteration t issues S(t+1) = Q K(t+1)^T and
+//       O += P(t) V(t) back to back (two commit groups), waits for the first
+//       (wait_group 1), masks + softmaxes S(t+1) while P(t) V(t) still runs on the tensor
+//       cores, then waits for it (wait_group 0), rescales O and repacks P(t+1). The two
+//       consumer warpgroups also overlap each other's softmax and GEMMs.
+// Key tiles: BLOCK_N = 128 for both head dims. Stages: D = 64: 4, D = 128: 2.
+// Shared memory (1 KiB-aligned base): Q [2 col-blocks][128][64] | K[kStages] | V[kStages] |
+// mbarriers | plan ints. A [rows][D] tile is stored as D/64 column blocks of [rows][64]
+// elements (128 B per row), 16-byte chunk c of row r at r*128 + ((c ^ (r & 7)) << 4): the
+// canonical SWIZZLE_128B layout (8-row atoms of 1024 B), which wgmma reads with
+//   K-major (Q, K): start + 32 B per k16 step inside a column block, + rows*128 B per block,
+//                   LBO (ignored) 16 B, SBO 1024 B (next 8-row group);
+//   MN-major (V):   start + 2048 B per 16 keys, LBO = 128 keys * 128 B (next 64-wide block
+//                   of head dim), SBO 1024 B (next 8 keys).
+// Proxies: cp.async writes are generic-proxy, wgmma reads are async-proxy, so every consumer
+// thread runs fence.proxy.async.shared::cta after its mbarrier wait and before the wgmma.
+// ===========================================================================================
+
+#if !defined(CMC_HOST)
+namespace cmc_sm90 {
+
+constexpr int kBM = 128;        // query rows per CTA (2 consumer warpgroups x 64)
+constexpr int kBN = 128;        // keys per tile
+constexpr int kThreads = 384;   // producer WG + 2 consumer WGs
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+
+template <int D> struct Cfg {
+  static constexpr int kStages = D == 64 ? 4 : 2;
+  static constexpr int kQBytes = kBM * D * 2;
+  static constexpr int kTile = kBN * D * 2;
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQBytes;
+  static constexpr int kV = kK + kStages * kTile;
+  static constexpr int kBar = kV + kStages * kTile;        // 8-byte mbarriers
+  static constexpr int kNumBars = 1 + 4 * kStages;          // Q, K full/empty, V full/empty
+  static constexpr int kPlan = kBar + kNumBars * 8;
+};
+// +1024: the kernel aligns its base up to 1 KiB itself (the swizzle atoms need it).
+template <int D, int NT> constexpr int smem_bytes() {
+  return (Cfg<D>::kPlan + (8 * NT + 2) * 4 + 15) / 16 * 16 + 1024;
+}
+
+// Byte offset of 16-byte chunk c (0 <= c < D/8) of row r in a [rows][D] tile.
+template <int ROWS> CMC_DEV unsigned swz(int r, int c) {
+  return (unsigned)((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+CMC_DEV unsigned smem_u32(const void* p) {
+  unsigned r;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+CMC_DEV void cp_async16(unsigned dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+// ------------------------------------------------------------------------------ mbarriers
+CMC_DEV void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Completes (asynchronously) one arrival once every prior cp.async of this thread landed.
+CMC_DEV void mbar_cp_async_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+CMC_DEV void mbar_arrive(unsigned bar) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"(bar) : "memory");
+}
+CMC_DEV unsigned mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+      : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  return ok;
+}
+// Blocks until the phase of the given parity has completed. With CMC_SM90_WATCHDOG defined
+// (tools/sm90_check.py does), a wait of more than 2^22 polls (well over 0.1 s; a legitimate
+// wait is microseconds) traps instead of hanging the GPU.
+CMC_DEV void mbar_wait(unsigned bar, unsigned parity) {
+#if defined(CMC_SM90_WATCHDOG)
+  unsigned n = 0;  // (trap outside the poll loop: inside it, ptxas serialises the wgmmas)
+  for (; !mbar_try_wait(bar, parity) && n < (1u << 22); ++n) {
+  }
+  if (n >= (1u << 22)) asm volatile("trap;");
+#else
+  while (!mbar_try_wait(bar, parity)) {
+  }
+#endif
+}
+CMC_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Named barrier of one consumer warpgroup (ids 1, 2; 0 is __syncthreads).
+CMC_DEV void wg_bar_sync(int cw) {
+  if (cw == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
+template <int N> CMC_DEV void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> CMC_DEV void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+// ------------------------------------------------------------------------------ wgmma
+CMC_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+CMC_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> CMC_DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving accumulator reads/writes across wgmma issue / wait.
+template <int N> CMC_DEV void fence_regs(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> CMC_DEV void fence_regs(unsigned* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63).
+CMC_DEV unsigned long long gdesc(unsigned saddr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((saddr & 0x3FFFFu) >> 4) |
+         ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
+}
+
+// D[64 x 64] (+)= A[64 x 16] (shared, K-major) * B[16 x 64] (shared, K-major).
+template <bool BF16> CMC_DEV void wgmma_ss_n64(float* d, unsigned long long da, unsigned long long db, int scale_d) {
+  if constexpr (BF16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  }
+}
+// D[64 x 64] += A[64 x 16] (registers) * B[16 x 64] (shared, MN-major: imm-trans-b 1).
+template <bool BF16> CMC_DEV void wgmma_rs_n64(float* d, const unsigned* a, unsigned long long db, int scale_d) {
+  if constexpr (BF16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+  }
+}
+// D[64 x 128] (+)= A[64 x 16] (shared, K-major) * B[16 x 128] (shared, K-major).
+template <bool BF16> CMC_DEV void wgmma_ss_n128(float* d, unsigned long long da, unsigned long long db, int scale_d) {
+  if constexpr (BF16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+  }
+}
+// D[64 x 128] += A[64 x 16] (registers) * B[16 x 128] (shared, MN-major: imm-trans-b 1).
+template <bool BF16> CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, unsigned long long db, int scale_d) {
+  if constexpr (BF16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+  }
+}
+
+template <bool BF16> CMC_DEV unsigned pack2(float lo, float hi) {
+  unsigned d;
+  if constexpr (BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  }
+  return d;
+}
+CMC_DEV float ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x)); return y; }
+CMC_DEV float lg2(float x) { float y; asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x)); return y; }
+CMC_DEV float neg_inf() { return __int_as_float(0xff800000); }
+
+// The walk over the plan: tiles of the sorted disjoint runs, in order.
+struct Walk {
+  const int* run;
+  int nrun, r, j;  // j = current tile, -1 once past the last
+  CMC_DEV void start(const int* rn, int n) { run = rn; nrun = n; r = 0; j = n > 0 ? rn[0] : -1; }
+  CMC_DEV void next() {
+    if (j + 1 < run[2 * r + 1]) { ++j; return; }
+    ++r;
+    j = r < nrun ? run[2 * r] : -1;
+  }
+};
+
+// Producer: copies of `rows` rows (row0 = first row of the tile in the sequence) of K, V or
+// Q into a swizzled [rows][D] tile; rows >= len are zero-filled. Thread ptid always copies
+// chunk ptid % (D/8) of rows ptid / (D/8) + i * (128 / (D/8)): the row step is a multiple of
+// 8, so the swizzled chunk position is the same for every i (few live registers).
+template <int D, int ROWS>
+CMC_DEV void load_tile(unsigned dst, const unsigned short* g, cmc_i64 stride_tok, int row0, int len, int ptid) {
+  constexpr int kChunks = D / 8;
+  constexpr int kStep = 128 / kChunks;
+  static_assert(kStep % 8 == 0, "row step");
+  const int ch = ptid % kChunks, r = ptid / kChunks;
+  unsigned d = dst + swz<ROWS>(r, ch);
+  int key = row0 + r;
+  const unsigned short* src = g + (cmc_i64)key * stride_tok + ch * 8;
+  const cmc_i64 step = (cmc_i64)kStep * stride_tok;
+#pragma unroll 4
+  for (int i = 0; i < ROWS / kStep; ++i) {
+    const bool valid = key < len;
+    cp_async16(d, valid ? src : g, valid);
+    d += kStep * 128;
+    src += step;
+    key += kStep;
+  }
+}
+
+// S[64 x 128] = Q_wg[64 x D] K[128 x D]^T for this consumer warpgroup (issue only).
+template <bool BF16, int D>
+CMC_DEV void issue_qk(float* s, unsigned sq, unsigned sk) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const unsigned long long da = gdesc(sq + (kk >> 2) * (kBM * 128) + (kk & 3) * 32, 16, 1024);
+    const unsigned long long db = gdesc(sk + (kk >> 2) * (kBN * 128) + (kk & 3) * 32, 16, 1024);
+    wgmma_ss_n128<BF16>(s, da, db, kk > 0 ? 1 : 0);
+  }
+}
+// O[64 x D] += P[64 x 128] V[128 x D] (issue only).
+template <bool BF16, int D>
+CMC_DEV void issue_pv(float* o, const unsigned* p, unsigned sv) {
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    const unsigned long long db = gdesc(sv + kk * 2048, kBN * 128, 1024);
+    if constexpr (D == 128) wgmma_rs_n128<BF16>(o, p + 4 * kk, db, 1);
+    else wgmma_rs_n64<BF16>(o, p + 4 * kk, db, 1);
+  }
+}
+
+template <class H, bool BF16, int D>
+CMC_DEV void fwd(const typename H::desc_t& desc) {
+  static_assert(D == 64 || D == 128, "head dim");
+  typedef Cfg<D> C;
+  constexpr int NT = H::kTerms;
+  constexpr int S = C::kStages;
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+
+  const int tid = threadIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBM;
+  const typename H::seq_t seq = H::seq(desc, b);
+  const int len = seq.len;
+  if (q0 >= len) return;  // uniform over the CTA
+  const cmc_i64 tok0 = seq.tok0;
+  const int hkv = h / (desc.heads_q / desc.heads_kv);
+
+  // 1 KiB-aligned base (shared-window addresses; the generic pointer moves by the same amount).
+  const unsigned raw = smem_u32(cmc_smem_raw);
+  const unsigned pad = ((raw + 1023u) & ~1023u) - raw;
+  unsigned char* smem = cmc_smem_raw + pad;
+  const unsigned base = raw + pad;
+  const unsigned sQ = base + C::kQ, sK = base + C::kK, sV = base + C::kV;
+  const unsigned barQ = base + C::kBar;
+  // K full: barQ + 8 (1 + s); K empty: + 8 (1 + S + s); V full: + 8 (1 + 2S + s); V empty: + 8 (1 + 3S + s)
+  int* plan = reinterpret_cast<int*>(smem + C::kPlan);
+
+  if (tid == 0) {
+    mbar_init(barQ, 128);
+    for (int s = 0; s < S; ++s) {
+      mbar_init(barQ + 8 * (1 + s), 128);
+      mbar_init(barQ + 8 * (1 + S + s), 8);
+      mbar_init(barQ + 8 * (1 + 2 * S + s), 128);
+      mbar_init(barQ + 8 * (1 + 3 * S + s), 8);
+    }
+  }
+  // Tile plan for rows [q0, min(q0 + 127, len - 1)] (whole CTA).
+  {
+    const int qa = q0, qb = (len - 1 - q0 < kBM - 1) ? len - 1 : q0 + kBM - 1;
+    for (int i = tid; i < NT; i += kThreads) H::term(seq, qa, qb, i, plan + 4 * i);
+    __syncthreads();
+    for (int i = tid; i < NT; i += kThreads) cmc_plan_place(plan, NT, i, kBN);
+    __syncthreads();
+    if (tid == 0) cmc_plan_merge(plan, NT, kBN);
+    __syncthreads();  // also publishes the mbarrier inits
+  }
+  const int* run = plan + 4 * NT;
+  const int* full = plan + 6 * NT;
+  const int nrun = plan[8 * NT], nfull = plan[8 * NT + 1];
+
+  const int wg = tid >> 7;
+  if (wg == 0) {
+    // ======================================================================= producer
+    setmaxnreg_dec<kProducerRegs>();
+    if (nrun == 0) return;
+    const int ptid = tid;
+    {
+      const unsigned short* g = reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
+                                (cmc_i64)h * desc.q_stride_head;
+      load_tile<D, kBM>(sQ, g, desc.q_stride_tok, q0, len, ptid);
+      mbar_cp_async_arrive(barQ);
+    }
+    const unsigned short* kg = reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+                               (cmc_i64)hkv * desc.k_stride_head;
+    const unsigned short* vg = reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+                               (cmc_i64)hkv * desc.v_stride_head;
+    Walk w;
+    w.start(run, nrun);
+    int stage = 0;
+    unsigned phase = 0;
+    while (w.j >= 0) {
+      mbar_wait(barQ + 8 * (1 + S + stage), phase ^ 1);
+      load_tile<D, kBN>(sK + stage * C::kTile, kg, desc.k_stride_tok, w.j * kBN, len, ptid);
+      mbar_cp_async_arrive(barQ + 8 * (1 + stage));
+      mbar_wait(barQ + 8 * (1 + 3 * S + stage), phase ^ 1);
+      load_tile<D, kBN>(sV + stage * C::kTile, vg, desc.v_stride_tok, w.j * kBN, len, ptid);
+      mbar_cp_async_arrive(barQ + 8 * (1 + 2 * S + stage));
+      w.next();
+      if (++stage == S) { stage = 0; phase ^= 1; }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+  } else {
+    // ======================================================================= consumers
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;                  // consumer warpgroup 0 / 1: rows cw*64 ...
+    const int ctid = tid & 127;
+    const int warp = ctid >> 5, lane = tid & 31;
+    const int lrow = cw * 64 + warp * 16 + (lane >> 2);  // this thread's rows: lrow, lrow + 8
+    const int row0 = q0 + lrow;
+    const typename H::row_t rc0 = H::row(seq, row0);
+    const typename H::row_t rc1 = H::row(seq, row0 + 8);
+    const float sl2 = desc.scale_log2;
+
+    constexpr int kO = D / 2;  // O accumulator floats per thread
+    float o[kO];
+#pragma unroll
+    for (int i = 0; i < kO; ++i) o[i] = 0.f;
+    float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
+
+    if (nrun > 0) {
+      float s[64];
+      unsigned p[32];
+      const unsigned sq = sQ + cw * 64 * 128;
+      int f = 0;
+
+      // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
+      // returns the rescale factors of the running O and l.
+      auto softmax = [&](int j, float& c0, float& c1) {
+        while (f < nfull && full[2 * f + 1] <= j) ++f;
+        const bool is_full = f < nfull && full[2 * f] <= j;
+        if (!is_full) {
+          const int kbase = j * kBN + 2 * (lane & 3);
+#pragma unroll
+          for (int n = 0; n < 16; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int k = kbase + n * 8 + e;
+              const bool in = k < len;
+              if (!(in && H::visible(seq, rc0, k))) s[4 * n + e] = neg_inf();
+              if (!(in && H::visible(seq, rc1, k))) s[4 * n + 2 + e] = neg_inf();
+            }
+          }
+        }
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          mx0 = fmaxf(mx0, fmaxf(s[4 * n], s[4 * n + 1]));
+          mx1 = fmaxf(mx1, fmaxf(s[4 * n + 2], s[4 * n + 3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
+        const float ms0 = mx0 == neg_inf() ? 0.f : mx0 * sl2;
+        const float ms1 = mx1 == neg_inf() ? 0.f : mx1 * sl2;
+        c0 = ex2(m0 * sl2 - ms0);
+        c1 = ex2(m1 * sl2 - ms1);
+        m0 = mx0;
+        m1 = mx1;
+        float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          s[4 * n + 0] = ex2(fmaf(s[4 * n + 0], sl2, -ms0));
+          s[4 * n + 1] = ex2(fmaf(s[4 * n + 1], sl2, -ms0));
+          s[4 * n + 2] = ex2(fmaf(s[4 * n + 2], sl2, -ms1));
+          s[4 * n + 3] = ex2(fmaf(s[4 * n + 3], sl2, -ms1));
+          ps0 += s[4 * n + 0] + s[4 * n + 1];
+          ps1 += s[4 * n + 2] + s[4 * n + 3];
+        }
+        l0 = l0 * c0 + ps0;
+        l1 = l1 * c1 + ps1;
+      };
+      // P as the A operand: k-step kk (keys 16kk ..) = accumulator fragments 2kk, 2kk + 1.
+      auto repack = [&]() {
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          p[2 * n + 0] = pack2<BF16>(s[4 * n + 0], s[4 * n + 1]);
+          p[2 * n + 1] = pack2<BF16>(s[4 * n + 2], s[4 * n + 3]);
+        }
+      };
+      auto release = [&](unsigned bar) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+      };
+
+      Walk w;
+      w.start(run, nrun);
+      int stage = 0;
+      unsigned phase = 0;
+      mbar_wait(barQ, 0);
+      mbar_wait(barQ + 8 * (1 + stage), phase);
+      fence_proxy_async();
+      wg_fence();
+      issue_qk<BF16, D>(s, sq, sK + stage * C::kTile);
+      wg_commit();
+      wg_wait<0>();
+      fence_regs<64>(s);
+      release(barQ + 8 * (1 + S + stage));
+      {
+        float c0, c1;
+        softmax(w.j, c0, c1);
+      }
+      repack();
+      for (;;) {
+        w.next();
+        if (w.j < 0) break;
+        const int ns = stage + 1 == S ? 0 : stage + 1;
+        const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
+        mbar_wait(barQ + 8 * (1 + ns), nph);               // K(next)
+        mbar_wait(barQ + 8 * (1 + 2 * S + stage), phase);  // V(cur)
+        fence_proxy_async();
+        wg_fence();
+        fence_regs<kO>(o);
+        fence_regs<32>(p);
+        issue_qk<BF16, D>(s, sq, sK + ns * C::kTile);
+        wg_commit();
+        issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
+        wg_commit();
+        wg_wait<1>();
+        fence_regs<64>(s);
+        release(barQ + 8 * (1 + S + ns));
+        float c0, c1;
+        softmax(w.j, c0, c1);
+        fence_regs<64>(s);  // pins the exponentials here, while P(t) V(t) still runs
+        wg_wait<0>();
+        fence_regs<kO>(o);
+        fence_regs<32>(p);
+        release(barQ + 8 * (1 + 3 * S + stage));
+#pragma unroll
+        for (int d = 0; d < kO / 4; ++d) {
+          o[4 * d + 0] *= c0; o[4 * d + 1] *= c0;
+          o[4 * d + 2] *= c1; o[4 * d + 3] *= c1;
+        }
+        repack();
+        stage = ns;
+        phase = nph;
+      }
+      mbar_wait(barQ + 8 * (1 + 2 * S + stage), phase);
+      fence_proxy_async();
+      wg_fence();
+      fence_regs<kO>(o);
+      fence_regs<32>(p);
+      issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
+      wg_commit();
+      wg_wait<0>();
+      fence_regs<kO>(o);
+      release(barQ + 8 * (1 + 3 * S + stage));
+    }
+
+    // Epilogue: row sums across the quad, normalise, LSE, O through this warpgroup's own Q
+    // rows of shared memory (all its wgmma reads of Q are complete) for 16-byte stores.
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    if (desc.lse != 0 && (lane & 3) == 0) {
+      float* lse = reinterpret_cast<float*>(desc.lse) + (cmc_i64)h * desc.lse_stride_head + tok0;
+      constexpr float kLn2 = 0.6931471805599453f;
+      if (row0 < len) lse[row0] = l0 > 0.f ? (m0 * sl2 + lg2(l0)) * kLn2 : neg_inf();
+      if (row0 + 8 < len) lse[row0 + 8] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
+    }
+    wg_bar_sync(cw);  // every warp of this WG is past its last wgmma
+#pragma unroll
+    for (int d = 0; d < kO / 4; ++d) {  // fragment d: columns 8d + 2 (lane & 3) ..
+      const unsigned w0 = pack2<BF16>(o[4 * d + 0] * inv0, o[4 * d + 1] * inv0);
+      const unsigned w1 = pack2<BF16>(o[4 * d + 2] * inv1, o[4 * d + 3] * inv1);
+      const unsigned off = (unsigned)((lane & 3) * 4);
+      *reinterpret_cast<unsigned*>(smem + C::kQ + swz<kBM>(lrow, d) + off) = w0;
+      *reinterpret_cast<unsigned*>(smem + C::kQ + swz<kBM>(lrow + 8, d) + off) = w1;
+    }
+    wg_bar_sync(cw);
+    unsigned short* og =
+        reinterpret_cast<unsigned short*>(desc.o) + tok0 * desc.o_stride_tok + (cmc_i64)h * desc.o_stride_head;
+    constexpr int kChunks = D / 8;
+#pragma unroll
+    for (int c = ctid; c < 64 * kChunks; c += 128) {
+      const int rr = cw * 64 + c / kChunks, ch = c % kChunks;
+      const int qrow = q0 + rr;
+      if (qrow < len) {
+        const uint4 v = *reinterpret_cast<const uint4*>(smem + C::kQ + swz<kBM>(rr, ch));
+        *reinterpret_cast<uint4*>(og + (cmc_i64)qrow * desc.o_stride_tok + ch * 8) = v;
+      }
+    }
+  }
+}
+
+}  // namespace cmc_sm90
+#endif  // !CMC_HOST
