@@ -13,7 +13,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from .cubin import read_cubin
 from .errors import ArtifactError
 from .ir import Mask, ParamDecl
 from .package import MANIFEST, descriptor_dict
+from .resources import read_text
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class InspectReport:
 
 @lru_cache(maxsize=1)
 def manifest_schema() -> dict[str, Any]:
-    text = resources.files("cmc.schema").joinpath("manifest.schema.json").read_text("utf-8")
+    text = read_text("cmc.schema", "manifest.schema.json")
     schema: dict[str, Any] = json.loads(text)
     return schema
 

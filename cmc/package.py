@@ -20,8 +20,6 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Sequence
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +28,7 @@ from .abi import HEADER_FIELDS, DescriptorLayout, check_identifier
 from .artifacts import SCHEMA_VERSION, BuiltCubin, BuiltKernels, KernelVariant
 from .errors import ArtifactError
 from .render import table_dict
+from .resources import jinja_env
 
 if TYPE_CHECKING:
     import jinja2
@@ -205,21 +204,8 @@ def manifest_dict(
 # --------------------------------------------------------------------------- the header
 
 
-@lru_cache(maxsize=1)
 def _jinja() -> jinja2.Environment:
-    import jinja2
-
-    def load(name: str) -> str:
-        return resources.files("cmc.templates").joinpath(name).read_text(encoding="utf-8")
-
-    return jinja2.Environment(
-        loader=jinja2.FunctionLoader(load),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    return jinja_env()
 
 
 def _c_string(s: str) -> str:

@@ -1,0 +1,827 @@
+"""emit: IntervalTable -> EmittedSource (the CUDA text NVRTC compiles, and its entry points).
+
+The kernel itself is hand-written (templates/cmc/attn_fwd_portable.cuh, inlined so the .cu is
+self-contained); what is generated here is the mask's hook struct `cmc_hooks` (contract at
+the top of that header):
+
+- `visible(s, r, k)`: the mask's own predicate, exact, with every k-free subexpression
+  hoisted into a per-row context `row_t` (computed once per row) and `same(S, a, b)` with one
+  k-free side turned into an exact membership interval for the other side;
+- `term(s, qa, qb, i, out)`: interval arithmetic over the query rows [qa, qb] for every table
+  term (a family term is one instance per compile-time index), giving its touched and full
+  key ranges.
+
+Integer semantics follow cmc/evaluate.py exactly: floor division and remainder, x / 0 == 0,
+x % 0 == x. Every expression node gets a static value range (q, k, len within int32, params
+int32); a node whose range fits int32 is computed in int32, anything else in int64, so no
+intermediate overflows where evaluate's int64 would not.
+
+Only identifiers that pass abi.check_identifier and Python ints reach the C text; the mask's
+doc string appears only as a `//` comment stripped to a harmless alphabet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import jinja2
+
+from . import artifacts
+from .abi import DescriptorLayout, check_identifier, descriptor_layout
+from .artifacts import EmittedSource, KernelVariant
+from .ir import (
+    And,
+    BinOp,
+    BoolConst,
+    Bound,
+    Call,
+    Cmp,
+    Const,
+    Expr,
+    IntervalTable,
+    Neg,
+    Not,
+    Or,
+    ParamRef,
+    Pred,
+    Same,
+    SegFn,
+    TableRef,
+    Term,
+    Var,
+)
+from .resources import jinja_env, read_text
+
+KERNEL_HEADER = "cmc/attn_fwd_portable.cuh"
+TEMPLATE = "kernel.cu.j2"
+
+# The portable kernel's shape (must match cmc_portable:: in the header).
+BLOCK_M = 128
+BLOCK_N = 64
+KERNEL_KIND = "portable"
+
+
+def rows_per_warp(head_dim: int) -> int:
+    """Query rows per warp of the portable kernel (16 * MT, cmc_portable::Shape<MT>)."""
+    return ROWS_PER_WARP[head_dim]
+
+
+# 16 rows per warp (8 warps) for both head dims: no spills on any mask or arch (measured with
+# ptxas -v, NVRTC 13.0, sm_80/90a/100a). 32 rows per warp (two m16 tiles, 4 warps, as in
+# FlashAttention-2) halves shared-memory reads of K/V per mma but hits 255 registers and
+# spills for d128 and for mask-heavy d64; tools/kernel_check.py times both (-DCMC_PORTABLE_MT).
+ROWS_PER_WARP = {64: 16, 128: 16}
+
+
+def threads(head_dim: int) -> int:
+    return 32 * BLOCK_M // rows_per_warp(head_dim)
+# More term instances than this and the per-CTA plan would crowd shared memory: the emitted
+# hooks then use one conservative term (every key touched, no tile full), still exact.
+MAX_TERMS = 1024
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+POS_MAX = I32_MAX - 1  # q, k < len <= INT32_MAX
+
+_DOC_ALLOWED = re.compile(r"[^A-Za-z0-9 ,.:;()_+\-=<>]")
+
+
+def smem_bytes(head_dim: int, n_terms: int) -> int:
+    """Dynamic shared memory of the portable kernel (cmc_portable::smem_bytes)."""
+    tiles = BLOCK_M * head_dim * 2 + 4 * BLOCK_N * head_dim * 2  # Q, K x2, V x2
+    plan = (8 * n_terms + 2) * 4
+    return (tiles + plan + 15) // 16 * 16
+
+
+def sanitize_doc(doc: str, limit: int = 200) -> str:
+    """The doc string as it may appear in a `//` comment: a small alphabet, one line."""
+    return _DOC_ALLOWED.sub("", doc.replace("\n", " "))[:limit].strip()
+
+
+# =========================================================================== static ranges
+
+
+def _fits32(lo: int, hi: int) -> bool:
+    return I32_MIN <= lo and hi <= I32_MAX
+
+
+def _fdiv(a: int, b: int) -> int:
+    return 0 if b == 0 else a // b
+
+
+def _fmod(a: int, b: int) -> int:
+    return a if b == 0 else a % b
+
+
+def _range_div(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    if b[0] == b[1]:
+        c = b[0]
+        if c == 0:
+            return (0, 0)
+        x, y = _fdiv(a[0], c), _fdiv(a[1], c)
+        return (min(x, y), max(x, y))
+    if b[0] > 0 or b[1] < 0:
+        ps = [_fdiv(x, y) for x in a for y in b]
+        return (min(ps), max(ps))
+    m = max(abs(a[0]), abs(a[1]))
+    return (-m, m)
+
+
+def _range_mod(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    if b[0] == b[1]:
+        c = b[0]
+        if c == 0:
+            return a
+        if _fdiv(a[0], c) == _fdiv(a[1], c):
+            return (_fmod(a[0], c), _fmod(a[1], c))
+        return (0, c - 1) if c > 0 else (c + 1, 0)
+    if b[0] > 0:
+        return (0, b[1] - 1)
+    if b[1] < 0:
+        return (b[0] + 1, 0)
+    return (min(a[0], b[0] + 1, 0), max(a[1], b[1] - 1, 0))
+
+
+def _range_mul(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    ps = [x * y for x in a for y in b]
+    return (min(ps), max(ps))
+
+
+def _const_value(e: Expr) -> int | None:
+    """The value of a constant-only expression (evaluate semantics), else None."""
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Neg):
+        v = _const_value(e.a)
+        return None if v is None else -v
+    if isinstance(e, BinOp):
+        a, b = _const_value(e.a), _const_value(e.b)
+        if a is None or b is None:
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b, "/": _fdiv(a, b), "%": _fmod(a, b)}[e.op]
+    if isinstance(e, Call):
+        vs = [_const_value(x) for x in e.args]
+        if any(v is None for v in vs) or not vs:
+            return None
+        ints = [v for v in vs if v is not None]
+        if e.fn == "abs":
+            return abs(ints[0])
+        return min(ints) if e.fn == "min" else max(ints)
+    return None
+
+
+def uses_k(e: Expr | Pred) -> bool:
+    if isinstance(e, Var):
+        return e.name == "k"
+    if isinstance(e, (Const, ParamRef, BoolConst)):
+        return False
+    if isinstance(e, BinOp):
+        return uses_k(e.a) or uses_k(e.b)
+    if isinstance(e, (Neg, Not)):
+        return uses_k(e.a)
+    if isinstance(e, Call):
+        return any(uses_k(a) for a in e.args)
+    if isinstance(e, SegFn):
+        return uses_k(e.arg)
+    if isinstance(e, TableRef):
+        return uses_k(e.index)
+    if isinstance(e, Cmp):
+        return uses_k(e.a) or uses_k(e.b)
+    if isinstance(e, (And, Or)):
+        return any(uses_k(x) for x in e.items)
+    if isinstance(e, Same):
+        return uses_k(e.a) or uses_k(e.b)
+    raise TypeError(f"not an expression or predicate: {e!r}")
+
+
+# =========================================================================== C literals
+
+
+def _lit(v: int, wide: bool) -> str:
+    if wide:
+        if not I64_MIN <= v <= I64_MAX:
+            raise ValueError(f"integer {v} does not fit int64")
+        if v == I64_MIN:
+            return "(-9223372036854775807LL - 1)"
+        return f"({v}LL)" if v < 0 else f"{v}LL"
+    if v == I32_MIN:
+        return "(-2147483647 - 1)"
+    return f"({v})" if v < 0 else str(v)
+
+
+def _cast(code: str, from_wide: bool, to_wide: bool) -> str:
+    if from_wide == to_wide:
+        return code
+    return f"(cmc_i64)({code})" if to_wide else f"(int)({code})"
+
+
+@dataclass(frozen=True)
+class _C:
+    """A C expression with the static range of its value (its type follows from the range)."""
+
+    code: str
+    lo: int
+    hi: int
+
+    @property
+    def wide(self) -> bool:
+        return not _fits32(self.lo, self.hi)
+
+    @property
+    def ctype(self) -> str:
+        return "cmc_i64" if self.wide else "int"
+
+    def as_type(self, wide: bool) -> str:
+        return _cast(self.code, self.wide, wide)
+
+
+def _pow2(c: int) -> int | None:
+    return c.bit_length() - 1 if c > 0 and c & (c - 1) == 0 else None
+
+
+# =========================================================================== scope
+
+
+@dataclass
+class _Scope:
+    """Names of one mask inside the hooks: params, segments and (in a family) the index."""
+
+    params: Mapping[str, str]  # name -> kind
+    index: str | None = None
+    index_range: tuple[int, int] = (0, 0)
+    tables: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+
+    def param(self, name: str) -> str:
+        kind = self.params.get(name)
+        if kind not in ("scalar", "batch"):
+            raise ValueError(f"unknown int parameter {name!r}")
+        return f"s.p_{check_identifier(name)}"
+
+    def segs(self, name: str) -> tuple[str, str]:
+        if self.params.get(name) != "segments":
+            raise ValueError(f"unknown segments parameter {name!r}")
+        n = check_identifier(name)
+        return f"s.sg_{n}", f"s.sn_{n}"
+
+
+# =========================================================================== exact C (rows/elements)
+
+
+class _ExactGen:
+    """Exact integer C for the predicate. mode "elem": q is r.q, k is k, and k-free
+    subtrees come from the row context; mode "row": q is the local q, no k."""
+
+    def __init__(self, scope: _Scope):
+        self.scope = scope
+        self.hoisted: dict[object, tuple[str, str]] = {}  # key -> (field, ctype)
+        self.row_lines: list[str] = []
+
+    # ------------------------------------------------------------------ hoisting
+    def _hoist_expr(self, e: Expr) -> _C:
+        c = self.expr(e, "row")
+        key = ("e", e)
+        if key not in self.hoisted:
+            name = f"h{len(self.hoisted)}"
+            self.hoisted[key] = (name, c.ctype)
+            self.row_lines.append(f"r.{name} = {c.code};")
+        return _C(f"r.{self.hoisted[key][0]}", c.lo, c.hi)
+
+    def _hoist_pred(self, p: Pred) -> str:
+        key = ("p", p)
+        if key not in self.hoisted:
+            code = self.pred(p, "row")
+            name = f"h{len(self.hoisted)}"
+            self.hoisted[key] = (name, "bool")
+            self.row_lines.append(f"r.{name} = {code};")
+        return f"r.{self.hoisted[key][0]}"
+
+    def _hoist_member(self, segments: str, a: Expr, other: _C) -> tuple[str, str, bool]:
+        """Exact membership interval [lo, hi) of same(S, a, .): lo is seg_start unless a is in
+        segment -1, hi the next start unless a is in the last segment; those open sides get
+        sentinels outside the other side's static range."""
+        wide = other.wide or other.hi >= I32_MAX
+        lo_sent = _lit(I64_MIN, True) if wide else _lit(max(other.lo, I32_MIN), False)
+        hi_sent = _lit(I64_MAX, True) if wide else _lit(other.hi + 1, False)
+        key = ("m", segments, a, wide, lo_sent, hi_sent)
+        if key not in self.hoisted:
+            idx = len(self.hoisted)
+            ctype = "cmc_i64" if wide else "int"
+            self.hoisted[key] = (f"h{idx}", ctype)
+            sg, sn = self.scope.segs(segments)
+            ac = self.expr(a, "row")
+            j = f"j{idx}"
+            self.row_lines.append(
+                f"{{ const int {j} = cmc_seg({sg}, {sn}, {ac.as_type(True)}); "
+                f"r.h{idx} = {j} < 0 ? {lo_sent} : ({ctype}){sg}[{j}]; "
+                f"r.h{idx}_hi = {j} + 1 < {sn} ? ({ctype}){sg}[{j} + 1] : {hi_sent}; }}"
+            )
+        name = self.hoisted[key][0]
+        return f"r.{name}", f"r.{name}_hi", wide
+
+    def row_fields(self) -> list[str]:
+        out: list[str] = []
+        for key, (name, ctype) in self.hoisted.items():
+            out.append(f"{ctype} {name};")
+            if isinstance(key, tuple) and key[0] == "m":
+                out.append(f"{ctype} {name}_hi;")
+        return out
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: Expr, mode: str) -> _C:
+        cv = _const_value(e)
+        if cv is not None:
+            return _C(_lit(cv, not _fits32(cv, cv)), cv, cv)
+        if mode == "elem" and not uses_k(e) and not isinstance(e, (Var, ParamRef)):
+            return self._hoist_expr(e)
+        if isinstance(e, Var):
+            if e.name == "q":
+                return _C("r.q" if mode == "elem" else "q", 0, POS_MAX)
+            if e.name == "k":
+                if mode != "elem":
+                    raise ValueError("k in a k-free context")
+                return _C("k", 0, POS_MAX)
+            if e.name == "len":
+                return _C("s.len", 0, I32_MAX)
+            raise ValueError(f"unknown variable {e.name!r} in a mask predicate")
+        if isinstance(e, ParamRef):
+            return _C(self.scope.param(e.name), I32_MIN, I32_MAX)
+        if isinstance(e, BinOp):
+            return self._binop(e, mode)
+        if isinstance(e, Neg):
+            a = self.expr(e.a, mode)
+            lo, hi = -a.hi, -a.lo
+            wide = a.wide or not _fits32(lo, hi)
+            return _C(f"(-{a.as_type(wide)})", lo, hi)
+        if isinstance(e, Call):
+            args = [self.expr(x, mode) for x in e.args]
+            if not args:
+                raise ValueError(f"{e.fn}() without arguments")
+            if e.fn == "abs":
+                a = args[0]
+                lo, hi = (a.lo, a.hi) if a.lo >= 0 else (
+                    (-a.hi, -a.lo) if a.hi <= 0 else (0, max(-a.lo, a.hi)))
+                wide = a.wide or not _fits32(lo, hi)
+                return _C(f"cmc_abs({a.as_type(wide)})", lo, hi)
+            acc = args[0]
+            pick = min if e.fn == "min" else max
+            for b in args[1:]:
+                lo, hi = pick(acc.lo, b.lo), pick(acc.hi, b.hi)
+                wide = acc.wide or b.wide
+                code = f"cmc_{e.fn}({acc.as_type(wide)}, {b.as_type(wide)})"
+                acc = _C(_cast(code, wide, not _fits32(lo, hi)), lo, hi)
+            return acc
+        if isinstance(e, SegFn):
+            a = self.expr(e.arg, mode)
+            sg, sn = self.scope.segs(e.segments)
+            if e.fn == "seg":
+                return _C(f"cmc_seg({sg}, {sn}, {a.as_type(True)})", -1, I32_MAX - 1)
+            if e.fn == "seg_start":
+                return _C(f"cmc_seg_start({sg}, {sn}, {a.as_type(True)})", I32_MIN, I32_MAX)
+            return _C(f"cmc_seg_end({sg}, {sn}, s.len, {a.as_type(True)})", I32_MIN, I32_MAX)
+        if isinstance(e, TableRef):
+            raise ValueError("table references belong to interval families, not predicates")
+        raise TypeError(f"not an expression: {e!r}")
+
+    def _binop(self, e: BinOp, mode: str) -> _C:
+        a = self.expr(e.a, mode)
+        b = self.expr(e.b, mode)
+        ra, rb = (a.lo, a.hi), (b.lo, b.hi)
+        if e.op == "+":
+            lo, hi = a.lo + b.lo, a.hi + b.hi
+        elif e.op == "-":
+            lo, hi = a.lo - b.hi, a.hi - b.lo
+        elif e.op == "*":
+            lo, hi = _range_mul(ra, rb)
+        elif e.op == "/":
+            lo, hi = _range_div(ra, rb)
+        else:
+            lo, hi = _range_mod(ra, rb)
+        res_wide = not _fits32(lo, hi)
+        wide = a.wide or b.wide or res_wide
+        x, y = a.as_type(wide), b.as_type(wide)
+        c = b.lo if b.lo == b.hi else None
+        if e.op in "+-*":
+            code = f"({x} {e.op} {y})"
+        elif e.op == "/":
+            s = _pow2(c) if c is not None else None
+            if c == 0:
+                code = _lit(0, wide)
+            elif c == 1:
+                code = x
+            elif s is not None:
+                code = f"({x} >> {s})"  # arithmetic shift == floor division by 2^s
+            else:
+                code = f"cmc_fdiv({x}, {y})"
+        else:
+            s = _pow2(c) if c is not None else None
+            if c == 0:
+                code = x
+            elif c in (1, -1):
+                code = _lit(0, wide)
+            elif s is not None and c is not None:
+                code = f"({x} & {_lit(c - 1, wide)})"  # two's complement: floor remainder
+            else:
+                code = f"cmc_fmod({x}, {y})"
+        return _C(_cast(code, wide, res_wide), lo, hi)
+
+    # ------------------------------------------------------------------ predicates
+    def pred(self, p: Pred, mode: str) -> str:
+        if isinstance(p, BoolConst):
+            return "true" if p.value else "false"
+        if mode == "elem" and not uses_k(p):
+            return self._hoist_pred(p)
+        if isinstance(p, Cmp):
+            a, b = self.expr(p.a, mode), self.expr(p.b, mode)
+            wide = a.wide or b.wide
+            return f"({a.as_type(wide)} {p.op} {b.as_type(wide)})"
+        if isinstance(p, And):
+            if not p.items:
+                return "true"
+            return "(" + " && ".join(self.pred(x, mode) for x in p.items) + ")"
+        if isinstance(p, Or):
+            if not p.items:
+                return "false"
+            return "(" + " || ".join(self.pred(x, mode) for x in p.items) + ")"
+        if isinstance(p, Not):
+            return f"(!{self.pred(p.a, mode)})"
+        if isinstance(p, Same):
+            sg, sn = self.scope.segs(p.segments)
+            if mode == "elem" and uses_k(p.a) != uses_k(p.b):
+                free, other = (p.a, p.b) if not uses_k(p.a) else (p.b, p.a)
+                oc = self.expr(other, mode)
+                lo, hi, wide = self._hoist_member(p.segments, free, oc)
+                v = oc.as_type(wide)
+                return f"({lo} <= {v} && {v} < {hi})"
+            a, b = self.expr(p.a, mode), self.expr(p.b, mode)
+            return (f"(cmc_seg({sg}, {sn}, {a.as_type(True)}) == "
+                    f"cmc_seg({sg}, {sn}, {b.as_type(True)}))")
+        raise TypeError(f"not a predicate: {p!r}")
+
+
+# =========================================================================== interval C (terms)
+
+
+class _IvGen:
+    """Straight-line interval arithmetic (cmc_iv, int64 with saturation) for one term."""
+
+    def __init__(self, scope: _Scope, table_names: dict[str, str]):
+        self.scope = scope
+        self.table_names = table_names  # table -> C array name
+        self.lines: list[str] = []
+        self.memo: dict[object, str] = {}
+
+    def _emit(self, key: object, code: str, ctype: str = "cmc_iv") -> str:
+        if key in self.memo:
+            return self.memo[key]
+        name = f"v{len(self.memo)}"
+        self.lines.append(f"const {ctype} {name} = {code};")
+        self.memo[key] = name
+        return name
+
+    def iv(self, e: Expr) -> str:
+        key = ("e", e)
+        if key in self.memo:
+            return self.memo[key]
+        if isinstance(e, Const):
+            return self._emit(key, f"cmc_iv_pt({_lit(e.value, True)})")
+        if isinstance(e, Var):
+            if e.name == "q":
+                return self._emit(key, "cmc_iv_mk(qa, qb)")
+            if e.name == "len":
+                return self._emit(key, "cmc_iv_pt(s.len)")
+            if self.scope.index is not None and e.name == self.scope.index:
+                return self._emit(key, "cmc_iv_pt(cmc_t)")
+            raise ValueError(f"variable {e.name!r} in a k-free bound or guard")
+        if isinstance(e, ParamRef):
+            return self._emit(key, f"cmc_iv_pt({self.scope.param(e.name)})")
+        if isinstance(e, BinOp):
+            fn = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}[e.op]
+            a, b = self.iv(e.a), self.iv(e.b)
+            return self._emit(key, f"cmc_iv_{fn}({a}, {b})")
+        if isinstance(e, Neg):
+            return self._emit(key, f"cmc_iv_neg({self.iv(e.a)})")
+        if isinstance(e, Call):
+            args = [self.iv(x) for x in e.args]
+            if not args:
+                raise ValueError(f"{e.fn}() without arguments")
+            if e.fn == "abs":
+                return self._emit(key, f"cmc_iv_abs({args[0]})")
+            acc = args[0]
+            for n, b in enumerate(args[1:]):
+                acc = self._emit(("fold", e, n), f"cmc_iv_{e.fn}({acc}, {b})")
+            self.memo[key] = acc
+            return acc
+        if isinstance(e, SegFn):
+            a = self.iv(e.arg)
+            sg, sn = self.scope.segs(e.segments)
+            if e.fn == "seg":
+                return self._emit(key, f"cmc_iv_seg({sg}, {sn}, {a})")
+            if e.fn == "seg_start":
+                return self._emit(key, f"cmc_iv_seg_start({sg}, {sn}, {a})")
+            return self._emit(key, f"cmc_iv_seg_end({sg}, {sn}, s.len, {a})")
+        if isinstance(e, TableRef):
+            if e.table not in self.table_names:
+                raise ValueError(f"unknown table {e.table!r}")
+            arr, vals = self.table_names[e.table], self.scope.tables[e.table][1]
+            idx = self.iv(e.index)
+            return self._emit(
+                key, f"cmc_iv_tab({arr}, {max(1, len(vals))}, {idx}, "
+                f"{_lit(min(vals, default=0), False)}, {_lit(max(vals, default=0), False)})")
+        raise TypeError(f"not an expression: {e!r}")
+
+    def tv(self, p: Pred) -> str:
+        key = ("p", p)
+        if key in self.memo:
+            return self.memo[key]
+        if isinstance(p, BoolConst):
+            return self._emit(key, f"cmc_tv_const({'true' if p.value else 'false'})", "cmc_tv")
+        if isinstance(p, Cmp):
+            a, b = self.iv(p.a), self.iv(p.b)
+            code = {
+                "<": f"cmc_tv_lt({a}, {b})",
+                "<=": f"cmc_tv_le({a}, {b})",
+                ">": f"cmc_tv_lt({b}, {a})",
+                ">=": f"cmc_tv_le({b}, {a})",
+                "==": f"cmc_tv_eq({a}, {b})",
+                "!=": f"cmc_tv_ne({a}, {b})",
+            }[p.op]
+            return self._emit(key, code, "cmc_tv")
+        if isinstance(p, (And, Or)):
+            fn = "and" if isinstance(p, And) else "or"
+            if not p.items:
+                return self.tv(BoolConst(isinstance(p, And)))
+            acc = self.tv(p.items[0])
+            for n, x in enumerate(p.items[1:]):
+                acc = self._emit(("fold", p, n), f"cmc_tv_{fn}({acc}, {self.tv(x)})", "cmc_tv")
+            self.memo[key] = acc
+            return acc
+        if isinstance(p, Not):
+            return self._emit(key, f"cmc_tv_not({self.tv(p.a)})", "cmc_tv")
+        if isinstance(p, Same):
+            sg, sn = self.scope.segs(p.segments)
+            ja = self._emit(("seg", p.a), f"cmc_iv_seg({sg}, {sn}, {self.iv(p.a)})")
+            jb = self._emit(("seg", p.b), f"cmc_iv_seg({sg}, {sn}, {self.iv(p.b)})")
+            return self._emit(key, f"cmc_tv_eq({ja}, {jb})", "cmc_tv")
+        raise TypeError(f"not a predicate: {p!r}")
+
+
+# =========================================================================== hooks
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The generated parts of NAME.cu."""
+
+    n_terms: int
+    tables: tuple[str, ...]  # C definitions of compile-time tables
+    seq_fields: tuple[str, ...]
+    seq_lines: tuple[str, ...]
+    row_fields: tuple[str, ...]
+    row_lines: tuple[str, ...]
+    visible: str
+    term_blocks: tuple[str, ...]
+
+
+def _indent(lines: Sequence[str], n: int) -> str:
+    pad = " " * n
+    return "\n".join(pad + ln if ln else ln for ln in lines)
+
+
+def _wrap_ints(values: Sequence[int], per_line: int = 16) -> list[str]:
+    out = []
+    for i in range(0, len(values), per_line):
+        out.append(", ".join(_lit(v, False) for v in values[i:i + per_line]) + ",")
+    return out or ["0,"]
+
+
+def _term_block(term: Term, base: int, count: int, scope: _Scope, tabs: dict[str, str],
+                comment: str) -> list[str]:
+    g = _IvGen(scope, tabs)
+    guard = g.tv(term.guard)
+    lo = g.iv(term.lo.expr)
+    hi = g.iv(term.hi.expr)
+    exact = "true" if term.residual is None else "false"
+    body = [*g.lines, f"cmc_term_out(out, {guard}, {lo}, {hi}, {exact}, s.len);", "return;"]
+    if term.family is None:
+        head = f"if (i == {base}) {{  // {comment}"
+        return [head, _indent(body, 2), "}"]
+    fam = term.family
+    head = f"if (i >= {base} && i < {base + count}) {{  // {comment}"
+    first = f"const int cmc_t = {_lit(fam.start, False)} + (i - {base});"
+    return [head, _indent([first, *body], 2), "}"]
+
+
+def _check_table(table: IntervalTable) -> None:
+    for t in table.terms:
+        parts: list[Expr | Pred] = [t.guard, t.lo.expr, t.hi.expr]
+        if any(uses_k(x) for x in parts):
+            raise ValueError("interval table guards and bounds must be free of k")
+        if t.family is not None:
+            f = t.family
+            if not (I32_MIN <= f.start <= I32_MAX and I32_MIN <= f.stop <= I32_MAX):
+                raise ValueError("family index range must fit int32")
+            for _, vals in f.tables:
+                if any(not I32_MIN <= v <= I32_MAX for v in vals):
+                    raise ValueError("family table values must fit int32")
+
+
+def build_hooks(table: IntervalTable) -> Hooks:
+    """Generate the hook pieces for `table` (pure; deterministic)."""
+    mask = table.mask
+    _check_table(table)
+    params = {check_identifier(p.name): p.kind for p in mask.params}
+    scope = _Scope(params)
+
+    seq_fields = ["int len;", "cmc_i64 tok0;"]
+    seq_lines = [
+        "const int* cu = reinterpret_cast<const int*>(d.cu_seqlens);",
+        "s.tok0 = cu[b];",
+        "s.len = cu[b + 1] - cu[b];",
+    ]
+    for p in mask.params:
+        n = check_identifier(p.name)
+        if p.kind == "scalar":
+            seq_fields.append(f"int p_{n};  // scalar")
+            seq_lines.append(f"s.p_{n} = d.p_{n};")
+        elif p.kind == "batch":
+            seq_fields.append(f"int p_{n};  // int[batch]")
+            seq_lines.append(f"s.p_{n} = reinterpret_cast<const int*>(d.p_{n})[b];")
+        else:
+            seq_fields.append(f"const int* sg_{n};  // segment starts of this sequence")
+            seq_fields.append(f"int sn_{n};")
+            seq_lines.append(
+                f"{{ const int* off = reinterpret_cast<const int*>(d.p_{n}_offsets); "
+                f"s.sg_{n} = reinterpret_cast<const int*>(d.p_{n}_starts) + off[b]; "
+                f"s.sn_{n} = off[b + 1] - off[b]; }}"
+            )
+
+    # Element predicate and row context.
+    ex = _ExactGen(scope)
+    visible = ex.pred(mask.predicate, "elem")
+
+    # Terms.
+    counts = [(t.family.stop - t.family.start) if t.family else 1 for t in table.terms]
+    counts = [max(0, c) for c in counts]
+    terms: tuple[Term, ...] = table.terms
+    if sum(counts) > MAX_TERMS:
+        from .ir import TRUE  # one conservative term: every key touched, never full
+
+        terms = (Term(TRUE, Bound(Const(0), "const"), Bound(Var("len"), "const"), TRUE),)
+        counts = [1]
+    tables: list[str] = []
+    blocks: list[str] = []
+    base = 0
+    for ti, (term, count) in enumerate(zip(terms, counts, strict=True)):
+        tscope = scope
+        tabs: dict[str, str] = {}
+        if term.family is not None:
+            fam = term.family
+            tscope = _Scope(params, fam.index, (fam.start, fam.stop - 1), {})
+            for tj, (tname, vals) in enumerate(fam.tables):
+                arr = f"cmc_tab{ti}_{tj}"
+                tabs[tname] = arr
+                tscope.tables[tname] = (arr, tuple(vals))
+                body = _wrap_ints(vals)
+                tables.append(f"CMC_TABLE int {arr}[{max(1, len(vals))}] = {{\n"
+                              + _indent(body, 2) + "\n};")
+        if count == 0:
+            continue
+        comment = f"term {ti}" + (f", family of {count}" if term.family else "")
+        if term.residual is not None:
+            comment += ", with residual"
+        blocks.append("\n".join(_term_block(term, base, count, tscope, tabs, comment)))
+        base += count
+    return Hooks(
+        n_terms=base,
+        tables=tuple(tables),
+        seq_fields=tuple(seq_fields),
+        seq_lines=tuple(seq_lines),
+        row_fields=tuple(ex.row_fields()),
+        row_lines=tuple(ex.row_lines),
+        visible=visible,
+        term_blocks=tuple(blocks),
+    )
+
+
+# =========================================================================== template
+
+
+def _read_resource(name: str) -> str:
+    return read_text("cmc.templates", name)
+
+
+def _env() -> jinja2.Environment:
+    return jinja_env()
+
+
+def _probe_value(ctype: str, tag: int) -> str:
+    pattern = 0x0101010101010101 * tag
+    if ctype == "uint64_t":
+        return f"0x{pattern:016x}ULL"
+    if ctype == "int64_t":
+        return f"(int64_t)0x{pattern:016x}ULL"
+    small = 0x01010101 * tag
+    if ctype == "int32_t":
+        return f"(int32_t)0x{small:08x}u"
+    if ctype == "float":
+        return f"__builtin_bit_cast(float, 0x{small:08x}u)"
+    raise ValueError(f"unknown descriptor C type {ctype!r}")
+
+
+def _layout_fields(layout: DescriptorLayout) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for i, f in enumerate(layout.fields):
+        tag = i % 250 + 1
+        out.append({
+            "name": check_identifier(f.name),
+            "offset": int(f.offset),
+            "last": int(f.offset + f.size - 1),
+            "tag": tag,
+            "probe": _probe_value(f.ctype, tag),
+        })
+    return out
+
+
+def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
+              archs: Sequence[str], n_terms: int) -> tuple[KernelVariant, ...]:
+    out = []
+    for dt in dict.fromkeys(dtypes):
+        if dt not in artifacts.DTYPES:
+            raise ValueError(f"unsupported dtype {dt!r} (supported: {artifacts.DTYPES})")
+        for hd in dict.fromkeys(head_dims):
+            if hd not in artifacts.HEAD_DIMS:
+                raise ValueError(f"unsupported head dim {hd!r} (supported: {artifacts.HEAD_DIMS})")
+            out.append(KernelVariant(
+                symbol=f"cmc_{name}_fwd_{dt}_d{hd}",
+                dtype=dt,
+                head_dim=int(hd),
+                block_m=BLOCK_M,
+                block_n=BLOCK_N,
+                threads=threads(int(hd)),
+                smem_bytes=smem_bytes(int(hd), n_terms),
+                kernel=KERNEL_KIND,
+                archs=tuple(archs),
+            ))
+    if not out:
+        raise ValueError("no kernel variants requested")
+    return tuple(out)
+
+
+def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks) -> str:
+    mask = table.mask
+    name = check_identifier(mask.name)
+    layout = descriptor_layout(mask)
+    tmpl = _env().get_template(TEMPLATE)
+    return tmpl.render(
+        mask_name=name,
+        doc=sanitize_doc(mask.doc),
+        struct_name=check_identifier(layout.struct_name),
+        desc_struct=layout.c_struct(),
+        desc_size=int(layout.size),
+        fields=_layout_fields(layout),
+        kernel_header=_read_resource(KERNEL_HEADER).rstrip("\n"),
+        block_m=BLOCK_M,
+        block_n=BLOCK_N,
+        n_terms=hooks.n_terms,
+        tables=list(hooks.tables),
+        seq_fields=_indent(hooks.seq_fields, 4),
+        seq_lines=_indent(hooks.seq_lines, 4),
+        row_fields=_indent(hooks.row_fields, 4) if hooks.row_fields else "",
+        row_lines=_indent(hooks.row_lines, 4) if hooks.row_lines else "",
+        visible=hooks.visible,
+        term_blocks=[_indent(b.split("\n"), 4) for b in hooks.term_blocks],
+        variants=[{
+            "symbol": check_identifier(v.symbol),
+            "define": f"CMC_VARIANT_{v.dtype}_d{v.head_dim}",
+            "bf16": "true" if v.dtype == "bf16" else "false",
+            "head_dim": int(v.head_dim),
+            "threads": int(v.threads),
+            "mt": rows_per_warp(int(v.head_dim)) // 16,
+            "smem_bytes": int(v.smem_bytes),
+        } for v in variants],
+    )
+
+
+def emit(
+    table: IntervalTable,
+    dtypes: Sequence[str] = ("bf16",),
+    head_dims: Sequence[int] = (64, 128),
+    archs: Sequence[str] = artifacts.DEFAULT_ARCHS,
+) -> EmittedSource:
+    """The CUDA source of every (dtype, head dim) variant of the portable kernel for `table`."""
+    for a in archs:
+        if a not in artifacts.SUPPORTED_ARCHS:
+            raise ValueError(f"unsupported arch {a!r} (supported: {artifacts.SUPPORTED_ARCHS})")
+    name = check_identifier(table.mask.name)
+    hooks = build_hooks(table)
+    variants = _variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)), hooks.n_terms)
+    text = render(table, variants, hooks)
+    return EmittedSource(
+        table=table,
+        layout=descriptor_layout(table.mask),
+        filename=f"{name}.cu",
+        text=text,
+        variants=variants,
+    )
