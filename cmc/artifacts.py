@@ -11,6 +11,7 @@ SCHEMA_VERSION = 1
 DEFAULT_ARCHS = ("sm_90a", "sm_100a")
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
 DTYPES = ("bf16", "fp16")
+KERNELS = ("auto", "portable")  # auto: the sm90 (wgmma) kernel on sm_90a, portable elsewhere
 HEAD_DIMS = (64, 128)
 
 
@@ -27,6 +28,17 @@ class KernelVariant:
     smem_bytes: int  # dynamic shared memory the launch must request
     kernel: str  # which hand-written kernel: "portable" (mma.sync) or "sm90" (wgmma)
     archs: tuple[str, ...]  # archs this variant is built for
+
+    @property
+    def tag(self) -> str:
+        """Names the variant in cubin files and header macros (unique per artifact)."""
+        base = f"{self.dtype}_d{self.head_dim}"
+        return base if self.kernel == "portable" else f"{self.kernel}_{base}"
+
+    @property
+    def define(self) -> str:
+        """The macro that selects this variant's entry point in NAME.cu."""
+        return f"CMC_VARIANT_{self.tag}"
 
 
 @dataclass(frozen=True)

@@ -142,11 +142,11 @@ def _check(err: object, what: str) -> None:
 
 
 def variant_define(v: KernelVariant) -> str:
-    return f"CMC_VARIANT_{v.dtype}_d{v.head_dim}"
+    return v.define
 
 
 def variant_tag(v: KernelVariant) -> str:
-    return f"{v.dtype}_d{v.head_dim}"
+    return v.tag
 
 
 def cubin_filename(name: str, arch: str, v: KernelVariant) -> str:

@@ -165,13 +165,17 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
 @click.option("-D", "defines", multiple=True, metavar="NAME=INT")
 @click.option("--emit", "emit_kind", type=click.Choice(["itab", "cu", "cubin"]), default="cubin",
               show_default=True, help="Stop after the table, the source, or build everything.")
+@click.option("--kernel", type=click.Choice(["auto", "portable"]), default="auto",
+              show_default=True,
+              help="auto: the wgmma kernel on sm_90a and the portable one elsewhere.")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every kernel.")
 @_reports_errors
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
-                defines: tuple[str, ...], emit_kind: str, jobs: int, check_only: bool,
+                defines: tuple[str, ...], emit_kind: str, kernel: str, jobs: int,
+                check_only: bool,
                 no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
@@ -193,7 +197,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
     from .driver import Options, compile_many
 
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
-                   defines=tuple(sorted(_defines(defines).items())), jobs=jobs,
+                   defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    cache=not no_cache)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=click.echo)
     if stale:

@@ -46,13 +46,15 @@ class Options:
     defines: tuple[tuple[str, int], ...] = ()
     jobs: int = 1
     cache: bool = True
+    kernel: str = "auto"  # "auto": sm90 kernel on sm_90a; "portable": mma.sync everywhere
 
 
 def back(table: IntervalTable, opts: Options) -> EmittedSource:
     """emit."""
     from .emit import emit
 
-    return emit(table, dtypes=opts.dtypes, head_dims=opts.head_dims, archs=opts.archs)
+    return emit(table, dtypes=opts.dtypes, head_dims=opts.head_dims, archs=opts.archs,
+                kernel=opts.kernel)
 
 
 def compile_file(
@@ -64,6 +66,7 @@ def compile_file(
     defines: Mapping[str, int] | None = None,
     jobs: int = 1,
     cache: bool = True,
+    kernel: str = "auto",
 ) -> Path:
     """parse -> check -> lower -> emit -> build -> package; returns OUT/NAME."""
     from .build import build
@@ -76,6 +79,7 @@ def compile_file(
         defines=tuple(sorted((defines or {}).items())),
         jobs=jobs,
         cache=cache,
+        kernel=kernel,
     )
     table = front(path, dict(opts.defines))
     source = back(table, opts)

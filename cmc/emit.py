@@ -62,6 +62,22 @@ BLOCK_M = 128
 BLOCK_N = 64
 KERNEL_KIND = "portable"
 
+# The sm_90a kernel (templates/cmc/attn_fwd_sm90.cuh): producer warpgroup + two consumer
+# warpgroups of 64 rows, wgmma, 128-key tiles, a K/V ring of SM90_STAGES stages.
+SM90_HEADER = "cmc/attn_fwd_sm90.cuh"
+SM90_ARCH = "sm_90a"
+SM90_THREADS = 384
+SM90_BLOCK_N = 128
+SM90_STAGES = {64: 4, 128: 2}
+
+
+def sm90_smem_bytes(head_dim: int, n_terms: int) -> int:
+    """Dynamic shared memory of the sm90 kernel (cmc_sm90::smem_bytes, static_assert'ed)."""
+    stages = SM90_STAGES[head_dim]
+    tile = 128 * head_dim * 2
+    plan_off = tile + 2 * stages * tile + (1 + 4 * stages) * 8
+    return (plan_off + (8 * n_terms + 2) * 4 + 15) // 16 * 16 + 1024
+
 
 def rows_per_warp(head_dim: int) -> int:
     """Query rows per warp of the portable kernel (16 * MT, cmc_portable::Shape<MT>)."""
@@ -745,7 +761,11 @@ def _layout_fields(layout: DescriptorLayout) -> list[dict[str, object]]:
 
 
 def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
-              archs: Sequence[str], n_terms: int) -> tuple[KernelVariant, ...]:
+              archs: Sequence[str], n_terms: int, kernel: str) -> tuple[KernelVariant, ...]:
+    """Portable variants for every arch but sm_90a, which gets the sm90 kernel unless
+    kernel == "portable"."""
+    fast = kernel == "auto" and SM90_ARCH in archs
+    portable_archs = tuple(a for a in archs if not (fast and a == SM90_ARCH))
     out = []
     for dt in dict.fromkeys(dtypes):
         if dt not in artifacts.DTYPES:
@@ -753,17 +773,30 @@ def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
         for hd in dict.fromkeys(head_dims):
             if hd not in artifacts.HEAD_DIMS:
                 raise ValueError(f"unsupported head dim {hd!r} (supported: {artifacts.HEAD_DIMS})")
-            out.append(KernelVariant(
-                symbol=f"cmc_{name}_fwd_{dt}_d{hd}",
-                dtype=dt,
-                head_dim=int(hd),
-                block_m=BLOCK_M,
-                block_n=BLOCK_N,
-                threads=threads(int(hd)),
-                smem_bytes=smem_bytes(int(hd), n_terms),
-                kernel=KERNEL_KIND,
-                archs=tuple(archs),
-            ))
+            if portable_archs:
+                out.append(KernelVariant(
+                    symbol=f"cmc_{name}_fwd_{dt}_d{hd}",
+                    dtype=dt,
+                    head_dim=int(hd),
+                    block_m=BLOCK_M,
+                    block_n=BLOCK_N,
+                    threads=threads(int(hd)),
+                    smem_bytes=smem_bytes(int(hd), n_terms),
+                    kernel=KERNEL_KIND,
+                    archs=portable_archs,
+                ))
+            if fast:
+                out.append(KernelVariant(
+                    symbol=f"cmc_{name}_fwd_sm90_{dt}_d{hd}",
+                    dtype=dt,
+                    head_dim=int(hd),
+                    block_m=BLOCK_M,
+                    block_n=SM90_BLOCK_N,
+                    threads=SM90_THREADS,
+                    smem_bytes=sm90_smem_bytes(int(hd), n_terms),
+                    kernel="sm90",
+                    archs=(SM90_ARCH,),
+                ))
     if not out:
         raise ValueError("no kernel variants requested")
     return tuple(out)
@@ -782,6 +815,8 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         desc_size=int(layout.size),
         fields=_layout_fields(layout),
         kernel_header=_read_resource(KERNEL_HEADER).rstrip("\n"),
+        sm90_header=(_read_resource(SM90_HEADER).rstrip("\n")
+                     if any(v.kernel == "sm90" for v in variants) else ""),
         block_m=BLOCK_M,
         block_n=BLOCK_N,
         n_terms=hooks.n_terms,
@@ -794,7 +829,8 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         term_blocks=[_indent(b.split("\n"), 4) for b in hooks.term_blocks],
         variants=[{
             "symbol": check_identifier(v.symbol),
-            "define": f"CMC_VARIANT_{v.dtype}_d{v.head_dim}",
+            "define": v.define,
+            "kernel": v.kernel,
             "bf16": "true" if v.dtype == "bf16" else "false",
             "head_dim": int(v.head_dim),
             "threads": int(v.threads),
@@ -809,14 +845,19 @@ def emit(
     dtypes: Sequence[str] = ("bf16",),
     head_dims: Sequence[int] = (64, 128),
     archs: Sequence[str] = artifacts.DEFAULT_ARCHS,
+    kernel: str = "auto",
 ) -> EmittedSource:
-    """The CUDA source of every (dtype, head dim) variant of the portable kernel for `table`."""
+    """The CUDA source of every (dtype, head dim) variant for `table`: the sm90 (wgmma)
+    kernel for sm_90a when kernel == "auto", the portable (mma.sync) kernel elsewhere."""
+    if kernel not in artifacts.KERNELS:
+        raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     for a in archs:
         if a not in artifacts.SUPPORTED_ARCHS:
             raise ValueError(f"unsupported arch {a!r} (supported: {artifacts.SUPPORTED_ARCHS})")
     name = check_identifier(table.mask.name)
     hooks = build_hooks(table)
-    variants = _variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)), hooks.n_terms)
+    variants = _variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)), hooks.n_terms,
+                         kernel)
     text = render(table, variants, hooks)
     return EmittedSource(
         table=table,

@@ -224,7 +224,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
         cubins = [c for c in built.cubins if c.symbol == v.symbol]
         if not cubins:
             continue
-        tag = f"{v.dtype}_d{v.head_dim}"
+        tag = v.tag
         variants.append(
             {
                 "tag": tag,

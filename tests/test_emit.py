@@ -97,7 +97,7 @@ def nvrtc_compile(text: str, name: str, options: list[str]) -> tuple[bool, str, 
 
 def _compile_variant(src, v, arch: str) -> bytes:
     opts = [f"-arch={arch}", "-std=c++17", "-default-device",
-            f"-DCMC_VARIANT_{v.dtype}_d{v.head_dim}"]
+            f"-D{v.define}"]
     ok, log, cubin = nvrtc_compile(src.text, src.filename, opts)
     assert ok, f"NVRTC failed for {v.symbol} on {arch}:\n{log}"
     assert v.symbol.encode() in cubin, f"entry {v.symbol} missing from the {arch} cubin"
@@ -106,7 +106,8 @@ def _compile_variant(src, v, arch: str) -> bytes:
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_causal_all_variants_compile(arch):
-    src = emit(CAUSAL, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=ARCHS)
+    src = emit(CAUSAL, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=ARCHS,
+               kernel="portable")
     assert [v.symbol for v in src.variants] == [
         "cmc_causal_fwd_bf16_d64", "cmc_causal_fwd_bf16_d128",
         "cmc_causal_fwd_fp16_d64", "cmc_causal_fwd_fp16_d128",
@@ -118,16 +119,33 @@ def test_causal_all_variants_compile(arch):
 SAMPLE_STEMS = sorted(p.stem for p in (ROOT / "samples").glob("*.mask"))
 
 
+def test_sm90_variants_for_sm90a_only():
+    src = emit(CAUSAL, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=("sm_90a", "sm_100a"))
+    fast = [v for v in src.variants if v.kernel == "sm90"]
+    assert [v.symbol for v in fast] == [
+        "cmc_causal_fwd_sm90_bf16_d64", "cmc_causal_fwd_sm90_bf16_d128",
+        "cmc_causal_fwd_sm90_fp16_d64", "cmc_causal_fwd_sm90_fp16_d128",
+    ]
+    assert all(v.archs == ("sm_90a",) and v.threads == 384 and v.block_n == 128 for v in fast)
+    assert all(v.archs == ("sm_100a",) for v in src.variants if v.kernel == "portable")
+    with ThreadPoolExecutor(2) as pool:
+        cubins = list(pool.map(lambda v: _compile_variant(src, v, "sm_90a"), fast))
+    assert all(b"wgmma" not in c for c in cubins)  # SASS, not PTX, is shipped
+
+
 @pytest.mark.parametrize("stem", SAMPLE_STEMS)
 def test_samples_compile(stem):
     src = emit(_pipeline_table(stem), dtypes=("bf16", "fp16"), head_dims=(64, 128))
-    # one variant per sample on sm_90a keeps CI time down; causal covers the full matrix
-    v = src.variants[1 if stem != "clear" else 2]
-    _compile_variant(src, v, "sm_90a")
+    # sm90 bf16 d128 on sm_90a and one portable variant on sm_100a per sample keep CI time
+    # down; causal covers the full matrix
+    by = {(v.kernel, v.dtype, v.head_dim): v for v in src.variants}
+    _compile_variant(src, by[("sm90", "bf16", 128)], "sm_90a")
+    _compile_variant(src, by[("portable", "fp16" if stem == "clear" else "bf16", 64)], "sm_100a")
 
 
 def test_variant_records():
-    src = emit(_pipeline_table("clear"), dtypes=("fp16",), head_dims=(128,), archs=("sm_90a",))
+    src = emit(_pipeline_table("clear"), dtypes=("fp16",), head_dims=(128,), archs=("sm_90a",),
+               kernel="portable")
     (v,) = src.variants
     assert (v.block_m, v.block_n, v.threads, v.kernel) == (128, 64, 256, "portable")
     assert v.archs == ("sm_90a",)

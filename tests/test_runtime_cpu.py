@@ -938,7 +938,7 @@ def test_real_manifest_packs_and_launches(real_artifacts, gpu):
     _, descs = run_and_decode(gpu, attn, da, da, da, prompt_len=[3, 40],
                               responses=[[3, 20], [40]])
     launch = gpu.launches[-1]
-    assert launch["symbol"] == "cmc_shared_prefix_fwd_bf16_d128"
+    assert launch["symbol"] == "cmc_shared_prefix_fwd_sm90_bf16_d128"
     k = attn.manifest.kernels[0]
     assert launch["grid"] == (-(-40 // k.block_m), 2, 2) and launch["block"] == k.block
     assert launch["smem"] == k.dynamic_smem

@@ -93,12 +93,12 @@ def test_installed_cmc_compiles_outside_the_repo(venv, tmp_path):
          "--head-dim", "64"], work, env)
     dest = work / "out" / "causal"
     assert {p.name for p in dest.iterdir()} == {
-        "manifest.json", "causal.cu", "causal.h", "causal.sm_90a.bf16_d64.cubin"}
+        "manifest.json", "causal.cu", "causal.h", "causal.sm_90a.sm90_bf16_d64.cubin"}
     m = json.loads((dest / "manifest.json").read_text())
     assert m["mask"]["file"] == "causal.mask"
     assert [k["arch"] for k in m["kernels"]] == ["sm_90a"]
     out = run([cmc, "inspect", "out/causal"], work, env).stdout
-    assert "all checks passed" in out and "cmc_causal_fwd_bf16_d64" in out
+    assert "all checks passed" in out and "cmc_causal_fwd_sm90_bf16_d64" in out
     check = subprocess.run([cmc, "compile", "causal.mask", "-o", "out", "--arch", "sm_90a",
                             "--dtype", "bf16", "--head-dim", "64", "--check"],
                            cwd=work, env=env, capture_output=True, text=True)

@@ -554,7 +554,7 @@ def main() -> int:
     kernels: dict = {}
     seed = 0
     for name, table in tables.items():
-        src = emit(table, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=(arch,))
+        src = emit(table, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=(arch,), kernel="portable")
         full_matrix = args.all_variants_all_masks or name in REQUIRED
         for v in src.variants:
             if not full_matrix and (v.dtype, v.head_dim) not in (("bf16", 128), ("fp16", 64)):
@@ -620,7 +620,7 @@ def main() -> int:
                 except Exception as e:
                     print(f"TIME {key}: failed: {e}", flush=True)
         if "causal" in tables:  # head dim 64, both shapes
-            src = emit(tables["causal"], dtypes=("bf16",), head_dims=(64,), archs=(arch,))
+            src = emit(tables["causal"], dtypes=("bf16",), head_dims=(64,), archs=(arch,), kernel="portable")
             for mt in (None, 2):
                 try:
                     kern = load_kernel(src, src.variants[0], arch, mt=mt)

@@ -76,7 +76,7 @@ def build_source(mask_name: str):
     from cmc.emit import emit
 
     table = front(ROOT / "samples" / f"{mask_name}.mask")
-    emitted = emit(table, dtypes=DTYPES, head_dims=HEAD_DIMS, archs=(ARCH,))
+    emitted = emit(table, dtypes=DTYPES, head_dims=HEAD_DIMS, archs=(ARCH,), kernel="portable")
     text = emitted.text
     m = re.search(r"enum : int \{ kTerms = (\d+) \}", text)
     if not m:

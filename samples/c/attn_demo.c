@@ -195,6 +195,8 @@ int main(int argc, char **argv)
 {
   const char *dir = argc > 1 ? argv[1] : ".";
   const char *cubin_name = NULL;
+  const char *symbol = NULL;
+  unsigned threads = 0, smem = 0, block_m = 0;
   char path[4096];
   int major = 0, minor = 0, status = 1;
   size_t cubin_size = 0, n_in = (size_t)T * H * D;
@@ -217,15 +219,27 @@ int main(int argc, char **argv)
   CK(p_cuDeviceGet(&dev, 0));
   CK(p_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
   CK(p_cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
-  /* The cubin for this GPU: SASS runs only on its own major version (see the header). */
+  /* The cubin and kernel variant for this GPU: SASS runs only on its own major version, and
+     sm_90a gets the wgmma kernel (its own symbol, block and shared memory). */
+#define PICK(CUBIN, V)                                                                      \
+  do {                                                                                      \
+    cubin_name = CUBIN;                                                                     \
+    symbol = CMC_CAUSAL_##V##_SYMBOL;                                                       \
+    threads = CMC_CAUSAL_##V##_THREADS;                                                     \
+    smem = CMC_CAUSAL_##V##_DYNAMIC_SMEM;                                                   \
+    block_m = CMC_CAUSAL_##V##_BLOCK_M;                                                     \
+  } while (0)
+#ifdef CMC_CAUSAL_SM_90A_SM90_BF16_D128_CUBIN
+  if (major == 9 && minor == 0) PICK(CMC_CAUSAL_SM_90A_SM90_BF16_D128_CUBIN, SM90_BF16_D128);
+#endif
 #ifdef CMC_CAUSAL_SM_90A_BF16_D128_CUBIN
-  if (major == 9 && minor == 0) cubin_name = CMC_CAUSAL_SM_90A_BF16_D128_CUBIN;
+  if (!cubin_name && major == 9 && minor == 0) PICK(CMC_CAUSAL_SM_90A_BF16_D128_CUBIN, BF16_D128);
 #endif
 #ifdef CMC_CAUSAL_SM_100A_BF16_D128_CUBIN
-  if (major == 10 && minor == 0) cubin_name = CMC_CAUSAL_SM_100A_BF16_D128_CUBIN;
+  if (major == 10 && minor == 0) PICK(CMC_CAUSAL_SM_100A_BF16_D128_CUBIN, BF16_D128);
 #endif
 #ifdef CMC_CAUSAL_SM_80_BF16_D128_CUBIN
-  if (!cubin_name && major == 8) cubin_name = CMC_CAUSAL_SM_80_BF16_D128_CUBIN;
+  if (!cubin_name && major == 8) PICK(CMC_CAUSAL_SM_80_BF16_D128_CUBIN, BF16_D128);
 #endif
   if (!cubin_name) {
     fprintf(stderr, "attn_demo: the artifact has no bf16 d128 cubin for sm_%d%d\n", major, minor);
@@ -243,9 +257,9 @@ int main(int argc, char **argv)
   CK(p_cuDevicePrimaryCtxRetain(&ctx, dev));
   CK(p_cuCtxSetCurrent(ctx));
   CK(p_cuModuleLoadData(&mod, cubin));
-  CK(p_cuModuleGetFunction(&fn, mod, CMC_CAUSAL_BF16_D128_SYMBOL));
+  CK(p_cuModuleGetFunction(&fn, mod, symbol));
   CK(p_cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                          (int)CMC_CAUSAL_BF16_D128_DYNAMIC_SMEM));
+                          (int)smem));
 
   for (size_t i = 0; i < n_in; i++) {
     hq[i] = f32_to_bf16(uniform());
@@ -287,11 +301,10 @@ int main(int argc, char **argv)
     desc.heads_kv = H;
     desc.max_len = L;
     desc.scale_log2 = scale * 1.4426950408889634f;
-    cmc_causal_grid_bf16_d128(&desc, grid);
+    cmc_causal_grid(&desc, block_m, grid);
     printf("grid (%u, %u, %u), block %u, dynamic smem %u\n", grid[0], grid[1], grid[2],
-           (unsigned)CMC_CAUSAL_BF16_D128_THREADS, (unsigned)CMC_CAUSAL_BF16_D128_DYNAMIC_SMEM);
-    CK(p_cuLaunchKernel(fn, grid[0], grid[1], grid[2], CMC_CAUSAL_BF16_D128_THREADS, 1, 1,
-                        CMC_CAUSAL_BF16_D128_DYNAMIC_SMEM, NULL, args, NULL));
+           threads, smem);
+    CK(p_cuLaunchKernel(fn, grid[0], grid[1], grid[2], threads, 1, 1, smem, NULL, args, NULL));
     CK(p_cuCtxSynchronize());
   }
   CK(p_cuMemcpyDtoH(hout, dout, n_in * 2));

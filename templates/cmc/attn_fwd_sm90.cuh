@@ -3,7 +3,7 @@
 // Hand-written. Follows the portable kernel (templates/cmc/attn_fwd_portable.cuh) and must be
 // placed AFTER it in NAME.cu: it reuses part A (cmc_i64, CMC_DEV, cmc_plan_place /
 // cmc_plan_merge) and is a template over the SAME hook struct H (contract at the top of the
-// portable header), so every mask works unchanged. No #include; inline PTX only.
+// portable header), so every mask works unchanged. No header includes; inline PTX only.
 //
 // Semantics = the portable kernel's: fp32 accumulation, online softmax in exp2 units with
 // desc.scale_log2 (> 0), LSE (natural log, float32 [H, T]) written when desc.lse != 0, a row
