@@ -186,7 +186,6 @@ def run(args: argparse.Namespace) -> list[Result]:
 
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    flex = torch.compile(flex_attention, dynamic=False)
     have_fa4 = True
     try:
         from flash_attn.cute.interface import flash_attn_func
@@ -233,6 +232,10 @@ def run(args: argparse.Namespace) -> list[Result]:
                           for x in (q, k, v))
             fb, fl = B, c.length
         mm = flex_mask_mod(c, torch, dev)
+        # a fresh compile per case: dynamo's recompile limit would otherwise send later cases
+        # to the unfused eager path (it materialises the L x L scores)
+        torch._dynamo.reset()
+        flex = torch.compile(flex_attention, dynamic=False)
         t = time.perf_counter()
         bm = create_block_mask(mm, fb, None, fl, fl, device=dev)
         torch.cuda.synchronize()
@@ -284,6 +287,8 @@ def run(args: argparse.Namespace) -> list[Result]:
                       flush=True)
         del q, k, v, fq, fk, fv, bm
         torch.cuda.empty_cache()
+        if args.partial:
+            Path(args.partial).write_text(json.dumps([asdict(r) for r in results], indent=1))
     return results
 
 
@@ -361,7 +366,24 @@ def main() -> None:
     ap.add_argument("--patterns", nargs="*")
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--rep", type=int, default=100)
+    ap.add_argument("--partial", help="rewrite this JSON file after every case")
+    ap.add_argument("--merge", nargs="*", help="merge bench.json files, print and plot them")
     args = ap.parse_args()
+    if args.merge:
+        merged: list[Result] = []
+        meta_all = []
+        for f in args.merge:
+            d = json.loads(Path(f).read_text())
+            meta_all.append(d["meta"])
+            merged += [Result(**r) for r in d["results"]]
+        merged.sort(key=lambda r: (r.length, r.pattern))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(json.dumps(
+            {"meta": meta_all, "results": [asdict(r) for r in merged]}, indent=2))
+        plot(merged, out)
+        print(summarize(merged))
+        return
     if args.compile:
         compile_all(Path(args.compile))
         return
