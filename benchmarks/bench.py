@@ -118,8 +118,10 @@ def flex_mask_mod(case: Case, torch: Any, device: str) -> Any:
     if case.jagged:
         offs = torch.zeros(len(case.lengths) + 1, device=device, dtype=torch.int32)
         offs[1:] = torch.cumsum(lens, 0)
-        doc = torch.repeat_interleave(torch.arange(len(case.lengths), device=device), lens)
-        nt = torch.tensor([p["n_targets"] for p in case.params], device=device)
+        doc = torch.repeat_interleave(
+            torch.arange(len(case.lengths), device=device, dtype=torch.int32), lens)
+        nt = torch.tensor([p["n_targets"] for p in case.params], device=device,
+                          dtype=torch.int32)
 
         def jag(b: Any, h: Any, q: Any, k: Any) -> Any:
             d = doc[q]
@@ -337,11 +339,13 @@ def plot(results: list[Result], out: Path) -> list[Path]:
     patterns = sorted({r.pattern for r in results})
     fig, axes = plt.subplots(math.ceil(len(patterns) / 3), 3, figsize=(15, 4 * math.ceil(len(patterns) / 3)))
     for ax, pat in zip(axes.flat, patterns):
-        for system in ("cmc", "flex-fa4", "flex-triton", "sdpa-cudnn", "fa4"):
+        for system, color in (("cmc", "C0"), ("flex-fa4", "C1"), ("flex-triton", "C2"),
+                              ("sdpa-cudnn", "C3"), ("fa4", "C4")):
             pts = sorted((r.length, r.tflops) for r in results
                          if r.pattern == pat and r.system == system and r.tflops)
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=system)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=system,
+                        color=color)
         ax.set_xscale("log", base=2)
         ax.set_title(pat)
         ax.set_xlabel("sequence length")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,14 +66,13 @@ def seg_lookup(fn: str, starts: Sequence[int], length: int, i: np.ndarray) -> np
     j = np.searchsorted(s, i, side="right") - 1
     if fn == "seg":
         return j
-    n = len(s)
     ext = np.concatenate([[0], s, [length]]).astype(np.int64)  # ext[j+1] = start of segment j
     if fn == "seg_start":
         return ext[j + 1]
     return ext[j + 2]  # seg_end
 
 
-def eval_expr(e: Expr, env: Env) -> np.ndarray:
+def eval_expr(e: Expr, env: Env) -> Any:
     if isinstance(e, Const):
         return np.int64(e.value)
     if isinstance(e, Var):
@@ -112,7 +112,7 @@ def eval_expr(e: Expr, env: Env) -> np.ndarray:
     raise TypeError(f"not an expression: {e!r}")
 
 
-def eval_pred(p: Pred, env: Env) -> np.ndarray:
+def eval_pred(p: Pred, env: Env) -> Any:
     if isinstance(p, BoolConst):
         return np.bool_(p.value)
     if isinstance(p, Cmp):
@@ -126,7 +126,7 @@ def eval_pred(p: Pred, env: Env) -> np.ndarray:
             "!=": np.not_equal,
         }[p.op](a, b)
     if isinstance(p, And):
-        out: np.ndarray = np.bool_(True)
+        out: Any = np.bool_(True)
         for x in p.items:
             out = np.logical_and(out, eval_pred(x, env))
         return out

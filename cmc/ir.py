@@ -15,7 +15,7 @@ position, so later stages only meet well-typed, resolved trees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 # --------------------------------------------------------------------------- expressions
 
@@ -84,7 +84,7 @@ class TableRef:
     index: Expr
 
 
-Expr = Union[Const, Var, ParamRef, BinOp, Neg, Call, SegFn, TableRef]
+Expr = Const | Var | ParamRef | BinOp | Neg | Call | SegFn | TableRef
 
 # --------------------------------------------------------------------------- predicates
 
@@ -125,7 +125,7 @@ class Same:
     b: Expr
 
 
-Pred = Union[BoolConst, Cmp, And, Or, Not, Same]
+Pred = BoolConst | Cmp | And | Or | Not | Same
 
 TRUE = BoolConst(True)
 FALSE = BoolConst(False)

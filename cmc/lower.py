@@ -147,7 +147,7 @@ def _fold(fn: str, items: list[Expr]) -> Expr | None:
         if x not in uniq:
             uniq.append(x)
     consts = [x.value for x in uniq if isinstance(x, Const)]
-    rest = [x for x in uniq if not isinstance(x, Const)]
+    rest: list[Expr] = [x for x in uniq if not isinstance(x, Const)]
     if consts:
         rest.append(Const(min(consts) if fn == "min" else max(consts)))
     if not rest:
@@ -166,17 +166,17 @@ def lin_form(e: Expr) -> tuple[dict[Expr, int], int]:
         tb, cb = lin_form(e.b)
         s = 1 if e.op == "+" else -1
         out = dict(ta)
-        for t, c in tb.items():
-            out[t] = out.get(t, 0) + s * c
-        return {t: c for t, c in out.items() if c}, ca + s * cb
+        for term, coef in tb.items():
+            out[term] = out.get(term, 0) + s * coef
+        return {term: coef for term, coef in out.items() if coef}, ca + s * cb
     if isinstance(e, Neg):
-        t, c = lin_form(e.a)
-        return {x: -v for x, v in t.items()}, -c
+        terms, c = lin_form(e.a)
+        return {x: -v for x, v in terms.items()}, -c
     if isinstance(e, BinOp) and e.op == "*" and (isinstance(e.a, Const) or isinstance(e.b, Const)):
         k, x = (e.a, e.b) if isinstance(e.a, Const) else (e.b, e.a)
         assert isinstance(k, Const)
-        t, c = lin_form(x)
-        return {y: v * k.value for y, v in t.items() if v * k.value}, c * k.value
+        terms, c = lin_form(x)
+        return {y: v * k.value for y, v in terms.items() if v * k.value}, c * k.value
     return {e: 1}, 0
 
 
@@ -360,8 +360,8 @@ def _case_split(p: Cmp, call: Call) -> Pred:
         return Or((And((Cmp(">=", x, Const(0)), repl(x))), And((Cmp("<", x, Const(0)), repl(neg(x))))))
     a = call.args[0]
     b = call.args[1] if len(call.args) == 2 else Call(call.fn, call.args[1:])
-    take_a = "<=" if call.fn == "min" else ">="
-    take_b = ">" if call.fn == "min" else "<"
+    take_a: CmpOp = "<=" if call.fn == "min" else ">="
+    take_b: CmpOp = ">" if call.fn == "min" else "<"
     return Or((And((Cmp(take_a, a, b), repl(a))), And((Cmp(take_b, a, b), repl(b)))))
 
 
@@ -662,12 +662,12 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
     guards = list(guard_atoms)
     tables: tuple[tuple[str, tuple[int, ...]], ...] = ()
     if disc is not None:
-        sy, a0, sx, b0, c = disc
-        if c <= 0:
+        sy, a0, sx, b0, radius2 = disc
+        if radius2 <= 0:
             return None
-        ry = isqrt(c - 1)
+        ry = isqrt(radius2 - 1)
         count = 2 * ry + 1
-        widths = tuple(isqrt(c - 1 - (i - ry) ** 2) for i in range(count))
+        widths = tuple(isqrt(radius2 - 1 - (i - ry) ** 2) for i in range(count))
         dy = sub(t, Const(ry))  # dy = sy*ky + a0  =>  ky = sy*(dy - a0)
         ky = sub(dy, a0) if sy == 1 else sub(add(a0, Const(ry)), t)
         w = TableRef("w", t)
@@ -785,9 +785,9 @@ def lower(mask: Mask) -> IntervalTable:
     terms: list[Term] = []
     residuals: list[Residual] = []
     for atoms in conjs:
-        term, why = lower_conjunction(atoms)
-        if term is not None and term not in terms:
-            terms.append(term)
-        if why is not None:
-            residuals.append(why)
+        got, reason = lower_conjunction(atoms)
+        if got is not None and got not in terms:
+            terms.append(got)
+        if reason is not None:
+            residuals.append(reason)
     return IntervalTable(mask, tuple(merge_adjacent(terms)), tuple(residuals))
