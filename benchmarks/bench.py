@@ -196,6 +196,9 @@ def run(args: argparse.Namespace) -> list[Result]:
         print(f"flash-attn-4 not available: {e!r}")
 
     results: list[Result] = []
+    if args.check:
+        results += check_peers(cases, tables, kernels, have_fa4, flex_attention,
+                               create_block_mask)
 
     def bench(fn: Any) -> float:
         return float(triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep,
@@ -294,6 +297,79 @@ def run(args: argparse.Namespace) -> list[Result]:
     return results
 
 
+def check_peers(cases: list[Case], tables: dict[str, Any], kernels: dict[str, Any],
+                have_fa4: bool, flex_attention: Any, create_block_mask: Any) -> list[Result]:
+    """Every system against one float32 reference per pattern on a small case (L = 1024 or
+    the case's own jagged lengths cut to 2 sequences). The reference mask comes from cmc's
+    interval table, so the check also proves each peer's mask_mod is the same mask."""
+    import torch
+
+    from cmc.tiles import dense_from_table
+
+    out: list[Result] = []
+    seen: set[str] = set()
+    for c in cases:
+        if c.pattern in seen:
+            continue
+        seen.add(c.pattern)
+        lens = c.lengths[:2] if c.jagged else [1024, 1024]
+        params = c.params[:2] if c.jagged else [_small_params(c, 1024)] * 2
+        small = Case(c.pattern, 1024, lens, params, c.jagged)
+        T, H = sum(lens), 4
+        torch.manual_seed(1)
+        q, k, v = (torch.randn(T, H, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        ref = torch.empty(T, H, HEAD_DIM, device="cuda")
+        t0 = 0
+        table = tables[artifact_for(c.pattern)]
+        for n, p in zip(lens, params):
+            m = torch.from_numpy(dense_from_table(table, n, p)).cuda()
+            qs, ks, vs = (x[t0:t0 + n].float().transpose(0, 1) for x in (q, k, v))
+            sc = (qs @ ks.transpose(1, 2)) / math.sqrt(HEAD_DIM)
+            sc = sc.masked_fill(~m, float("-inf"))
+            pr = torch.nan_to_num(torch.softmax(sc, -1))
+            ref[t0:t0 + n] = (pr @ vs).transpose(0, 1)
+            t0 += n
+        cu = torch.tensor([0, lens[0], T], device="cuda", dtype=torch.int32)
+        got = {"cmc": kernels[artifact_for(c.pattern)](q, k, v, cu_seqlens=cu, max_len=max(lens),
+                                                       **_cmc_params(small))}
+        if c.jagged:
+            fq, fk, fv = (x.unsqueeze(0).transpose(1, 2).contiguous() for x in (q, k, v))
+            fb, fl = 1, T
+        else:
+            fq, fk, fv = (x.view(2, 1024, H, HEAD_DIM).transpose(1, 2).contiguous()
+                          for x in (q, k, v))
+            fb, fl = 2, 1024
+        bm = create_block_mask(flex_mask_mod(small, torch, "cuda"), fb, None, fl, fl,
+                               device="cuda")
+        for system, opts in (("flex-triton", None), ("flex-fa4", {"BACKEND": "FLASH"})):
+            if system == "flex-fa4" and not have_fa4:
+                continue
+            torch._dynamo.reset()
+            try:
+                o = torch.compile(flex_attention)(fq, fk, fv, block_mask=bm, kernel_options=opts)
+                got[system] = (o.transpose(1, 2).reshape(T, H, HEAD_DIM) if c.jagged
+                               else o.transpose(1, 2).reshape(T, H, HEAD_DIM))
+            except Exception as e:  # noqa: BLE001
+                out.append(Result(f"check/{c.pattern}", c.pattern, 1024, system, None, None,
+                                  note=f"check failed: {type(e).__name__}: {str(e)[:120]}"))
+        for system, o in got.items():
+            err = float(((o.float() - ref).norm() / ref.norm()).item())
+            out.append(Result(f"check/{c.pattern}", c.pattern, 1024, system, None, None,
+                              max_err=err, note="rel err vs float32 reference (L=1024)"))
+            print(f"check {c.pattern:24s} {system:12s} rel err {err:.2e}", flush=True)
+    return out
+
+
+def _small_params(c: Case, n: int) -> dict[str, Any]:
+    if c.pattern.startswith("hstu"):
+        return {"n_targets": n // 8}
+    if c.pattern.startswith("shared_prefix"):
+        r = (n - n // 4) // 4
+        return {"prompt_len": n // 4, "responses": [n // 4 + i * r for i in range(4)]}
+    return {}
+
+
 def _artifact_dir(root: Path, key: str) -> Path:
     sub = root / key
     inner = [p for p in sub.iterdir() if (p / "manifest.json").exists()]
@@ -371,6 +447,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--rep", type=int, default=100)
     ap.add_argument("--partial", help="rewrite this JSON file after every case")
+    ap.add_argument("--check", action="store_true",
+                    help="first check every system against a float32 reference")
     ap.add_argument("--merge", nargs="*", help="merge bench.json files, print and plot them")
     args = ap.parse_args()
     if args.merge:
