@@ -118,8 +118,11 @@ def flex_mask_mod(case: Case, torch: Any, device: str) -> Any:
     if case.jagged:
         offs = torch.zeros(len(case.lengths) + 1, device=device, dtype=torch.int32)
         offs[1:] = torch.cumsum(lens, 0)
+        # padded past T with the last document: a backend may evaluate mask_mod on the
+        # padding rows of its last tile (FA4's flex path does), which must not read out of bounds
         doc = torch.repeat_interleave(
             torch.arange(len(case.lengths), device=device, dtype=torch.int32), lens)
+        doc = torch.cat([doc, doc[-1:].expand(256)])
         nt = torch.tensor([p["n_targets"] for p in case.params], device=device,
                           dtype=torch.int32)
 
