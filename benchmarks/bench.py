@@ -461,7 +461,8 @@ def main() -> None:
             d = json.loads(Path(f).read_text())
             meta_all.append(d["meta"])
             merged += [Result(**r) for r in d["results"]]
-        merged.sort(key=lambda r: (r.length, r.pattern))
+        last = {(r.case, r.system): r for r in merged}  # a later file re-measures a case
+        merged = sorted(last.values(), key=lambda r: (r.length, r.pattern))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps(
