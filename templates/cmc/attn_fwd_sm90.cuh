@@ -293,18 +293,12 @@ template <bool BF16> CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, uns
   }
 }
 
-template <bool BF16> CMC_DEV unsigned pack2(float lo, float hi) {
-  unsigned d;
-  if constexpr (BF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-  }
-  return d;
-}
-CMC_DEV float ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x)); return y; }
-CMC_DEV float lg2(float x) { float y; asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x)); return y; }
-CMC_DEV float neg_inf() { return __int_as_float(0xff800000); }
+// Conversion and special-function helpers: the portable header's (emit always inlines it
+// first, since both kernels share its plan and hook code).
+using cmc_portable::pack2;
+using cmc_portable::ex2;
+using cmc_portable::lg2;
+using cmc_portable::neg_inf;
 
 // The walk over the plan: tiles of the sorted disjoint runs, in order.
 struct Walk {
