@@ -9,7 +9,11 @@ the top of that header):
   k-free side turned into an exact membership interval for the other side;
 - `term(s, qa, qb, i, out)`: interval arithmetic over the query rows [qa, qb] for every table
   term (a family term is one instance per compile-time index), giving its touched and full
-  key ranges.
+  key ranges;
+- `span(s, r, i, lo, hi)`: the exact key interval of term instance i for one row (its guard,
+  lo and hi evaluated exactly, k-free parts shared with `visible` through `row_t`), so the
+  sm90 kernel masks a partial tile with interval compares instead of the predicate; false
+  for a term with a residual (the kernel then evaluates `visible` on that tile).
 
 Integer semantics follow cmc/evaluate.py exactly: floor division and remainder, x / 0 == 0,
 x % 0 == x. Every expression node gets a static value range (q, k, len within int32, params
@@ -212,6 +216,36 @@ def uses_k(e: Expr | Pred) -> bool:
     raise TypeError(f"not an expression or predicate: {e!r}")
 
 
+def _walk(e: Expr | Pred):
+    yield e
+    if isinstance(e, (BinOp, Cmp)):
+        yield from _walk(e.a)
+        yield from _walk(e.b)
+    elif isinstance(e, (Neg, Not)):
+        yield from _walk(e.a)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from _walk(a)
+    elif isinstance(e, SegFn):
+        yield from _walk(e.arg)
+    elif isinstance(e, TableRef):
+        yield from _walk(e.index)
+    elif isinstance(e, (And, Or)):
+        for x in e.items:
+            yield from _walk(x)
+    elif isinstance(e, Same):
+        yield from _walk(e.a)
+        yield from _walk(e.b)
+
+
+def uses_var(e: Expr | Pred, name: str) -> bool:
+    return any(isinstance(x, Var) and x.name == name for x in _walk(e))
+
+
+def uses_table(e: Expr | Pred) -> bool:
+    return any(isinstance(x, TableRef) for x in _walk(e))
+
+
 # =========================================================================== C literals
 
 
@@ -345,13 +379,20 @@ class _ExactGen:
         return out
 
     # ------------------------------------------------------------------ expressions
+    def _uses_index(self, e: Expr | Pred) -> bool:
+        ix = self.scope.index
+        return ix is not None and (uses_var(e, ix) or uses_table(e))
+
     def expr(self, e: Expr, mode: str) -> _C:
         cv = _const_value(e)
         if cv is not None:
             return _C(_lit(cv, not _fits32(cv, cv)), cv, cv)
-        if mode == "elem" and not uses_k(e) and not isinstance(e, (Var, ParamRef)):
+        if (mode == "elem" and not uses_k(e) and not isinstance(e, (Var, ParamRef))
+                and not self._uses_index(e)):
             return self._hoist_expr(e)
         if isinstance(e, Var):
+            if self.scope.index is not None and e.name == self.scope.index:
+                return _C("cmc_t", *self.scope.index_range)
             if e.name == "q":
                 return _C("r.q" if mode == "elem" else "q", 0, POS_MAX)
             if e.name == "k":
@@ -397,7 +438,12 @@ class _ExactGen:
                 return _C(f"cmc_seg_start({sg}, {sn}, {a.as_type(True)})", I32_MIN, I32_MAX)
             return _C(f"cmc_seg_end({sg}, {sn}, s.len, {a.as_type(True)})", I32_MIN, I32_MAX)
         if isinstance(e, TableRef):
-            raise ValueError("table references belong to interval families, not predicates")
+            if e.table not in self.scope.tables:
+                raise ValueError("table references belong to interval families, not predicates")
+            arr, vals = self.scope.tables[e.table]
+            idx = self.expr(e.index, mode)
+            return _C(f"cmc_tab_at({arr}, {max(1, len(vals))}, {idx.as_type(True)})",
+                      min(vals, default=0), max(vals, default=0))
         raise TypeError(f"not an expression: {e!r}")
 
     def _binop(self, e: BinOp, mode: str) -> _C:
@@ -446,7 +492,7 @@ class _ExactGen:
     def pred(self, p: Pred, mode: str) -> str:
         if isinstance(p, BoolConst):
             return "true" if p.value else "false"
-        if mode == "elem" and not uses_k(p):
+        if mode == "elem" and not uses_k(p) and not self._uses_index(p):
             return self._hoist_pred(p)
         if isinstance(p, Cmp):
             a, b = self.expr(p.a, mode), self.expr(p.b, mode)
@@ -598,6 +644,7 @@ class Hooks:
     row_lines: tuple[str, ...]
     visible: str
     term_blocks: tuple[str, ...]
+    span_blocks: tuple[str, ...]
 
 
 def _indent(lines: Sequence[str], n: int) -> str:
@@ -627,6 +674,25 @@ def _term_block(term: Term, base: int, count: int, scope: _Scope, tabs: dict[str
     head = f"if (i >= {base} && i < {base + count}) {{  // {comment}"
     first = f"const int cmc_t = {_lit(fam.start, False)} + (i - {base});"
     return [head, _indent([first, *body], 2), "}"]
+
+
+def _span_block(term: Term, base: int, count: int, ex: _ExactGen, comment: str) -> list[str]:
+    """Exact [lo, hi) of one term instance for row r, clamped to [0, len); empty when the
+    guard fails. Shares ex's row context (hoisted k-free, index-free subtrees)."""
+    if term.residual is not None:
+        body = ["lo = 0; hi = 0;", "return false;"]
+    else:
+        guard = ex.pred(term.guard, "elem")
+        lo, hi = ex.expr(term.lo.expr, "elem"), ex.expr(term.hi.expr, "elem")
+        body = [f"if ({guard}) {{",
+                f"  lo = cmc_key_clamp({lo.as_type(True)}, s.len);",
+                f"  hi = cmc_key_clamp({hi.as_type(True)}, s.len);",
+                "} else {", "  lo = 0; hi = 0;", "}", "return true;"]
+    if term.family is None:
+        return [f"if (i == {base}) {{  // {comment}", _indent(body, 2), "}"]
+    first = f"const int cmc_t = {_lit(term.family.start, False)} + (i - {base});"
+    return [f"if (i >= {base} && i < {base + count}) {{  // {comment}",
+            _indent([first, *body], 2), "}"]
 
 
 def _check_table(table: IntervalTable) -> None:
@@ -688,6 +754,7 @@ def build_hooks(table: IntervalTable) -> Hooks:
         counts = [1]
     tables: list[str] = []
     blocks: list[str] = []
+    spans: list[str] = []
     base = 0
     for ti, (term, count) in enumerate(zip(terms, counts, strict=True)):
         tscope = scope
@@ -708,6 +775,9 @@ def build_hooks(table: IntervalTable) -> Hooks:
         if term.residual is not None:
             comment += ", with residual"
         blocks.append("\n".join(_term_block(term, base, count, tscope, tabs, comment)))
+        ex.scope = tscope
+        spans.append("\n".join(_span_block(term, base, count, ex, comment)))
+        ex.scope = scope
         base += count
     return Hooks(
         n_terms=base,
@@ -718,6 +788,7 @@ def build_hooks(table: IntervalTable) -> Hooks:
         row_lines=tuple(ex.row_lines),
         visible=visible,
         term_blocks=tuple(blocks),
+        span_blocks=tuple(spans),
     )
 
 
@@ -827,6 +898,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         row_lines=_indent(hooks.row_lines, 4) if hooks.row_lines else "",
         visible=hooks.visible,
         term_blocks=[_indent(b.split("\n"), 4) for b in hooks.term_blocks],
+        span_blocks=[_indent(b.split("\n"), 4) for b in hooks.span_blocks],
         variants=[{
             "symbol": check_identifier(v.symbol),
             "define": v.define,

@@ -208,6 +208,17 @@ HARNESS_MAIN = r"""
 static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
 
 int main() {
+  for (int off = 0; off < 8; off += 2)  // cmc_colmask32 against the column formula
+    for (int lo = -3; lo <= 131; ++lo)
+      for (int hi = -3; hi <= 131; ++hi) {
+        unsigned want = 0;
+        for (int n = 0; n < 16; ++n)
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * n + off + e;
+            if (lo <= col && col < hi) want |= 1u << (e * 16 + n);
+          }
+        if (cmc_colmask32(lo, hi, off) != want) { printf("bad colmask %d %d %d\n", lo, hi, off); return 2; }
+      }
   const int ncase = rd();
   for (int c = 0; c < ncase; ++c) {
     const int len = rd();
@@ -225,12 +236,36 @@ int main() {
       for (int kk = 0; kk < len; ++kk) putchar(cmc_hooks::visible(s, r, kk) ? '1' : '0');
       putchar('\n');
     }
+    for (int qq = 0; qq < len; ++qq) {  // union of the exact spans, or R (a residual term)
+      const cmc_hooks::row_t r = cmc_hooks::row(s, qq);
+      std::vector<char> row(len, '0');
+      bool exact = true;
+      for (int i = 0; i < cmc_hooks::kTerms; ++i) {
+        int lo = -1, hi = -1;
+        exact = cmc_hooks::span(s, r, i, lo, hi) && exact;
+        if (lo < 0 || hi < 0 || lo > len || hi > len) { printf("bad span bounds\n"); return 2; }
+        for (int kk = lo; kk < hi; ++kk) row[kk] = '1';
+      }
+      if (!exact) putchar('R');
+      else for (int kk = 0; kk < len; ++kk) putchar(row[kk]);
+      putchar('\n');
+    }
     const int nq = rd();
     const int nt = cmc_hooks::kTerms;
     std::vector<int> plan(8 * nt + 2);
     for (int t = 0; t < nq; ++t) {
       const int qa = rd(), qb = rd(), bn = rd();
       for (int i = 0; i < nt; ++i) cmc_hooks::term(s, qa, qb, i, plan.data() + 4 * i);
+      for (int qq = qa; qq <= qb; ++qq) {  // every row's span lies in its term's touched range
+        const cmc_hooks::row_t r = cmc_hooks::row(s, qq);
+        for (int i = 0; i < nt; ++i) {
+          int lo, hi;
+          if (cmc_hooks::span(s, r, i, lo, hi) && hi > lo &&
+              (lo < plan[4 * i] || hi > plan[4 * i + 1])) {
+            printf("span outside touched: q %d term %d\n", qq, i); return 2;
+          }
+        }
+      }
       for (int i = 0; i < nt; ++i) cmc_plan_place(plan.data(), nt, i, bn);
       cmc_plan_merge(plan.data(), nt, bn);
       const int* run = plan.data() + 4 * nt;
@@ -325,7 +360,7 @@ def _cases(mask: Mask, rng: random.Random, n: int, max_len: int = 40):
     return cases
 
 
-def _run_harness(exe: Path, mask: Mask, cases) -> list[tuple[np.ndarray, list[str]]]:
+def _run_harness(exe: Path, mask: Mask, cases) -> list[tuple[np.ndarray, list[str], list[str]]]:
     toks: list[int] = [len(cases)]
     for length, params, queries in cases:
         toks.append(length)
@@ -343,7 +378,9 @@ def _run_harness(exe: Path, mask: Mask, cases) -> list[tuple[np.ndarray, list[st
     for length, _, queries in cases:
         vis = np.array([[c == "1" for c in lines[pos + i]] for i in range(length)], dtype=bool)
         pos += length
-        out.append((vis, lines[pos:pos + len(queries)]))
+        spans = lines[pos:pos + length]
+        pos += length
+        out.append((vis, spans, lines[pos:pos + len(queries)]))
         pos += len(queries)
     return out
 
@@ -359,14 +396,23 @@ def _check_table(table: IntervalTable, exe: Path, rng: random.Random, n: int = 2
                  max_len: int = 40) -> dict[str, int]:
     mask = table.mask
     cases = _cases(mask, rng, n, max_len)
-    seen = {"f": 0, "p": 0, ".": 0}
-    for (length, params, queries), (vis, tiles) in zip(
+    seen = {"f": 0, "p": 0, ".": 0, "s": 0}
+    for (length, params, queries), (vis, spans, tiles) in zip(
             cases, _run_harness(exe, mask, cases), strict=True):
         ref = _dense(mask, length, params)
         bad = np.argwhere(vis != ref)
         assert bad.size == 0, (
             f"{mask.name}: visible differs at (q, k) = {bad[0].tolist()} for len={length}, "
             f"params={params}: kernel {vis[tuple(bad[0])]}, evaluate {ref[tuple(bad[0])]}")
+        for qq, line in enumerate(spans):
+            if line == "R":
+                assert not table.exact, f"{mask.name}: span refused on an exact table"
+                continue
+            seen["s"] += 1
+            got = np.array([c == "1" for c in line], dtype=bool)
+            assert (got == ref[qq]).all(), (
+                f"{mask.name}: spans of row {qq} differ from the predicate for len={length}, "
+                f"params={params}: spans {line}, evaluate {''.join('01'[x] for x in ref[qq])}")
         for (qa, qb, bn), line in zip(queries, tiles, strict=True):
             assert len(line) == -(-length // bn)
             for j, c in enumerate(line):
@@ -398,6 +444,7 @@ def test_host_hooks_match_evaluate_samples(stem, workdir):
     exe = _build_harness(table, workdir)
     seen = _check_table(table, exe, random.Random(hash(stem) % 1000), n=30)
     assert seen["p"] + seen["f"] > 0
+    assert seen["s"] > 0 or not table.exact
 
 
 @needs_gxx
@@ -408,7 +455,7 @@ def test_host_plan_is_tight_for_causal(workdir):
     length = 300
     queries = [(qa, min(length - 1, qa + 127), bn) for qa in range(0, length, 128)
                for bn in (64, 16)]
-    ((vis, tiles),) = _run_harness(exe, CAUSAL.mask, [(length, {}, queries)])
+    ((vis, _, tiles),) = _run_harness(exe, CAUSAL.mask, [(length, {}, queries)])
     for (qa, qb, bn), line in zip(queries, tiles, strict=True):
         for j, c in enumerate(line):
             lo, hi = j * bn, min(length, (j + 1) * bn) - 1
@@ -599,6 +646,17 @@ EXPR_MAIN = r"""
 static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
 
 int main() {
+  for (int off = 0; off < 8; off += 2)  // cmc_colmask32 against the column formula
+    for (int lo = -3; lo <= 131; ++lo)
+      for (int hi = -3; hi <= 131; ++hi) {
+        unsigned want = 0;
+        for (int n = 0; n < 16; ++n)
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * n + off + e;
+            if (lo <= col && col < hi) want |= 1u << (e * 16 + n);
+          }
+        if (cmc_colmask32(lo, hi, off) != want) { printf("bad colmask %d %d %d\n", lo, hi, off); return 2; }
+      }
   const int ncase = rd();
   for (int c = 0; c < ncase; ++c) {
     seq_t s;

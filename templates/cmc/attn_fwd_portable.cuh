@@ -39,11 +39,19 @@
 //                      every row and the term has no residual, else empty
 //       Every visible (q, k) with q in [qa, qb] lies in some touched range; every key of a
 //       full range is visible from every row of [qa, qb].
+//   static bool span(const seq_t& s, const row_t& r, int i, int& lo, int& hi);
+//       term instance i for the one row r, exactly: [lo, hi) = its key interval clamped to
+//       [0, len) when its guard holds, else empty. False (and empty) for a term with a
+//       residual. For an exact table the union over i is exactly {k < len : visible(r, k)},
+//       and every span lies inside that term's touched range of any [qa, qb] holding r.q.
 //
 // The kernel builds a per-CTA plan from these (cmc_plan_place / cmc_plan_merge): the sorted
 // union of touched key tiles (walked in order; a tile no term touches is never loaded) and
 // the key tiles inside the union of full ranges (no mask work). Every other walked tile is
-// partial: each element evaluates visible(q, k) && k < len.
+// partial: the portable kernel evaluates visible(q, k) && k < len per element; the sm90
+// kernel ORs the spans of the terms touching the tile into a per-thread column bit mask
+// (cmc_colmask32), one bit test per element, and falls back to visible() only when a term
+// touching the tile has a residual.
 //
 // --------------------------------------------------------------------------- the kernel
 // grid (ceil(max_len / 128), heads_q, batch), block 256 = 8 warps x 16 query rows (MT = 1;
@@ -268,6 +276,27 @@ CMC_DEV void cmc_term_out(int* out, cmc_tv g, cmc_iv lo, cmc_iv hi, bool exact, 
 //   nrun | nfull
 CMC_DEV int cmc_plan_ints(int nt) { return 8 * nt + 2; }
 CMC_DEV int cmc_ceil_div(int a, int b) { return a / b + (a % b != 0); }  // a >= 0, no overflow
+
+// A key bound of a span, clamped to [0, len].
+CMC_DEV int cmc_key_clamp(cmc_i64 v, int len) { return v < 0 ? 0 : (v > len ? len : (int)v); }
+// Entry of a compile-time family table (numpy indexing for -n <= i < 0; clamped, as
+// cmc_iv_tab, for memory safety only).
+CMC_DEV int cmc_tab_at(const int* t, int n, cmc_i64 i) {
+  i = i < 0 ? i + n : i;
+  return t[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+// The columns c(n, e) = 8 n + off + e (n < 16, e < 2) of one thread's row fragment in a
+// 128-key tile (wgmma / mma.sync accumulator layout, off = 2 (lane % 4)) that lie in the
+// tile-relative key interval [lo, hi): bit e * 16 + n.
+CMC_DEV unsigned cmc_colmask32(int lo, int hi, int off) {
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > 128 ? 128 : hi;
+  if (hi <= lo) return 0u;
+  // c in [lo, hi)  <=>  ceil((lo - off - e) / 8) <= n < ceil((hi - off - e) / 8); x + 7 >= 0
+  const int a0 = (lo - off + 7) >> 3, b0 = (hi - off + 7) >> 3;
+  const int a1 = (lo - off + 6) >> 3, b1 = (hi - off + 6) >> 3;
+  return ((1u << b0) - (1u << a0)) | (((1u << b1) - (1u << a1)) << 16);
+}
 
 // Step 1 (one thread per term instance i, after every term is written): place i's touched
 // tile range and full key range at their rank in start order (ties by index).

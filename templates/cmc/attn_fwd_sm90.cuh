@@ -10,7 +10,9 @@
 // with no visible key gives O = 0 and LSE = -inf (never NaN), rows >= len never written, GQA
 // (h_kv = h / (heads_q / heads_kv)), bf16 / fp16, head dim 64 / 128, jagged via cu_seqlens.
 // Per key tile: tiles no term touches are never loaded, full tiles do no mask work, partial
-// tiles call H::visible(s, r, k) && k < len per element.
+// tiles OR the exact row spans (H::span) of the terms touching them into a column bit mask,
+// one bit test per element; only a tile touched by a term with a residual evaluates
+// H::visible(s, r, k) && k < len per element.
 //
 // ------------------------------------------------------------------------------ launch
 // Same launch rule as cmc/abi.py: grid (ceil(max_len / 128), heads_q, batch), block 384
@@ -468,15 +470,41 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
         while (f < nfull && full[2 * f + 1] <= j) ++f;
         const bool is_full = f < nfull && full[2 * f] <= j;
         if (!is_full) {
-          const int kbase = j * kBN + 2 * (lane & 3);
+          const int k0 = j * kBN, off = 2 * (lane & 3);
+          // OR the exact spans of the terms touching this tile (touched ranges of the plan).
+          unsigned bits0 = 0u, bits1 = 0u;
+          bool exact = true;
+#pragma unroll 1
+          for (int i = 0; i < NT; ++i) {
+            if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
+              int lo, hi;
+              exact = H::span(seq, rc0, i, lo, hi);
+              if (!exact) break;
+              bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+              H::span(seq, rc1, i, lo, hi);
+              bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
+            }
+          }
+          if (exact) {
 #pragma unroll
-          for (int n = 0; n < 16; ++n) {
+            for (int n = 0; n < 16; ++n) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int k = kbase + n * 8 + e;
-              const bool in = k < len;
-              if (!(in && H::visible(seq, rc0, k))) s[4 * n + e] = neg_inf();
-              if (!(in && H::visible(seq, rc1, k))) s[4 * n + 2 + e] = neg_inf();
+              for (int e = 0; e < 2; ++e) {
+                if (!((bits0 >> (e * 16 + n)) & 1u)) s[4 * n + e] = neg_inf();
+                if (!((bits1 >> (e * 16 + n)) & 1u)) s[4 * n + 2 + e] = neg_inf();
+              }
+            }
+          } else {
+            const int kbase = k0 + off;
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int k = kbase + n * 8 + e;
+                const bool in = k < len;
+                if (!(in && H::visible(seq, rc0, k))) s[4 * n + e] = neg_inf();
+                if (!(in && H::visible(seq, rc1, k))) s[4 * n + 2 + e] = neg_inf();
+              }
             }
           }
         }
