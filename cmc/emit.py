@@ -79,8 +79,8 @@ def sm90_smem_bytes(head_dim: int, n_terms: int) -> int:
     """Dynamic shared memory of the sm90 kernel (cmc_sm90::smem_bytes, static_assert'ed)."""
     stages = SM90_STAGES[head_dim]
     tile = 128 * head_dim * 2
-    plan_off = tile + 2 * stages * tile + (1 + 4 * stages) * 8
-    return (plan_off + (8 * n_terms + 2) * 4 + 15) // 16 * 16 + 1024
+    plan_off = 2 * tile + 2 * stages * tile + (6 + 4 * stages) * 8
+    return (plan_off + 2 * (8 * n_terms + 2) * 4 + 15) // 16 * 16 + 1024
 
 
 def rows_per_warp(head_dim: int) -> int:
@@ -97,9 +97,11 @@ ROWS_PER_WARP = {64: 16, 128: 16}
 
 def threads(head_dim: int) -> int:
     return 32 * BLOCK_M // rows_per_warp(head_dim)
-# More term instances than this and the per-CTA plan would crowd shared memory: the emitted
-# hooks then use one conservative term (every key touched, no tile full), still exact.
-MAX_TERMS = 1024
+# More term instances than this and the per-CTA plan would crowd shared memory (the sm90
+# kernel keeps two plans next to two Q tiles: 512 terms is 227 KiB at head dim 128): the
+# emitted hooks then use one conservative term (every key touched, no tile full), still exact.
+MAX_TERMS = 512
+SMEM_LIMIT = 227 * 1024  # opt-in dynamic shared memory per block, sm_90 and sm_100
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1

@@ -61,7 +61,13 @@ def sha256(data: bytes) -> str:
 
 
 def grid_rule(v: KernelVariant) -> list[str]:
-    """Grid dimensions as expressions over descriptor fields (the header's grid function)."""
+    """Grid dimensions as expressions over descriptor fields and the device's `num_sms` (the
+    header's grid function). The sm90 kernel is persistent: one CTA per SM at most, each
+    looping over work units (pairs of query tiles: ceil(ceil(max_len / block_m) / 2) *
+    heads_q * batch of them)."""
+    if v.kernel == "sm90":
+        units = f"ceil_div(ceil_div(max_len, {v.block_m}), 2) * heads_q * batch"
+        return [f"min({units}, num_sms)", "1", "1"]
     return [f"ceil_div(max_len, {v.block_m})", "heads_q", "batch"]
 
 
@@ -235,6 +241,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 "block_n": v.block_n,
                 "smem": v.smem_bytes,
                 "kernel": v.kernel,
+                "persistent": v.kernel == "sm90",
                 "cubins": [
                     {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
                     for c in cubins

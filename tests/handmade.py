@@ -140,7 +140,7 @@ def source_text(variants: tuple[KernelVariant, ...] = VARIANTS, extra: str = "")
     for v in variants:
         words = v.smem_bytes // 4
         parts.append(
-            f"#if defined(CMC_VARIANT_{v.dtype}_d{v.head_dim})\n"
+            f"#if defined({v.define})\n"
             f'extern "C" __global__ void __launch_bounds__({v.threads})\n'
             f"{v.symbol}(const __grid_constant__ cmc_demo_desc desc) {{\n"
             f"  demo_body<{v.head_dim}, {words}>(desc);\n"

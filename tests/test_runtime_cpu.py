@@ -643,7 +643,8 @@ class FakeGPU:
         d = _driver
         for name, fn in {
             "init": lambda: None, "compute_capability": lambda dev: cc,
-            "max_optin_smem": lambda dev: 232448, "current_device": lambda: 0,
+            "max_optin_smem": lambda dev: 232448, "sm_count": lambda dev: 132,
+            "current_device": lambda: 0,
             "pointer_device": lambda ptr: 0, "is_capturing": lambda h: self.capturing,
             "on_device": _Null, "mem_alloc": self.alloc,
             "mem_alloc_async": lambda n, h: self.alloc(n), "mem_free": lambda p: None,
@@ -940,7 +941,8 @@ def test_real_manifest_packs_and_launches(real_artifacts, gpu):
     launch = gpu.launches[-1]
     assert launch["symbol"] == "cmc_shared_prefix_fwd_sm90_bf16_d128"
     k = attn.manifest.kernels[0]
-    assert launch["grid"] == (-(-40 // k.block_m), 2, 2) and launch["block"] == k.block
+    # persistent: min(query tiles * heads * batch, SMs) CTAs, one dimension
+    assert launch["grid"] == (1 * 2 * 2, 1, 1) and launch["block"] == k.block
     assert launch["smem"] == k.dynamic_smem
     assert launch["prompt_len"] == [3, 40] and launch["responses"] == ([0, 2, 3], [3, 20, 40])
     assert descs[0]["q"] == da.ptr and descs[0]["q_stride_tok"] == 256
@@ -970,3 +972,14 @@ def test_launch_uses_each_tensors_own_strides(tmp_path, gpu):
     assert (s["k_stride_tok"], s["k_stride_head"]) == (128, 0)
     assert s["v_stride_tok"] == 128 and s["o"] == ptr
     assert (s["o_stride_tok"], s["o_stride_head"]) == (384, 128)
+
+
+def test_persistent_grid_is_capped_at_the_sm_count(real_artifacts, gpu):
+    """The sm90 kernel loops over query tiles: min(tiles * heads * batch, SMs) CTAs."""
+    attn = loader.load(real_artifacts["causal"])
+    da = DeviceArray((9, 1000, 4, 128), "bf16")
+    attn(da, da, da)
+    assert gpu.launches[-1]["grid"] == (132, 1, 1)  # 4 tile pairs * 4 heads * 9 > 132
+    small = DeviceArray((1, 300, 4, 128), "bf16")
+    attn(small, small, small)
+    assert gpu.launches[-1]["grid"] == (2 * 4, 1, 1)  # 3 tiles: one pair and one single

@@ -90,6 +90,11 @@ def compute_capability(ordinal: int) -> tuple[int, int]:
     )
 
 
+def sm_count(ordinal: int) -> int:
+    a = cu.CUdevice_attribute
+    return attribute(ordinal, a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+
+
 def max_optin_smem(ordinal: int) -> int:
     a = cu.CUdevice_attribute
     return attribute(ordinal, a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)

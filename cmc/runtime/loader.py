@@ -246,6 +246,7 @@ class _DeviceKernels:
             cc = _driver.compute_capability(device)
             self.arch = select_arch(cc, [k.arch for k in m.kernels])
             smem_max = _driver.max_optin_smem(device)
+            self.num_sms = _driver.sm_count(device)
             self.kernels: dict[tuple[str, int], _Kernel] = {}
             for k in m.kernels:
                 if k.arch != self.arch:
@@ -526,16 +527,16 @@ class Attention:
         if not packed:
             seq_ptr = _cached_seqlens(device, batch, mlen, capturing) if batch and mlen else 0
         if geo.tokens and batch and geo.heads_q and mlen:
-            self._run(kern, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch, mlen, slog2,
-                      packed_params, uploads)
+            self._run(kern, dk.num_sms, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch,
+                      mlen, slog2, packed_params, uploads)
         if lse is None:
             return out
         if not packed:
             lse = lse_batch_view(lse, batch, geo.heads_q, mlen)
         return out, lse
 
-    def _run(self, kern: _Kernel, sh: int, geo: Geometry, qi: ArrayInfo, ki: ArrayInfo,
-             vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int, seq_ptr: int | tuple[str, int],
+    def _run(self, kern: _Kernel, num_sms: int, sh: int, geo: Geometry, qi: ArrayInfo,
+             ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int, seq_ptr: int | tuple[str, int],
              batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
              uploads: _Uploads) -> None:
         pending: list[tuple[str, int]] = []  # (field name, upload offset)
@@ -565,7 +566,11 @@ class Attention:
         })
         e = kern.entry
         env = {**{n: int(x) for n, x in values.items() if isinstance(x, int)},
-               "block_m": e.block_m, "block_n": e.block_n, "threads": e.threads}
+               "block_m": e.block_m, "block_n": e.block_n, "threads": e.threads,
+               "num_sms": num_sms}
+        if (-(-mlen // e.block_m) + 1) * geo.heads_q * batch > 2**31 - 1:
+            raise ParamError("q", "(ceil(max_len / block_m) + 1) * heads * batch must be below "
+                                  "2^31 (the kernels number query tiles in int32)")
         grid = grid_dims(e.grid, env)
         if not (0 < grid[0] <= 2**31 - 1 and 0 < grid[1] <= 65535 and 0 < grid[2] <= 65535):
             raise ParamError("q", f"launch grid {grid} is outside the device limits")

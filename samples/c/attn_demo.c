@@ -197,6 +197,7 @@ int main(int argc, char **argv)
   const char *cubin_name = NULL;
   const char *symbol = NULL;
   unsigned threads = 0, smem = 0, block_m = 0;
+  int persistent = 0, num_sms = 0;
   char path[4096];
   int major = 0, minor = 0, status = 1;
   size_t cubin_size = 0, n_in = (size_t)T * H * D;
@@ -219,6 +220,7 @@ int main(int argc, char **argv)
   CK(p_cuDeviceGet(&dev, 0));
   CK(p_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
   CK(p_cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  CK(p_cuDeviceGetAttribute(&num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   /* The cubin and kernel variant for this GPU: SASS runs only on its own major version, and
      sm_90a gets the wgmma kernel (its own symbol, block and shared memory). */
 #define PICK(CUBIN, V)                                                                      \
@@ -228,6 +230,7 @@ int main(int argc, char **argv)
     threads = CMC_CAUSAL_##V##_THREADS;                                                     \
     smem = CMC_CAUSAL_##V##_DYNAMIC_SMEM;                                                   \
     block_m = CMC_CAUSAL_##V##_BLOCK_M;                                                     \
+    persistent = CMC_CAUSAL_##V##_PERSISTENT;                                               \
   } while (0)
 #ifdef CMC_CAUSAL_SM_90A_SM90_BF16_D128_CUBIN
   if (major == 9 && minor == 0) PICK(CMC_CAUSAL_SM_90A_SM90_BF16_D128_CUBIN, SM90_BF16_D128);
@@ -301,7 +304,7 @@ int main(int argc, char **argv)
     desc.heads_kv = H;
     desc.max_len = L;
     desc.scale_log2 = scale * 1.4426950408889634f;
-    cmc_causal_grid(&desc, block_m, grid);
+    cmc_causal_grid(&desc, block_m, persistent, (unsigned)num_sms, grid);
     printf("grid (%u, %u, %u), block %u, dynamic smem %u\n", grid[0], grid[1], grid[2],
            threads, smem);
     CK(p_cuLaunchKernel(fn, grid[0], grid[1], grid[2], threads, 1, 1, smem, NULL, args, NULL));

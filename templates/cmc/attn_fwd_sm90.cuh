@@ -61,24 +61,24 @@ namespace cmc_sm90 {
 constexpr int kBM = 128;        // query rows per CTA (2 consumer warpgroups x 64)
 constexpr int kBN = 128;        // keys per tile
 constexpr int kThreads = 384;   // producer WG + 2 consumer WGs
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+constexpr int kProducerRegs = 56;
+constexpr int kConsumerRegs = 224;
+static_assert(128 * kProducerRegs + (kThreads - 128) * kConsumerRegs <= 65536, "register file");
 
 template <int D> struct Cfg {
   static constexpr int kStages = D == 64 ? 4 : 2;
   static constexpr int kQBytes = kBM * D * 2;
   static constexpr int kTile = kBN * D * 2;
-  static constexpr int kQ = 0;
-  static constexpr int kK = kQBytes;
+  static constexpr int kQ = 0;                             // two Q slots (item parity)
+  static constexpr int kK = 2 * kQBytes;
   static constexpr int kV = kK + kStages * kTile;
   static constexpr int kBar = kV + kStages * kTile;        // 8-byte mbarriers
-  static constexpr int kNumBars = 1 + 4 * kStages;          // Q, K full/empty, V full/empty
-  static constexpr int kPlan = kBar + kNumBars * 8;
+  static constexpr int kNumBars = 6 + 4 * kStages;          // per slot Q/plan/empty, K/V ring
+  static constexpr int kPlan = kBar + kNumBars * 8;         // two plans (item parity)
 };
 // +1024: the kernel aligns its base up to 1 KiB itself (the swizzle atoms need it).
 template <int D, int NT> constexpr int smem_bytes() {
-  return (Cfg<D>::kPlan + (8 * NT + 2) * 4 + 15) / 16 * 16 + 1024;
+  return (Cfg<D>::kPlan + 2 * (8 * NT + 2) * 4 + 15) / 16 * 16 + 1024;
 }
 
 // Byte offset of 16-byte chunk c (0 <= c < D/8) of row r in a [rows][D] tile.
@@ -133,6 +133,9 @@ CMC_DEV void wg_bar_sync(int cw) {
   if (cw == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
   else asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
+
+// Named barrier of the producer warpgroup (plan building).
+CMC_DEV void producer_bar() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
 
 template <int N> CMC_DEV void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> CMC_DEV void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
@@ -359,85 +362,137 @@ CMC_DEV void issue_pv(float* o, const unsigned* p, unsigned sv) {
   }
 }
 
+// Tile plan of query rows [qa, qb] into p (8 NT + 2 ints) by the producer warpgroup
+// (ptid < 128; named barrier 3 among its threads).
+template <class H>
+CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, int ptid) {
+  constexpr int NT = H::kTerms;
+  for (int i = ptid; i < NT; i += 128) H::term(seq, qa, qb, i, p + 4 * i);
+  producer_bar();
+  for (int i = ptid; i < NT; i += 128) cmc_plan_place(p, NT, i, kBN);
+  producer_bar();
+  if (ptid == 0) cmc_plan_merge(p, NT, kBN);
+  producer_bar();
+}
+
+// The persistent schedule. A work unit is a pair of query tiles of one (sequence, head):
+// tiles nqt - 1 - p and p (p < ceil(nqt / 2); the middle tile of an odd nqt alone), so every
+// unit of a causal-like mask costs the same (nqt + 1 key tiles) and a static stride balances
+// without atomics. Units are numbered head-major within a sequence, so the CTAs running
+// together share a few heads' K/V in L2. CTA c takes units c, c + gridDim.x, ...; the longer
+// tile of a unit goes first.
+struct Item {
+  int qt, h, b;
+};
+struct Sched {
+  int nqt, npair, heads;
+  CMC_DEV int units(int batch) const { return npair * heads * batch; }
+  // query tile `half` (0: the long one, 1: the short one) of unit u, or -1 if it has none
+  CMC_DEV int tile(int u, int half, int& h, int& b) const {
+    const int bh = u / npair, p = u - bh * npair;
+    h = bh % heads;
+    b = bh / heads;
+    const int qt = half == 0 ? nqt - 1 - p : p;
+    return (half == 1 && qt == nqt - 1 - p) ? -1 : qt;
+  }
+};
+
 template <class H, bool BF16, int D>
 CMC_DEV void fwd(const typename H::desc_t& desc) {
   static_assert(D == 64 || D == 128, "head dim");
   typedef Cfg<D> C;
   constexpr int NT = H::kTerms;
   constexpr int S = C::kStages;
+  constexpr int kPlanInts = 8 * NT + 2;
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
 
   const int tid = threadIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kBM;
-  const typename H::seq_t seq = H::seq(desc, b);
-  const int len = seq.len;
-  if (q0 >= len) return;  // uniform over the CTA
-  const cmc_i64 tok0 = seq.tok0;
-  const int hkv = h / (desc.heads_q / desc.heads_kv);
+  const int heads = desc.heads_q, batch = desc.batch;
+  Sched sc;
+  sc.nqt = (desc.max_len + kBM - 1) / kBM;
+  sc.npair = (sc.nqt + 1) / 2;
+  sc.heads = heads;
+  const int units = sc.units(batch);
+  const int hpk = heads / desc.heads_kv;
 
   // 1 KiB-aligned base (shared-window addresses; the generic pointer moves by the same amount).
   const unsigned raw = smem_u32(cmc_smem_raw);
   const unsigned pad = ((raw + 1023u) & ~1023u) - raw;
   unsigned char* smem = cmc_smem_raw + pad;
   const unsigned base = raw + pad;
-  const unsigned sQ = base + C::kQ, sK = base + C::kK, sV = base + C::kV;
-  const unsigned barQ = base + C::kBar;
-  // K full: barQ + 8 (1 + s); K empty: + 8 (1 + S + s); V full: + 8 (1 + 2S + s); V empty: + 8 (1 + 3S + s)
-  int* plan = reinterpret_cast<int*>(smem + C::kPlan);
+  const unsigned sK = base + C::kK, sV = base + C::kV;
+  const unsigned bars = base + C::kBar;
+  // per slot x (item parity): Q full (128 cp.async arrivals), plan full (128 producer
+  // threads), slot empty (8 consumer warps, after the epilogue); then the K/V ring.
+  auto bar_qfull = [&](int x) { return bars + 8 * x; };
+  auto bar_plan = [&](int x) { return bars + 8 * (2 + x); };
+  auto bar_slot = [&](int x) { return bars + 8 * (4 + x); };
+  auto bar_kfull = [&](int s) { return bars + 8 * (6 + s); };
+  auto bar_kempty = [&](int s) { return bars + 8 * (6 + S + s); };
+  auto bar_vfull = [&](int s) { return bars + 8 * (6 + 2 * S + s); };
+  auto bar_vempty = [&](int s) { return bars + 8 * (6 + 3 * S + s); };
+  auto plan_of = [&](int x) { return reinterpret_cast<int*>(smem + C::kPlan) + x * kPlanInts; };
 
   if (tid == 0) {
-    mbar_init(barQ, 128);
+    for (int x = 0; x < 2; ++x) {
+      mbar_init(bar_qfull(x), 128);
+      mbar_init(bar_plan(x), 128);
+      mbar_init(bar_slot(x), 8);
+    }
     for (int s = 0; s < S; ++s) {
-      mbar_init(barQ + 8 * (1 + s), 128);
-      mbar_init(barQ + 8 * (1 + S + s), 8);
-      mbar_init(barQ + 8 * (1 + 2 * S + s), 128);
-      mbar_init(barQ + 8 * (1 + 3 * S + s), 8);
+      mbar_init(bar_kfull(s), 128);
+      mbar_init(bar_kempty(s), 8);
+      mbar_init(bar_vfull(s), 128);
+      mbar_init(bar_vempty(s), 8);
     }
   }
-  // Tile plan for rows [q0, min(q0 + 127, len - 1)] (whole CTA).
-  {
-    const int qa = q0, qb = (len - 1 - q0 < kBM - 1) ? len - 1 : q0 + kBM - 1;
-    for (int i = tid; i < NT; i += kThreads) H::term(seq, qa, qb, i, plan + 4 * i);
-    __syncthreads();
-    for (int i = tid; i < NT; i += kThreads) cmc_plan_place(plan, NT, i, kBN);
-    __syncthreads();
-    if (tid == 0) cmc_plan_merge(plan, NT, kBN);
-    __syncthreads();  // also publishes the mbarrier inits
-  }
-  const int* run = plan + 4 * NT;
-  const int* full = plan + 6 * NT;
-  const int nrun = plan[8 * NT], nfull = plan[8 * NT + 1];
+  __syncthreads();  // publishes the mbarrier inits
 
   const int wg = tid >> 7;
   if (wg == 0) {
     // ======================================================================= producer
     setmaxnreg_dec<kProducerRegs>();
-    if (nrun == 0) return;
     const int ptid = tid;
-    {
-      const unsigned short* g = reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
-                                (cmc_i64)h * desc.q_stride_head;
-      load_tile<D, kBM>(sQ, g, desc.q_stride_tok, q0, len, ptid);
-      mbar_cp_async_arrive(barQ);
-    }
-    const unsigned short* kg = reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
-                               (cmc_i64)hkv * desc.k_stride_head;
-    const unsigned short* vg = reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
-                               (cmc_i64)hkv * desc.v_stride_head;
-    Walk w;
-    w.start(run, nrun);
-    int stage = 0;
+    int stage = 0, n = 0;
     unsigned phase = 0;
-    while (w.j >= 0) {
-      mbar_wait(barQ + 8 * (1 + S + stage), phase ^ 1);
-      load_tile<D, kBN>(sK + stage * C::kTile, kg, desc.k_stride_tok, w.j * kBN, len, ptid);
-      mbar_cp_async_arrive(barQ + 8 * (1 + stage));
-      mbar_wait(barQ + 8 * (1 + 3 * S + stage), phase ^ 1);
-      load_tile<D, kBN>(sV + stage * C::kTile, vg, desc.v_stride_tok, w.j * kBN, len, ptid);
-      mbar_cp_async_arrive(barQ + 8 * (1 + 2 * S + stage));
-      w.next();
-      if (++stage == S) { stage = 0; phase ^= 1; }
+    for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
+      Item it;
+      it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
+      if (it.qt < 0) continue;
+      const typename H::seq_t seq = H::seq(desc, it.b);
+      const int len = seq.len, q0 = it.qt * kBM;
+      if (q0 >= len) continue;  // the consumers skip the same items
+      const int x = n & 1;
+      const unsigned use = (unsigned)(n >> 1) & 1u;
+      ++n;
+      mbar_wait(bar_slot(x), use ^ 1u);  // the consumers are done with this slot's last item
+      int* plan = plan_of(x);
+      build_plan<H>(seq, q0, (len - 1 - q0 < kBM - 1) ? len - 1 : q0 + kBM - 1, plan, ptid);
+      mbar_arrive(bar_plan(x));
+      const cmc_i64 tok0 = seq.tok0;
+      const int hkv = it.h / hpk;
+      {
+        const unsigned short* g = reinterpret_cast<const unsigned short*>(desc.q) +
+                                  tok0 * desc.q_stride_tok + (cmc_i64)it.h * desc.q_stride_head;
+        load_tile<D, kBM>(base + C::kQ + x * C::kQBytes, g, desc.q_stride_tok, q0, len, ptid);
+        mbar_cp_async_arrive(bar_qfull(x));
+      }
+      const unsigned short* kg = reinterpret_cast<const unsigned short*>(desc.k) +
+                                 tok0 * desc.k_stride_tok + (cmc_i64)hkv * desc.k_stride_head;
+      const unsigned short* vg = reinterpret_cast<const unsigned short*>(desc.v) +
+                                 tok0 * desc.v_stride_tok + (cmc_i64)hkv * desc.v_stride_head;
+      Walk wk;
+      wk.start(plan + 4 * NT, plan[8 * NT]);
+      while (wk.j >= 0) {
+        mbar_wait(bar_kempty(stage), phase ^ 1);
+        load_tile<D, kBN>(sK + stage * C::kTile, kg, desc.k_stride_tok, wk.j * kBN, len, ptid);
+        mbar_cp_async_arrive(bar_kfull(stage));
+        mbar_wait(bar_vempty(stage), phase ^ 1);
+        load_tile<D, kBN>(sV + stage * C::kTile, vg, desc.v_stride_tok, wk.j * kBN, len, ptid);
+        mbar_cp_async_arrive(bar_vfull(stage));
+        wk.next();
+        if (++stage == S) { stage = 0; phase ^= 1; }
+      }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
   } else {
@@ -447,212 +502,236 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
     const int ctid = tid & 127;
     const int warp = ctid >> 5, lane = tid & 31;
     const int lrow = cw * 64 + warp * 16 + (lane >> 2);  // this thread's rows: lrow, lrow + 8
-    const int row0 = q0 + lrow;
-    const typename H::row_t rc0 = H::row(seq, row0);
-    const typename H::row_t rc1 = H::row(seq, row0 + 8);
     const float sl2 = desc.scale_log2;
-
     constexpr int kO = D / 2;  // O accumulator floats per thread
-    float o[kO];
+    int stage = 0, n = 0;
+    unsigned phase = 0;
+    auto release = [&](unsigned bar) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar);
+    };
+
+    for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
+      Item it;
+      it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
+      if (it.qt < 0) continue;
+      const typename H::seq_t seq = H::seq(desc, it.b);
+      const int len = seq.len, q0 = it.qt * kBM;
+      if (q0 >= len) continue;
+      const int x = n & 1;
+      const unsigned use = (unsigned)(n >> 1) & 1u;
+      ++n;
+      const cmc_i64 tok0 = seq.tok0;
+      const int row0 = q0 + lrow;
+      const typename H::row_t rc0 = H::row(seq, row0);
+      const typename H::row_t rc1 = H::row(seq, row0 + 8);
+      const unsigned sQx = base + C::kQ + x * C::kQBytes;
+      unsigned char* gQx = smem + C::kQ + x * C::kQBytes;
+
+      mbar_wait(bar_plan(x), use);
+      const int* plan = plan_of(x);
+      const int* run = plan + 4 * NT;
+      const int* full = plan + 6 * NT;
+      const int nrun = plan[8 * NT], nfull = plan[8 * NT + 1];
+
+      float o[kO];
 #pragma unroll
-    for (int i = 0; i < kO; ++i) o[i] = 0.f;
-    float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
+      for (int i = 0; i < kO; ++i) o[i] = 0.f;
+      float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
+      mbar_wait(bar_qfull(x), use);  // also before the epilogue reuses the Q slot
 
-    if (nrun > 0) {
-      float s[64];
-      unsigned p[32];
-      const unsigned sq = sQ + cw * 64 * 128;
-      int f = 0;
+      if (nrun > 0) {
+        float s[64];
+        unsigned p[32];
+        const unsigned sq = sQx + cw * 64 * 128;
+        int f = 0;
 
-      // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
-      // returns the rescale factors of the running O and l.
-      auto softmax = [&](int j, float& c0, float& c1) {
-        while (f < nfull && full[2 * f + 1] <= j) ++f;
-        const bool is_full = f < nfull && full[2 * f] <= j;
-        if (!is_full) {
-          const int k0 = j * kBN, off = 2 * (lane & 3);
-          // OR the exact spans of the terms touching this tile (touched ranges of the plan).
-          unsigned bits0 = 0u, bits1 = 0u;
-          bool exact = true;
+        // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
+        // returns the rescale factors of the running O and l.
+        auto softmax = [&](int j, float& c0, float& c1) {
+          while (f < nfull && full[2 * f + 1] <= j) ++f;
+          const bool is_full = f < nfull && full[2 * f] <= j;
+          if (!is_full) {
+            const int k0 = j * kBN, off = 2 * (lane & 3);
+            // OR the exact spans of the terms touching this tile (touched ranges of the plan).
+            unsigned bits0 = 0u, bits1 = 0u;
+            bool exact = true;
 #pragma unroll 1
-          for (int i = 0; i < NT; ++i) {
-            if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
-              int lo, hi;
-              exact = H::span(seq, rc0, i, lo, hi);
-              if (!exact) break;
-              bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
-              H::span(seq, rc1, i, lo, hi);
-              bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
-            }
-          }
-          if (exact) {
-#pragma unroll
-            for (int n = 0; n < 16; ++n) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                if (!((bits0 >> (e * 16 + n)) & 1u)) s[4 * n + e] = neg_inf();
-                if (!((bits1 >> (e * 16 + n)) & 1u)) s[4 * n + 2 + e] = neg_inf();
+            for (int i = 0; i < NT; ++i) {
+              if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
+                int lo, hi;
+                exact = H::span(seq, rc0, i, lo, hi);
+                if (!exact) break;
+                bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+                H::span(seq, rc1, i, lo, hi);
+                bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
               }
             }
-          } else {
-            const int kbase = k0 + off;
+            if (exact) {
 #pragma unroll
-            for (int n = 0; n < 16; ++n) {
+              for (int n2 = 0; n2 < 16; ++n2) {
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int k = kbase + n * 8 + e;
-                const bool in = k < len;
-                if (!(in && H::visible(seq, rc0, k))) s[4 * n + e] = neg_inf();
-                if (!(in && H::visible(seq, rc1, k))) s[4 * n + 2 + e] = neg_inf();
+                for (int e = 0; e < 2; ++e) {
+                  if (!((bits0 >> (e * 16 + n2)) & 1u)) s[4 * n2 + e] = neg_inf();
+                  if (!((bits1 >> (e * 16 + n2)) & 1u)) s[4 * n2 + 2 + e] = neg_inf();
+                }
+              }
+            } else {
+              const int kbase = k0 + off;
+#pragma unroll
+              for (int n2 = 0; n2 < 16; ++n2) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int k = kbase + n2 * 8 + e;
+                  const bool in = k < len;
+                  if (!(in && H::visible(seq, rc0, k))) s[4 * n2 + e] = neg_inf();
+                  if (!(in && H::visible(seq, rc1, k))) s[4 * n2 + 2 + e] = neg_inf();
+                }
               }
             }
           }
-        }
-        float mx0 = m0, mx1 = m1;
+          float mx0 = m0, mx1 = m1;
 #pragma unroll
-        for (int n = 0; n < 16; ++n) {
-          mx0 = fmaxf(mx0, fmaxf(s[4 * n], s[4 * n + 1]));
-          mx1 = fmaxf(mx1, fmaxf(s[4 * n + 2], s[4 * n + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
-        const float ms0 = mx0 == neg_inf() ? 0.f : mx0 * sl2;
-        const float ms1 = mx1 == neg_inf() ? 0.f : mx1 * sl2;
-        c0 = ex2(m0 * sl2 - ms0);
-        c1 = ex2(m1 * sl2 - ms1);
-        m0 = mx0;
-        m1 = mx1;
-        float ps0 = 0.f, ps1 = 0.f;
+          for (int n2 = 0; n2 < 16; ++n2) {
+            mx0 = fmaxf(mx0, fmaxf(s[4 * n2], s[4 * n2 + 1]));
+            mx1 = fmaxf(mx1, fmaxf(s[4 * n2 + 2], s[4 * n2 + 3]));
+          }
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+          // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
+          const float ms0 = mx0 == neg_inf() ? 0.f : mx0 * sl2;
+          const float ms1 = mx1 == neg_inf() ? 0.f : mx1 * sl2;
+          c0 = ex2(m0 * sl2 - ms0);
+          c1 = ex2(m1 * sl2 - ms1);
+          m0 = mx0;
+          m1 = mx1;
+          float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
-        for (int n = 0; n < 16; ++n) {
-          s[4 * n + 0] = ex2(fmaf(s[4 * n + 0], sl2, -ms0));
-          s[4 * n + 1] = ex2(fmaf(s[4 * n + 1], sl2, -ms0));
-          s[4 * n + 2] = ex2(fmaf(s[4 * n + 2], sl2, -ms1));
-          s[4 * n + 3] = ex2(fmaf(s[4 * n + 3], sl2, -ms1));
-          ps0 += s[4 * n + 0] + s[4 * n + 1];
-          ps1 += s[4 * n + 2] + s[4 * n + 3];
-        }
-        l0 = l0 * c0 + ps0;
-        l1 = l1 * c1 + ps1;
-      };
-      // P as the A operand: k-step kk (keys 16kk ..) = accumulator fragments 2kk, 2kk + 1.
-      auto repack = [&]() {
+          for (int n2 = 0; n2 < 16; ++n2) {
+            s[4 * n2 + 0] = ex2(fmaf(s[4 * n2 + 0], sl2, -ms0));
+            s[4 * n2 + 1] = ex2(fmaf(s[4 * n2 + 1], sl2, -ms0));
+            s[4 * n2 + 2] = ex2(fmaf(s[4 * n2 + 2], sl2, -ms1));
+            s[4 * n2 + 3] = ex2(fmaf(s[4 * n2 + 3], sl2, -ms1));
+            ps0 += s[4 * n2 + 0] + s[4 * n2 + 1];
+            ps1 += s[4 * n2 + 2] + s[4 * n2 + 3];
+          }
+          l0 = l0 * c0 + ps0;
+          l1 = l1 * c1 + ps1;
+        };
+        // P as the A operand: k-step kk (keys 16kk ..) = accumulator fragments 2kk, 2kk + 1.
+        auto repack = [&]() {
 #pragma unroll
-        for (int n = 0; n < 16; ++n) {
-          p[2 * n + 0] = pack2<BF16>(s[4 * n + 0], s[4 * n + 1]);
-          p[2 * n + 1] = pack2<BF16>(s[4 * n + 2], s[4 * n + 3]);
-        }
-      };
-      auto release = [&](unsigned bar) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
-      };
+          for (int n2 = 0; n2 < 16; ++n2) {
+            p[2 * n2 + 0] = pack2<BF16>(s[4 * n2 + 0], s[4 * n2 + 1]);
+            p[2 * n2 + 1] = pack2<BF16>(s[4 * n2 + 2], s[4 * n2 + 3]);
+          }
+        };
 
-      Walk w;
-      w.start(run, nrun);
-      int stage = 0;
-      unsigned phase = 0;
-      mbar_wait(barQ, 0);
-      mbar_wait(barQ + 8 * (1 + stage), phase);
-      fence_proxy_async();
-      wg_fence();
-      issue_qk<BF16, D>(s, sq, sK + stage * C::kTile);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs<64>(s);
-      release(barQ + 8 * (1 + S + stage));
-      {
-        float c0, c1;
-        softmax(w.j, c0, c1);
-      }
-      repack();
-      for (;;) {
-        w.next();
-        if (w.j < 0) break;
-        const int ns = stage + 1 == S ? 0 : stage + 1;
-        const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
-        mbar_wait(barQ + 8 * (1 + ns), nph);               // K(next)
-        mbar_wait(barQ + 8 * (1 + 2 * S + stage), phase);  // V(cur)
+        Walk wk;
+        wk.start(run, nrun);
+        mbar_wait(bar_kfull(stage), phase);
+        fence_proxy_async();
+        wg_fence();
+        issue_qk<BF16, D>(s, sq, sK + stage * C::kTile);
+        wg_commit();
+        wg_wait<0>();
+        fence_regs<64>(s);
+        release(bar_kempty(stage));
+        {
+          float c0, c1;
+          softmax(wk.j, c0, c1);
+        }
+        repack();
+        for (;;) {
+          wk.next();
+          if (wk.j < 0) break;
+          const int ns = stage + 1 == S ? 0 : stage + 1;
+          const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
+          mbar_wait(bar_kfull(ns), nph);      // K(next)
+          mbar_wait(bar_vfull(stage), phase);  // V(cur)
+          fence_proxy_async();
+          wg_fence();
+          fence_regs<kO>(o);
+          fence_regs<32>(p);
+          issue_qk<BF16, D>(s, sq, sK + ns * C::kTile);
+          wg_commit();
+          issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
+          wg_commit();
+          wg_wait<1>();
+          fence_regs<64>(s);
+          release(bar_kempty(ns));
+          float c0, c1;
+          softmax(wk.j, c0, c1);
+          fence_regs<64>(s);  // pins the exponentials here, while P(t) V(t) still runs
+          wg_wait<0>();
+          fence_regs<kO>(o);
+          fence_regs<32>(p);
+          release(bar_vempty(stage));
+#pragma unroll
+          for (int d = 0; d < kO / 4; ++d) {
+            o[4 * d + 0] *= c0; o[4 * d + 1] *= c0;
+            o[4 * d + 2] *= c1; o[4 * d + 3] *= c1;
+          }
+          repack();
+          stage = ns;
+          phase = nph;
+        }
+        mbar_wait(bar_vfull(stage), phase);
         fence_proxy_async();
         wg_fence();
         fence_regs<kO>(o);
         fence_regs<32>(p);
-        issue_qk<BF16, D>(s, sq, sK + ns * C::kTile);
-        wg_commit();
         issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
         wg_commit();
-        wg_wait<1>();
-        fence_regs<64>(s);
-        release(barQ + 8 * (1 + S + ns));
-        float c0, c1;
-        softmax(w.j, c0, c1);
-        fence_regs<64>(s);  // pins the exponentials here, while P(t) V(t) still runs
         wg_wait<0>();
         fence_regs<kO>(o);
-        fence_regs<32>(p);
-        release(barQ + 8 * (1 + 3 * S + stage));
-#pragma unroll
-        for (int d = 0; d < kO / 4; ++d) {
-          o[4 * d + 0] *= c0; o[4 * d + 1] *= c0;
-          o[4 * d + 2] *= c1; o[4 * d + 3] *= c1;
-        }
-        repack();
-        stage = ns;
-        phase = nph;
+        release(bar_vempty(stage));
+        if (++stage == S) { stage = 0; phase ^= 1; }
       }
-      mbar_wait(barQ + 8 * (1 + 2 * S + stage), phase);
-      fence_proxy_async();
-      wg_fence();
-      fence_regs<kO>(o);
-      fence_regs<32>(p);
-      issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs<kO>(o);
-      release(barQ + 8 * (1 + 3 * S + stage));
-    }
 
-    // Epilogue: row sums across the quad, normalise, LSE, O through this warpgroup's own Q
-    // rows of shared memory (all its wgmma reads of Q are complete) for 16-byte stores.
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-    if (desc.lse != 0 && (lane & 3) == 0) {
-      float* lse = reinterpret_cast<float*>(desc.lse) + (cmc_i64)h * desc.lse_stride_head + tok0;
-      constexpr float kLn2 = 0.6931471805599453f;
-      if (row0 < len) lse[row0] = l0 > 0.f ? (m0 * sl2 + lg2(l0)) * kLn2 : neg_inf();
-      if (row0 + 8 < len) lse[row0 + 8] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
-    }
-    wg_bar_sync(cw);  // every warp of this WG is past its last wgmma
-#pragma unroll
-    for (int d = 0; d < kO / 4; ++d) {  // fragment d: columns 8d + 2 (lane & 3) ..
-      const unsigned w0 = pack2<BF16>(o[4 * d + 0] * inv0, o[4 * d + 1] * inv0);
-      const unsigned w1 = pack2<BF16>(o[4 * d + 2] * inv1, o[4 * d + 3] * inv1);
-      const unsigned off = (unsigned)((lane & 3) * 4);
-      *reinterpret_cast<unsigned*>(smem + C::kQ + swz<kBM>(lrow, d) + off) = w0;
-      *reinterpret_cast<unsigned*>(smem + C::kQ + swz<kBM>(lrow + 8, d) + off) = w1;
-    }
-    wg_bar_sync(cw);
-    unsigned short* og =
-        reinterpret_cast<unsigned short*>(desc.o) + tok0 * desc.o_stride_tok + (cmc_i64)h * desc.o_stride_head;
-    constexpr int kChunks = D / 8;
-#pragma unroll
-    for (int c = ctid; c < 64 * kChunks; c += 128) {
-      const int rr = cw * 64 + c / kChunks, ch = c % kChunks;
-      const int qrow = q0 + rr;
-      if (qrow < len) {
-        const uint4 v = *reinterpret_cast<const uint4*>(smem + C::kQ + swz<kBM>(rr, ch));
-        *reinterpret_cast<uint4*>(og + (cmc_i64)qrow * desc.o_stride_tok + ch * 8) = v;
+      // Epilogue: row sums across the quad, normalise, LSE, O through this warpgroup's own
+      // Q rows of the slot (all its wgmma reads of Q are complete) for 16-byte stores.
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+      const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+      const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+      if (desc.lse != 0 && (lane & 3) == 0) {
+        float* lse = reinterpret_cast<float*>(desc.lse) + (cmc_i64)it.h * desc.lse_stride_head + tok0;
+        constexpr float kLn2 = 0.6931471805599453f;
+        if (row0 < len) lse[row0] = l0 > 0.f ? (m0 * sl2 + lg2(l0)) * kLn2 : neg_inf();
+        if (row0 + 8 < len) lse[row0 + 8] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
       }
+      wg_bar_sync(cw);  // every warp of this WG is past its last wgmma
+#pragma unroll
+      for (int d = 0; d < kO / 4; ++d) {  // fragment d: columns 8d + 2 (lane & 3) ..
+        const unsigned w0 = pack2<BF16>(o[4 * d + 0] * inv0, o[4 * d + 1] * inv0);
+        const unsigned w1 = pack2<BF16>(o[4 * d + 2] * inv1, o[4 * d + 3] * inv1);
+        const unsigned off = (unsigned)((lane & 3) * 4);
+        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(lrow, d) + off) = w0;
+        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(lrow + 8, d) + off) = w1;
+      }
+      wg_bar_sync(cw);
+      unsigned short* og = reinterpret_cast<unsigned short*>(desc.o) + tok0 * desc.o_stride_tok +
+                           (cmc_i64)it.h * desc.o_stride_head;
+      constexpr int kChunks = D / 8;
+#pragma unroll
+      for (int c = ctid; c < 64 * kChunks; c += 128) {
+        const int rr = cw * 64 + c / kChunks, ch = c % kChunks;
+        const int qrow = q0 + rr;
+        if (qrow < len) {
+          const uint4 v = *reinterpret_cast<const uint4*>(gQx + swz<kBM>(rr, ch));
+          *reinterpret_cast<uint4*>(og + (cmc_i64)qrow * desc.o_stride_tok + ch * 8) = v;
+        }
+      }
+      release(bar_slot(x));  // this warp's reads of the slot (plan, Q / O staging) are done
     }
   }
 }
+
 
 }  // namespace cmc_sm90
 #endif  // !CMC_HOST

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One device call: sm90 correctness + timing, then the benchmark over the given lengths.
+# Usage (on the device, repo root): bash tools/device_bench.sh OUTDIR LEN...
+# Needs .whl (lark) and out/bench (python benchmarks/bench.py --compile out/bench); uses FA4
+# when an earlier call on this machine unpacked .fa4a into /tmp/fa4site and .fa4b is carried.
+set -u
+export PYTHONUNBUFFERED=1
+out=$1; shift
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+if [ -d /tmp/fa4site ] && [ -d .fa4b ] && [ ! -e /tmp/site/.fa4 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fa4b/*.whl >/dev/null 2>&1 \
+    && cp -r /tmp/fa4site/* /tmp/site/ && touch /tmp/site/.fa4
+fi
+export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
+if [ -z "${NO_SM90_CHECK:-}" ]; then
+  timeout ${T_SM90:-150} python3 tools/sm90_check.py ${SM90_ARGS:-} 2>&1 | tee "$out/sm90.log" | tail -12
+fi
+if [ $# -gt 0 ]; then
+  timeout ${T_BENCH:-400} python3 benchmarks/bench.py --artifacts out/bench --lengths "$@" \
+    --warmup 10 --rep ${REP:-50} ${BENCH_ARGS:-} --out "$out/bench" 2>&1 | tail -${TAIL:-60}
+fi
