@@ -189,6 +189,9 @@ def run(args: argparse.Namespace) -> list[Result]:
         kernels[key] = load(_artifact_dir(Path(args.artifacts), key))
         load_s[key] = time.perf_counter() - t0
 
+    ab_kernels = {Path(d).name: {key: load(_artifact_dir(Path(d), key)) for key in ARTIFACTS}
+                  for d in (args.ab or [])}
+
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     have_fa4 = True
@@ -221,8 +224,28 @@ def run(args: argparse.Namespace) -> list[Result]:
         cu[1:] = torch.cumsum(torch.tensor(c.lengths, device=dev, dtype=torch.int32), 0)
         kw = _cmc_params(c)
 
+        # equal lengths go in the batch layout [B, L, H, D] (the runtime may then launch
+        # persistently); jagged ones packed with cu_seqlens
+        def call(a: Any) -> Any:
+            if c.jagged:
+                return a(q, k, v, cu_seqlens=cu, max_len=max(c.lengths), **kw)
+            shape = (B, c.length, HEADS, HEAD_DIM)
+            return a(q.view(shape), k.view(shape), v.view(shape), **kw)
+
         def ours() -> Any:
-            return attn(q, k, v, cu_seqlens=cu, max_len=max(c.lengths), **kw)
+            return call(attn)
+
+        if ab_kernels:  # kernel A/B: variants interleaved per round, median over rounds
+            times: dict[str, list[float]] = {n: [] for n in ab_kernels}
+            for _ in range(args.ab_rounds):
+                for n, ks in ab_kernels.items():
+                    a = ks[artifact_for(c.pattern)]
+                    times[n].append(bench(lambda a=a: call(a)))
+            for n, ts in times.items():
+                ms = float(np.median(ts))
+                results.append(Result(name, c.pattern, c.length, f"cmc:{n}", ms,
+                                      flops / ms / 1e9, None, extra={"ms": ts}))
+            continue
 
         t = time.perf_counter()
         ours()
@@ -231,6 +254,8 @@ def run(args: argparse.Namespace) -> list[Result]:
         ms = bench(ours)
         results.append(Result(name, c.pattern, c.length, "cmc", ms, flops / ms / 1e9, first))
 
+        if args.only_cmc:
+            continue
         # flex (B, H, L, D); jagged: one packed sequence
         if c.jagged:
             fq, fk, fv = (x.unsqueeze(0).transpose(1, 2).contiguous() for x in (q, k, v))
@@ -450,6 +475,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--rep", type=int, default=100)
     ap.add_argument("--partial", help="rewrite this JSON file after every case")
+    ap.add_argument("--only-cmc", action="store_true", help="time cmc alone")
+    ap.add_argument("--ab", nargs="*", metavar="DIR",
+                    help="kernel A/B: time these artifact folders (as made by --compile) "
+                         "interleaved, cmc only")
+    ap.add_argument("--ab-rounds", type=int, default=3)
     ap.add_argument("--check", action="store_true",
                     help="first check every system against a float32 reference")
     ap.add_argument("--merge", nargs="*", help="merge bench.json files, print and plot them")

@@ -61,13 +61,13 @@ def sha256(data: bytes) -> str:
 
 
 def grid_rule(v: KernelVariant) -> list[str]:
-    """Grid dimensions as expressions over descriptor fields and the device's `num_sms` (the
-    header's grid function). The sm90 kernel is persistent: one CTA per SM at most, each
-    looping over work units (pairs of query tiles: ceil(ceil(max_len / block_m) / 2) *
-    heads_q * batch of them)."""
+    """Grid dimensions as expressions over descriptor fields and `max_ctas` (the header's grid
+    function). The sm90 kernel loops over work units (pairs of query tiles:
+    ceil(ceil(max_len / block_m) / 2) * heads_q * batch of them) with a stride of gridDim.x,
+    so any grid is correct; the launcher picks max_ctas (runtime.loader.persistent_ctas)."""
     if v.kernel == "sm90":
         units = f"ceil_div(ceil_div(max_len, {v.block_m}), 2) * heads_q * batch"
-        return [f"min({units}, num_sms)", "1", "1"]
+        return [f"min({units}, max_ctas)", "1", "1"]
     return [f"ceil_div(max_len, {v.block_m})", "heads_q", "batch"]
 
 

@@ -75,7 +75,7 @@ def probe_program(manifest: dict) -> str:
 def expected_grid(manifest: dict, tag: str, max_len: int, heads: int, batch: int) -> list[int]:
     k = next(k for k in manifest["kernels"] if _tag(k) == tag)
     env = {"ceil_div": lambda a, b: -(-a // b), "min": min, "max_len": max_len,
-           "heads_q": heads, "batch": batch, "num_sms": NUM_SMS, "__builtins__": {}}
+           "heads_q": heads, "batch": batch, "max_ctas": NUM_SMS, "__builtins__": {}}
     return [eval(expr, env) for expr in k["grid"]]  # our own generated expressions
 
 

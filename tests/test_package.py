@@ -91,7 +91,7 @@ def test_writes_the_artifact_folder(built, tmp_path):
         assert k["block"] == [k["threads"], 1, 1]
         if k["kernel"] == "sm90":
             units = f"ceil_div(ceil_div(max_len, {k['block_m']}), 2) * heads_q * batch"
-            assert k["grid"] == [f"min({units}, num_sms)", "1", "1"]
+            assert k["grid"] == [f"min({units}, max_ctas)", "1", "1"]
         else:
             assert k["grid"] == [f"ceil_div(max_len, {k['block_m']})", "heads_q", "batch"]
 

@@ -975,7 +975,9 @@ def test_launch_uses_each_tensors_own_strides(tmp_path, gpu):
 
 
 def test_persistent_grid_is_capped_at_the_sm_count(real_artifacts, gpu):
-    """The sm90 kernel loops over query tiles: min(tiles * heads * batch, SMs) CTAs."""
+    """The sm90 kernel strides over work units (pairs of query tiles): one CTA per SM for an
+    equal-length batch up to PERSISTENT_MAX_LEN, one CTA per unit for packed (possibly jagged)
+    input and for longer sequences."""
     attn = loader.load(real_artifacts["causal"])
     da = DeviceArray((9, 1000, 4, 128), "bf16")
     attn(da, da, da)
@@ -983,3 +985,12 @@ def test_persistent_grid_is_capped_at_the_sm_count(real_artifacts, gpu):
     small = DeviceArray((1, 300, 4, 128), "bf16")
     attn(small, small, small)
     assert gpu.launches[-1]["grid"] == (2 * 4, 1, 1)  # 3 tiles: one pair and one single
+    long = DeviceArray((1, loader.PERSISTENT_MAX_LEN + 1, 40, 128), "bf16")
+    attn(long, long, long)
+    assert gpu.launches[-1]["grid"] == (17 * 40, 1, 1)  # 33 tiles: 17 units, uncapped
+    packed = DeviceArray((9000, 4, 128), "bf16")
+    cu = np.array([0, 1000, 3000, 9000], dtype=np.int32)
+    attn(packed, packed, packed, cu_seqlens=cu, max_len=6000)
+    assert gpu.launches[-1]["grid"] == (24 * 4 * 3, 1, 1)  # 47 tiles: 24 units, uncapped
+    assert loader.persistent_ctas(132, False, 4096) == 132
+    assert loader.persistent_ctas(132, True, 1024) == 2**31 - 1

@@ -53,6 +53,17 @@ from .params import (
 
 RESERVED = ("q", "k", "v", "scale", "return_lse", "out", "cu_seqlens", "max_len", "stream")
 DEFAULT_GRID = ("ceil(max_len / block_m)", "heads_q", "batch")
+# Persistent launches (one CTA per SM, each striding over work units) pay off for short
+# sequences of equal length: measured on H200 (docs/kernel-notes.md, 2026-12-02) +6-21 % at
+# L <= 4K, but -5-10 % for jagged batches (a static stride cannot balance unequal units) and
+# up to -11 % at 32K (uneven unit costs), where one CTA per unit lets the hardware balance.
+PERSISTENT_MAX_LEN = 4096
+
+
+def persistent_ctas(num_sms: int, packed: bool, max_len: int) -> int:
+    """max_ctas of the grid rule: the SM count for an equal-length batch (batch layout) of
+    sequences up to PERSISTENT_MAX_LEN, otherwise unbounded (one CTA per work unit)."""
+    return num_sms if not packed and max_len <= PERSISTENT_MAX_LEN else 2**31 - 1
 _ROLES = {"scalar": (("value", "int32_t"),), "batch": (("per_sequence", "uint64_t"),),
           "segments": (("segment_offsets", "uint64_t"), ("segment_starts", "uint64_t"))}
 
@@ -527,7 +538,7 @@ class Attention:
         if not packed:
             seq_ptr = _cached_seqlens(device, batch, mlen, capturing) if batch and mlen else 0
         if geo.tokens and batch and geo.heads_q and mlen:
-            self._run(kern, dk.num_sms, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch,
+            self._run(kern, dk.num_sms, packed, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch,
                       mlen, slog2, packed_params, uploads)
         if lse is None:
             return out
@@ -535,8 +546,8 @@ class Attention:
             lse = lse_batch_view(lse, batch, geo.heads_q, mlen)
         return out, lse
 
-    def _run(self, kern: _Kernel, num_sms: int, sh: int, geo: Geometry, qi: ArrayInfo,
-             ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int, seq_ptr: int | tuple[str, int],
+    def _run(self, kern: _Kernel, num_sms: int, packed: bool, sh: int, geo: Geometry,
+             qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int, seq_ptr: int | tuple[str, int],
              batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
              uploads: _Uploads) -> None:
         pending: list[tuple[str, int]] = []  # (field name, upload offset)
@@ -567,7 +578,7 @@ class Attention:
         e = kern.entry
         env = {**{n: int(x) for n, x in values.items() if isinstance(x, int)},
                "block_m": e.block_m, "block_n": e.block_n, "threads": e.threads,
-               "num_sms": num_sms}
+               "max_ctas": persistent_ctas(num_sms, packed, mlen)}
         if (-(-mlen // e.block_m) + 1) * geo.heads_q * batch > 2**31 - 1:
             raise ParamError("q", "(ceil(max_len / block_m) + 1) * heads * batch must be below "
                                   "2^31 (the kernels number query tiles in int32)")

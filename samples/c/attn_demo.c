@@ -304,7 +304,7 @@ int main(int argc, char **argv)
     desc.heads_kv = H;
     desc.max_len = L;
     desc.scale_log2 = scale * 1.4426950408889634f;
-    cmc_causal_grid(&desc, block_m, persistent, (unsigned)num_sms, grid);
+    cmc_causal_grid(&desc, block_m, persistent, L <= 4096 ? (unsigned)num_sms : 0xffffffffu, grid);
     printf("grid (%u, %u, %u), block %u, dynamic smem %u\n", grid[0], grid[1], grid[2],
            threads, smem);
     CK(p_cuLaunchKernel(fn, grid[0], grid[1], grid[2], threads, 1, 1, smem, NULL, args, NULL));

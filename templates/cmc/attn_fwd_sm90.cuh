@@ -61,8 +61,8 @@ namespace cmc_sm90 {
 constexpr int kBM = 128;        // query rows per CTA (2 consumer warpgroups x 64)
 constexpr int kBN = 128;        // keys per tile
 constexpr int kThreads = 384;   // producer WG + 2 consumer WGs
-constexpr int kProducerRegs = 56;
-constexpr int kConsumerRegs = 224;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
 static_assert(128 * kProducerRegs + (kThreads - 128) * kConsumerRegs <= 65536, "register file");
 
 template <int D> struct Cfg {
@@ -556,17 +556,18 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
             // OR the exact spans of the terms touching this tile (touched ranges of the plan).
             unsigned bits0 = 0u, bits1 = 0u;
             bool exact = true;
-#pragma unroll 1
-            for (int i = 0; i < NT; ++i) {
+            auto add_term = [&](int i) {
               if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
                 int lo, hi;
-                exact = H::span(seq, rc0, i, lo, hi);
-                if (!exact) break;
+                exact = H::span(seq, rc0, i, lo, hi) && exact;
                 bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
                 H::span(seq, rc1, i, lo, hi);
                 bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
               }
-            }
+            };
+            // unrolled by 4: the touched-range loads of 4 terms are in flight together
+#pragma unroll 4
+            for (int i = 0; i < NT; ++i) add_term(i);
             if (exact) {
 #pragma unroll
               for (int n2 = 0; n2 < 16; ++n2) {
