@@ -8,7 +8,10 @@ h*q_stride_head + d, where t is the packed token index cu_seqlens[b] + i; the ba
 [B, L, H, D] is the packed one with cu_seqlens = [0, L, 2L, ...]. LSE is float32 [H, T]:
 lse + h*lse_stride_head + t (not written when lse is 0).
 
-Kernel grid: (ceil(max_len / block_m), heads_q, batch); block: (threads, 1, 1).
+Kernel grid: the manifest's per-kernel rule. Portable kernel: (ceil(max_len / block_m),
+heads_q, batch). sm90 kernel (persistent-capable): (min(units, max_ctas), 1, 1) with units =
+ceil(ceil(max_len / block_m) / 2) * heads_q * batch pairs of query tiles, any max_ctas >= 1
+(the launcher's choice: cmc.runtime.loader.persistent_ctas). Block: (threads, 1, 1).
 """
 
 from __future__ import annotations

@@ -15,18 +15,26 @@
 // H::visible(s, r, k) && k < len per element.
 //
 // ------------------------------------------------------------------------------ launch
-// Same launch rule as cmc/abi.py: grid (ceil(max_len / 128), heads_q, batch), block 384
-// threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>() (needs the opt-in
-// cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); at most 227 KiB), no cluster.
-// The descriptor ABI is unchanged (stage 1 loads with cp.async, not TMA). Query tiles are
-// taken in reverse blockIdx.x order (the last tile of a causal row is the longest and
-// starts first). Requirements as the portable kernel: base pointers and token strides
-// 16-byte aligned, head dim contiguous.
+// Grid (min(units, max_ctas), 1, 1) (cmc/abi.py), units = ceil(ceil(max_len / 128) / 2) *
+// heads_q * batch work units (pairs of query tiles, struct Sched); every CTA strides over
+// the units, so any max_ctas >= 1 is correct (the SM count: persistent; no cap: one CTA per
+// unit). Block 384 threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>()
+// (needs the opt-in cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); at most 227 KiB), no
+// cluster. Loads are cp.async, not TMA, so the descriptor is the portable kernel's.
+// Requirements as the portable kernel: base pointers and token strides 16-byte aligned, head
+// dim contiguous; (ceil(max_len / 128) + 1) * heads_q * batch < 2^31 (checked by the runtime).
+//
+// Per item (one query tile of a unit) the producer waits for the item's slot (parity of the
+// CTA's item count) to be released, builds the tile plan into the slot's plan buffer, loads
+// Q into the slot's Q buffer and streams K/V through the ring (stage and phase continue
+// across items); the consumers wait for the slot's plan and Q, compute, write O through the
+// slot's Q buffer and release the slot.
 //
 // ------------------------------------------------------------------------------ design
 // CTA = 3 warpgroups (384 threads), __launch_bounds__(384, 1):
-//   WG0 producer (setmaxnreg.dec to 40): builds nothing, only copies. Q tile [128 x D] once,
-//       then for every walked key tile j (plan order) K(j) and V(j) into a kStages-deep ring
+//   WG0 producer (setmaxnreg.dec to 40): builds each item's tile plan (named barrier 3),
+//       copies its Q tile [128 x D], then for every walked key tile j (plan order) K(j) and
+//       V(j) into a kStages-deep ring
 //       with 16-byte cp.async (zero-fill for keys >= len); each of its 128 threads then does
 //       cp.async.mbarrier.arrive.noinc on the stage's FULL barrier (count 128), so the
 //       barrier completes when every copy has landed. It waits on the stage's EMPTY barrier
@@ -43,8 +51,8 @@
 //       cores, then waits for it (wait_group 0), rescales O and repacks P(t+1). The two
 //       consumer warpgroups also overlap each other's softmax and GEMMs.
 // Key tiles: BLOCK_N = 128 for both head dims. Stages: D = 64: 4, D = 128: 2.
-// Shared memory (1 KiB-aligned base): Q [2 col-blocks][128][64] | K[kStages] | V[kStages] |
-// mbarriers | plan ints. A [rows][D] tile is stored as D/64 column blocks of [rows][64]
+// Shared memory (1 KiB-aligned base): Q[2 slots] | K[kStages] | V[kStages] | mbarriers |
+// plan ints [2 slots].  A [rows][D] tile is stored as D/64 column blocks of [rows][64]
 // elements (128 B per row), 16-byte chunk c of row r at r*128 + ((c ^ (r & 7)) << 4): the
 // canonical SWIZZLE_128B layout (8-row atoms of 1024 B), which wgmma reads with
 //   K-major (Q, K): start + 32 B per k16 step inside a column block, + rows*128 B per block,
