@@ -9,6 +9,7 @@ validation and packing in the runtime), not kernel-bound.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -43,13 +44,10 @@ def main() -> None:
         cu = torch.zeros(B + 1, dtype=torch.int32, device="cuda")
         cu[1:] = torch.cumsum(torch.tensor(c.lengths, device="cuda", dtype=torch.int32), 0)
         if c.jagged:
-            def call() -> None:
-                attn(q, q, q, cu_seqlens=cu, max_len=max(c.lengths), **kw)
+            call = functools.partial(attn, q, q, q, cu_seqlens=cu, max_len=max(c.lengths), **kw)
         else:
             qb = q.view(B, c.length, bench.HEADS, bench.HEAD_DIM)
-
-            def call() -> None:
-                attn(qb, qb, qb, **kw)
+            call = functools.partial(attn, qb, qb, qb, **kw)
         for _ in range(5):
             call()
         torch.cuda.synchronize()
