@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import json
 import math
+import random
 import struct
 from pathlib import Path
 from types import SimpleNamespace
@@ -278,6 +279,54 @@ def test_segments_flat_for_one_sequence_and_empty():
     assert out[0].arrays[0].tolist() == [0, 0] and out[0].arrays[1].size == 0
     out = check_params(d, {"docs": [[], [], [2]]}, batch=3, lengths=np.array([0, 0, 2]))
     assert out[0].arrays[0].tolist() == [0, 0, 0, 1]
+
+
+def test_pack_segments_fast_path_matches_the_checked_one():
+    """The vectorised path (plain int lists, every call) packs exactly what the per-sequence
+    path packs, and hands every invalid input to it (so its errors stay the same)."""
+    from cmc.runtime import params as pm
+
+    rng = random.Random(5)
+    for _ in range(3000):
+        b = rng.randint(1, 5)
+        lengths = np.array([rng.randint(0, 9) for _ in range(b)])
+        per = [sorted(rng.randint(0, int(n)) for _ in range(rng.randint(0, 4))) for n in lengths]
+        if rng.random() < 0.3:  # break one: unsorted, negative, past len, bool, float, tuple
+            i = rng.randrange(b)
+            bad = rng.choice(["swap", "neg", "big", "bool", "float", "tuple", "none"])
+            if bad == "swap" and len(per[i]) >= 2 and per[i][0] != per[i][-1]:
+                per[i] = per[i][::-1]
+            elif bad == "neg":
+                per[i] = [-1] + per[i]
+            elif bad == "big":
+                per[i] = per[i] + [int(lengths[i]) + 1]
+            elif bad == "bool":
+                per[i] = per[i] + [True]
+            elif bad == "float":
+                per[i] = per[i] + [1.0]
+            elif bad == "tuple":
+                per[i] = tuple(per[i])
+        lens = None if rng.random() < 0.2 else lengths
+        fast = pm._pack_segments_fast(per, lens)
+        try:
+            slow = _slow_pack(per, lens)
+        except ParamError:
+            assert fast is None, (per, lens)
+            continue
+        if fast is not None:
+            assert fast[0].dtype == slow[0].dtype and fast[1].dtype == slow[1].dtype
+            assert fast[0].tolist() == slow[0].tolist() and fast[1].tolist() == slow[1].tolist()
+
+
+def _slow_pack(per, lens):
+    from cmc.runtime import params as pm
+
+    real = pm._pack_segments_fast
+    try:
+        pm._pack_segments_fast = lambda *a: None
+        return pm.pack_segments("s", per, lens)
+    finally:
+        pm._pack_segments_fast = real
 
 
 def test_pack_segments_boundaries():

@@ -331,9 +331,44 @@ def _per_sequence(name: str, v: Any, batch: int, lengths: np.ndarray | None, dev
     return PackedParam(name, "batch", arrays=(_int32(name, vals),))
 
 
+def _pack_segments_fast(per_seq: Sequence[Sequence[int]],
+                        lengths: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """pack_segments for lists / tuples of plain ints that pass every check, vectorised
+    (the runtime does this on every call); None sends anything else, including every
+    error, to the per-sequence path and its messages."""
+    if not all(type(x) in (list, tuple) for x in per_seq):
+        return None
+    sizes = np.fromiter((len(x) for x in per_seq), dtype=np.int64, count=len(per_seq))
+    flat_list = [v for x in per_seq for v in x]
+    if not all(type(v) is int for v in flat_list):
+        return None
+    flat = np.asarray(flat_list, dtype=np.int64) if flat_list else np.zeros(0, np.int64)
+    offsets = np.zeros(len(per_seq) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    if offsets[-1] > INT32_MAX or (flat.size and (flat.min() < INT32_MIN or
+                                                  flat.max() > INT32_MAX)):
+        return None
+    if flat.size:
+        step = np.diff(flat)
+        inside = np.ones(step.size, dtype=bool)  # steps between two starts of one sequence
+        ends = offsets[1:-1]
+        ends = ends[(ends > 0) & (ends < flat.size)]
+        inside[ends - 1] = False
+        if np.any(step[inside] < 0) or flat.min() < 0:
+            return None
+        if lengths is not None:
+            limit = np.repeat(np.asarray(lengths, dtype=np.int64), sizes)
+            if np.any(flat > limit):
+                return None
+    return offsets.astype(np.int32), flat.astype(np.int32)
+
+
 def pack_segments(name: str, per_seq: Sequence[Sequence[int]],
                   lengths: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """List of per-sequence start lists -> (offsets int32 [B+1], starts int32 [])."""
+    fast = _pack_segments_fast(per_seq, lengths)
+    if fast is not None:
+        return fast
     offsets = [0]
     flat: list[np.ndarray] = []
     for b, starts in enumerate(per_seq):
