@@ -685,6 +685,7 @@ class FakeGPU:
 
     def __init__(self, monkeypatch, cc=(9, 0)):
         self.buffers: list[np.ndarray] = []
+        self.pinned: list[Any] = []
         self.launches: list[dict[str, Any]] = []
         self.loaded: list[bytes] = []
         self.freed: list[int] = []
@@ -702,6 +703,9 @@ class FakeGPU:
             "htod_async": lambda dst, src, n, h: ctypes.memmove(dst, src, n),
             "dtoh_sync": lambda dst, src, n, h: ctypes.memmove(dst, src, n),
             "stream_wait_stream": lambda w, p: None,
+            "pinned_alloc": self.pinned_alloc, "pinned_free": lambda p: None,
+            "event_create": lambda: object(), "event_record": lambda ev, h: None,
+            "event_synchronize": lambda ev: None,
         }.items():
             monkeypatch.setattr(d, name, fn)
         monkeypatch.setattr(loader, "cu", SimpleNamespace(
@@ -712,6 +716,12 @@ class FakeGPU:
             CUfunction_attribute=cu.CUfunction_attribute,
             cuLaunchKernel=self.launch))
         monkeypatch.setattr(loader, "_seqlens", {})
+        monkeypatch.setattr(loader, "_staging", {})
+
+    def pinned_alloc(self, n: int) -> int:
+        buf = np.zeros(n, dtype=np.uint8)
+        self.pinned.append(buf)
+        return buf.ctypes.data
 
     def alloc(self, n: int) -> int:
         buf = np.zeros(n + 64, dtype=np.uint8)
@@ -1043,3 +1053,18 @@ def test_persistent_grid_is_capped_at_the_sm_count(real_artifacts, gpu):
     assert gpu.launches[-1]["grid"] == (24 * 4 * 3, 1, 1)  # 47 tiles: 24 units, uncapped
     assert loader.persistent_ctas(132, False, 4096) == 132
     assert loader.persistent_ctas(132, True, 1024) == 2**31 - 1
+
+
+def test_parameter_uploads_go_through_the_pinned_ring(real_artifacts, gpu):
+    """Host parameters are staged in pinned slots (a pageable cuMemcpyHtoDAsync would
+    synchronise the stream on every launch); each launch still sees its own values."""
+    attn = loader.load(real_artifacts["shared_prefix"])
+    da = DeviceArray((2, 40, 2, 128), "bf16")
+    for i in range(loader._Staging.SLOTS + 3):
+        _, descs = run_and_decode(gpu, attn, da, da, da, prompt_len=[i % 5, 40],
+                                  responses=[[3, 20 + i], [40]])
+        launch = gpu.launches[-1]
+        assert launch["prompt_len"] == [i % 5, 40]
+        assert launch["responses"] == ([0, 2, 3], [3, 20 + i, 40])
+    ring = loader._staging[0]
+    assert len(ring.slots) == loader._Staging.SLOTS and len(gpu.pinned) == loader._Staging.SLOTS

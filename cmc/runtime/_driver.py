@@ -190,6 +190,27 @@ def htod_async(dst: int, src_host: int, nbytes: int, handle: int) -> None:
     call("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(dst, src_host, nbytes, stream(handle)))
 
 
+def pinned_alloc(nbytes: int) -> int:
+    """Page-locked host memory usable from every context (CU_MEMHOSTALLOC_PORTABLE)."""
+    return int(call(f"cuMemHostAlloc({nbytes})", cu.cuMemHostAlloc(max(nbytes, 1), 1)))
+
+
+def pinned_free(ptr: int) -> None:
+    call("cuMemFreeHost", cu.cuMemFreeHost(ptr))
+
+
+def event_create() -> Any:
+    return call("cuEventCreate", cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+
+
+def event_record(ev: Any, handle: int) -> None:
+    call("cuEventRecord", cu.cuEventRecord(ev, stream(handle)))
+
+
+def event_synchronize(ev: Any) -> None:
+    call("cuEventSynchronize", cu.cuEventSynchronize(ev))
+
+
 def dtoh_sync(dst_host: int, src: int, nbytes: int, handle: int) -> None:
     """Copy after the work already queued on the stream, and wait for it."""
     call("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(dst_host, src, nbytes, stream(handle)))

@@ -319,12 +319,62 @@ def _cached_seqlens(device: int, batch: int, seq_len: int, capturing: bool) -> i
 # --------------------------------------------------------------------------- uploads
 
 
+class _Staging:
+    """Pinned host slots for the per-launch parameter upload, one ring per device.
+
+    cuMemcpyHtoDAsync from pageable memory synchronises the stream before copying (CUDA's
+    API sync rules), which would make every launch with host parameters wait for the GPU
+    to drain. A slot is reused once the copy recorded on its event is done; with SLOTS in
+    the ring that wait only happens when the GPU is that many launches behind.
+    """
+
+    SLOTS = 8
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.slots: list[list[Any]] = []  # [pointer, size, event or None]
+        self.next = 0
+
+    def copy(self, dst: int, host: np.ndarray, stream: int) -> None:
+        with self.lock:
+            if len(self.slots) < self.SLOTS:
+                self.slots.append([0, 0, None])
+            slot = self.slots[self.next]
+            self.next = (self.next + 1) % self.SLOTS
+            if slot[2] is not None:
+                _driver.event_synchronize(slot[2])
+            else:
+                slot[2] = _driver.event_create()
+            if slot[1] < host.nbytes:
+                if slot[0]:
+                    _driver.pinned_free(slot[0])
+                slot[0], slot[1] = 0, 0
+                size = max(4096, 1 << (host.nbytes - 1).bit_length())
+                slot[0], slot[1] = _driver.pinned_alloc(size), size
+            ctypes.memmove(slot[0], host.ctypes.data, host.nbytes)
+            _driver.htod_async(dst, slot[0], host.nbytes, stream)
+            _driver.event_record(slot[2], stream)
+
+
+_staging: dict[int, _Staging] = {}
+_staging_lock = threading.Lock()
+
+
+def _staging_for(device: int) -> _Staging:
+    with _staging_lock:
+        st = _staging.get(device)
+        if st is None:
+            st = _staging[device] = _Staging()
+        return st
+
+
 class _Uploads:
     """Host int32 arrays gathered into one stream-ordered device buffer per launch."""
 
     ALIGN = 16
 
-    def __init__(self) -> None:
+    def __init__(self, device: int) -> None:
+        self.device = device
         self.items: list[tuple[int, np.ndarray]] = []
         self.size = 0
         self.base = 0
@@ -343,7 +393,7 @@ class _Uploads:
         for off, a in self.items:
             host[off:off + a.nbytes] = a.view(np.uint8)
         self.base = _driver.mem_alloc_async(self.size, stream)
-        _driver.htod_async(self.base, host.ctypes.data, self.size, stream)
+        _staging_for(self.device).copy(self.base, host, stream)
 
     def free(self, stream: int) -> None:
         if self.base:
@@ -496,7 +546,7 @@ class Attention:
                 _driver.stream_wait_stream(sh, a.cai_stream)
         capturing = _driver.is_capturing(sh)
         read = None if capturing else self._read(sh)
-        uploads = _Uploads()
+        uploads = _Uploads(device)
         seq_ptr: int | tuple[str, int]
         if packed:
             cs = host_or_device_ints(cu_seqlens, "cu_seqlens", sh)
@@ -547,7 +597,8 @@ class Attention:
         return out, lse
 
     def _run(self, kern: _Kernel, num_sms: int, packed: bool, sh: int, geo: Geometry,
-             qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int, seq_ptr: int | tuple[str, int],
+             qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int,
+             seq_ptr: int | tuple[str, int],
              batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
              uploads: _Uploads) -> None:
         pending: list[tuple[str, int]] = []  # (field name, upload offset)
