@@ -55,6 +55,7 @@ from .ir import (
     TableRef,
     Term,
     Var,
+    nodes,
 )
 from .resources import jinja_env, read_text
 
@@ -218,34 +219,12 @@ def uses_k(e: Expr | Pred) -> bool:
     raise TypeError(f"not an expression or predicate: {e!r}")
 
 
-def _walk(e: Expr | Pred):
-    yield e
-    if isinstance(e, (BinOp, Cmp)):
-        yield from _walk(e.a)
-        yield from _walk(e.b)
-    elif isinstance(e, (Neg, Not)):
-        yield from _walk(e.a)
-    elif isinstance(e, Call):
-        for a in e.args:
-            yield from _walk(a)
-    elif isinstance(e, SegFn):
-        yield from _walk(e.arg)
-    elif isinstance(e, TableRef):
-        yield from _walk(e.index)
-    elif isinstance(e, (And, Or)):
-        for x in e.items:
-            yield from _walk(x)
-    elif isinstance(e, Same):
-        yield from _walk(e.a)
-        yield from _walk(e.b)
-
-
 def uses_var(e: Expr | Pred, name: str) -> bool:
-    return any(isinstance(x, Var) and x.name == name for x in _walk(e))
+    return any(isinstance(x, Var) and x.name == name for x in nodes(e))
 
 
 def uses_table(e: Expr | Pred) -> bool:
-    return any(isinstance(x, TableRef) for x in _walk(e))
+    return any(isinstance(x, TableRef) for x in nodes(e))
 
 
 # =========================================================================== C literals

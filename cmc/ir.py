@@ -14,6 +14,7 @@ position, so later stages only meet well-typed, resolved trees.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -164,6 +165,26 @@ class Mask:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+
+def nodes(e: Expr | Pred) -> Iterator[Expr | Pred]:
+    """Every node of an expression or predicate tree, e first (pre-order)."""
+    yield e
+    if isinstance(e, (BinOp, Cmp, Same)):
+        yield from nodes(e.a)
+        yield from nodes(e.b)
+    elif isinstance(e, (Neg, Not)):
+        yield from nodes(e.a)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from nodes(a)
+    elif isinstance(e, SegFn):
+        yield from nodes(e.arg)
+    elif isinstance(e, TableRef):
+        yield from nodes(e.index)
+    elif isinstance(e, (And, Or)):
+        for x in e.items:
+            yield from nodes(x)
 
 
 # --------------------------------------------------------------------------- interval table

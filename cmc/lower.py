@@ -10,7 +10,7 @@ residual predicate, checked per element, with the reason recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import isqrt
 
@@ -41,6 +41,7 @@ from .ir import (
     TableRef,
     Term,
     Var,
+    nodes,
 )
 from .render import pred_str
 
@@ -232,22 +233,6 @@ def substitute(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     return e
 
 
-def subexprs(e: Expr) -> Iterable[Expr]:
-    yield e
-    if isinstance(e, BinOp):
-        yield from subexprs(e.a)
-        yield from subexprs(e.b)
-    elif isinstance(e, Neg):
-        yield from subexprs(e.a)
-    elif isinstance(e, Call):
-        for a in e.args:
-            yield from subexprs(a)
-    elif isinstance(e, SegFn):
-        yield from subexprs(e.arg)
-    elif isinstance(e, TableRef):
-        yield from subexprs(e.index)
-
-
 # --------------------------------------------------------------------------- monotonicity
 
 
@@ -342,7 +327,7 @@ def split_k_calls(p: Pred) -> Pred:
     if not isinstance(p, Cmp) or not uses(p, K):
         return p
     for side in (p.a, p.b):
-        for sub_e in subexprs(side):
+        for sub_e in nodes(side):
             if isinstance(sub_e, Call) and uses(sub_e, K):
                 return split_k_calls(_case_split(p, sub_e))
     return p
@@ -573,7 +558,7 @@ def find_grid(atoms: list[Pred]) -> Grid | None:
     for atom in atoms:
         assert isinstance(atom, Cmp)
         for side in (atom.a, atom.b):
-            for e in subexprs(side):
+            for e in nodes(side):
                 if isinstance(e, BinOp) and e.op in "/%" and uses(e.a, K):
                     if not isinstance(e.b, Const) or e.b.value <= 0:
                         return None

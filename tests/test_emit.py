@@ -646,17 +646,6 @@ EXPR_MAIN = r"""
 static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
 
 int main() {
-  for (int off = 0; off < 8; off += 2)  // cmc_colmask32 against the column formula
-    for (int lo = -3; lo <= 131; ++lo)
-      for (int hi = -3; hi <= 131; ++hi) {
-        unsigned want = 0;
-        for (int n = 0; n < 16; ++n)
-          for (int e = 0; e < 2; ++e) {
-            const int col = 8 * n + off + e;
-            if (lo <= col && col < hi) want |= 1u << (e * 16 + n);
-          }
-        if (cmc_colmask32(lo, hi, off) != want) { printf("bad colmask %d %d %d\n", lo, hi, off); return 2; }
-      }
   const int ncase = rd();
   for (int c = 0; c < ncase; ++c) {
     seq_t s;
