@@ -455,6 +455,15 @@ template <bool BF16> CMC_DEV unsigned pack2(float lo, float hi) {
 CMC_DEV float ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x)); return y; }
 CMC_DEV float lg2(float x) { float y; asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x)); return y; }
 CMC_DEV float neg_inf() { return __int_as_float(0xff800000); }
+// Max / sum over the 4 lanes of a quad (the threads holding one accumulator row).
+CMC_DEV float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+CMC_DEV float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
 
 // Issue the cp.async copies of key tile `tile` ([tile*64, tile*64+64) of the sequence) of K
 // or V into the tile buffer at shared address dst; keys >= len are zero-filled.
@@ -664,10 +673,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
         mx0 = fmaxf(mx0, fmaxf(s[mt][n][0], s[mt][n][1]));
         mx1 = fmaxf(mx1, fmaxf(s[mt][n][2], s[mt][n][3]));
       }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      mx0 = quad_max(mx0);
+      mx1 = quad_max(mx1);
       const float ms0 = mx0 == neg_inf() ? 0.f : mx0 * sl2;
       const float ms1 = mx1 == neg_inf() ? 0.f : mx1 * sl2;
       const float c0 = ex2(m[mt][0] * sl2 - ms0), c1 = ex2(m[mt][1] * sl2 - ms1);
@@ -723,10 +730,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     float l0 = l[mt][0], l1 = l[mt][1];
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
     const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     const int qr = row0 + mt * 16;

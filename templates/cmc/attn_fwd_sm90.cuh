@@ -312,6 +312,8 @@ using cmc_portable::pack2;
 using cmc_portable::ex2;
 using cmc_portable::lg2;
 using cmc_portable::neg_inf;
+using cmc_portable::quad_max;
+using cmc_portable::quad_sum;
 
 // The walk over the plan: tiles of the sorted disjoint runs, in order.
 struct Walk {
@@ -605,10 +607,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
             mx0 = fmaxf(mx0, fmaxf(s[4 * n2], s[4 * n2 + 1]));
             mx1 = fmaxf(mx1, fmaxf(s[4 * n2 + 2], s[4 * n2 + 3]));
           }
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+          mx0 = quad_max(mx0);
+          mx1 = quad_max(mx1);
           // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
           const float ms0 = mx0 == neg_inf() ? 0.f : mx0 * sl2;
           const float ms1 = mx1 == neg_inf() ? 0.f : mx1 * sl2;
@@ -702,10 +702,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
 
       // Epilogue: row sums across the quad, normalise, LSE, O through this warpgroup's own
       // Q rows of the slot (all its wgmma reads of Q are complete) for 16-byte stores.
-      l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-      l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+      l0 = quad_sum(l0);
+      l1 = quad_sum(l1);
       const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
       const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
       if (desc.lse != 0 && (lane & 3) == 0) {
