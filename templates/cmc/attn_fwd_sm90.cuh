@@ -145,6 +145,22 @@ CMC_DEV void wg_bar_sync(int cw) {
 // Named barrier of the producer warpgroup (plan building).
 CMC_DEV void producer_bar() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
 
+// Ping-pong of the two consumer warpgroups (FA3's warp-scheduler barriers): barrier 4 + cw
+// (256 threads) is consumer warpgroup cw's turn to issue wgmma. A warpgroup waits for its
+// turn (bar.sync, its 128 threads) before issuing a round of GEMMs and hands the turn over
+// (bar.arrive on the other's barrier, 128 threads) right after issuing, so its softmax runs
+// under the other warpgroup's GEMMs instead of beside the other's softmax. Both warpgroups
+// run the same rounds (same items, same plan), so the turns alternate strictly; warpgroup 1
+// gives warpgroup 0 the first turn.
+CMC_DEV void turn_wait(int cw) {
+  if (cw == 0) asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  else asm volatile("bar.sync 5, 256;\n" ::: "memory");
+}
+CMC_DEV void turn_pass(int cw) {
+  if (cw == 0) asm volatile("bar.arrive 5, 256;\n" ::: "memory");
+  else asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+}
+
 template <int N> CMC_DEV void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> CMC_DEV void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
@@ -520,6 +536,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
       __syncwarp();
       if (lane == 0) mbar_arrive(bar);
     };
+    if (cw == 1) turn_pass(cw);  // warpgroup 0 issues first
 
     for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
       Item it;
@@ -629,6 +646,13 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
           l0 = l0 * c0 + ps0;
           l1 = l1 * c1 + ps1;
         };
+        auto rescale_o = [&](float c0, float c1) {
+#pragma unroll
+          for (int d = 0; d < kO / 4; ++d) {
+            o[4 * d + 0] *= c0; o[4 * d + 1] *= c0;
+            o[4 * d + 2] *= c1; o[4 * d + 3] *= c1;
+          }
+        };
         // P as the A operand: k-step kk (keys 16kk ..) = accumulator fragments 2kk, 2kk + 1.
         auto repack = [&]() {
 #pragma unroll
@@ -642,16 +666,18 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
         wk.start(run, nrun);
         mbar_wait(bar_kfull(stage), phase);
         fence_proxy_async();
+        turn_wait(cw);
         wg_fence();
         issue_qk<BF16, D>(s, sq, sK + stage * C::kTile);
         wg_commit();
+        turn_pass(cw);
         wg_wait<0>();
         fence_regs<64>(s);
         release(bar_kempty(stage));
-        {
-          float c0, c1;
-          softmax(wk.j, c0, c1);
-        }
+        // c0, c1: the rescale of O owed to the last softmax, applied just before the next
+        // PV issue, so that after the PV wait only the repack of P remains.
+        float c0, c1;
+        softmax(wk.j, c0, c1);
         repack();
         for (;;) {
           wk.next();
@@ -661,39 +687,41 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
           mbar_wait(bar_kfull(ns), nph);      // K(next)
           mbar_wait(bar_vfull(stage), phase);  // V(cur)
           fence_proxy_async();
+          turn_wait(cw);
           wg_fence();
           fence_regs<kO>(o);
           fence_regs<32>(p);
           issue_qk<BF16, D>(s, sq, sK + ns * C::kTile);
           wg_commit();
+          rescale_o(c0, c1);
+          wg_fence();
+          fence_regs<kO>(o);
           issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
           wg_commit();
+          turn_pass(cw);
           wg_wait<1>();
           fence_regs<64>(s);
           release(bar_kempty(ns));
-          float c0, c1;
           softmax(wk.j, c0, c1);
-          fence_regs<64>(s);  // pins the exponentials here, while P(t) V(t) still runs
+          fence_regs<64>(s);
           wg_wait<0>();
           fence_regs<kO>(o);
           fence_regs<32>(p);
           release(bar_vempty(stage));
-#pragma unroll
-          for (int d = 0; d < kO / 4; ++d) {
-            o[4 * d + 0] *= c0; o[4 * d + 1] *= c0;
-            o[4 * d + 2] *= c1; o[4 * d + 3] *= c1;
-          }
           repack();
           stage = ns;
           phase = nph;
         }
         mbar_wait(bar_vfull(stage), phase);
         fence_proxy_async();
+        turn_wait(cw);
+        rescale_o(c0, c1);
         wg_fence();
         fence_regs<kO>(o);
         fence_regs<32>(p);
         issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
         wg_commit();
+        turn_pass(cw);
         wg_wait<0>();
         fence_regs<kO>(o);
         release(bar_vempty(stage));
