@@ -8,6 +8,15 @@ h*q_stride_head + d, where t is the packed token index cu_seqlens[b] + i; the ba
 [B, L, H, D] is the packed one with cu_seqlens = [0, L, 2L, ...]. LSE is float32 [H, T]:
 lse + h*lse_stride_head + t (not written when lse is 0).
 
+sm90 kernels take a second by-value parameter, `const __grid_constant__ TensorMaps maps`:
+three CUtensorMaps (128 bytes each, 64-byte aligned) for Q, K and V, in that order
+(tensor_maps(); the manifest lists them per kernel). Each is a 3-D tiled map made with cuTensorMapEncodeTiled over the
+tensor seen as packed [T, H, D]: element type the kernel's dtype, dims (D, H, T) innermost
+first, byte strides (head stride, token stride) (for H == 1 the head stride is any multiple
+of 16; the runtime uses D * 2), box (64, 1, 128), element strides 1, interleave none,
+swizzle 128B, L2 promotion 128B, out-of-bounds fill zeros (FLOAT_OOB_FILL_NONE), global
+address the tensor's base pointer. The batch layout is the packed one with T = B * L.
+
 Kernel grid: the manifest's per-kernel rule. Portable kernel: (ceil(max_len / block_m),
 heads_q, batch). sm90 kernel (persistent-capable): (min(units, max_ctas), 1, 1) with units =
 ceil(ceil(max_len / block_m) / 2) * heads_q * batch pairs of query tiles, any max_ctas >= 1
@@ -52,6 +61,43 @@ HEADER_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("max_len", "int32_t", "longest sequence (sets grid.x)"),
     ("scale_log2", "float", "softmax scale times log2(e)"),
 )
+
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+TENSOR_MAP_BOX = (64, 1, 128)  # head-dim elements, heads, tokens (innermost first)
+TENSOR_MAP_SWIZZLE = "128B"
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """One tensor map of a kernel's second parameter (see the module docstring)."""
+
+    tensor: str  # "q" | "k" | "v"
+    box: tuple[int, int, int] = TENSOR_MAP_BOX
+    swizzle: str = TENSOR_MAP_SWIZZLE
+
+
+def tensor_maps(kernel: str) -> tuple[TensorMapSpec, ...]:
+    """The tensor maps a kernel takes after its descriptor: sm90 Q, K, V; portable none."""
+    return tuple(TensorMapSpec(t) for t in ("q", "k", "v")) if kernel == "sm90" else ()
+
+
+# sm_90 places the parameter block at byte 0x210 of constant bank 0, and alignment is of the
+# absolute address: the maps start at the first 64-byte boundary after the descriptor.
+PARAM_CBANK_BASE = 0x210
+
+
+def tensor_maps_offset(desc_size: int) -> int:
+    """Offset of the first map in the parameter block (launches through kernelParams do
+    not need it; the driver places each parameter itself)."""
+    end = PARAM_CBANK_BASE + desc_size
+    return -(-end // TENSOR_MAP_ALIGN) * TENSOR_MAP_ALIGN - PARAM_CBANK_BASE
+
+
+def param_bytes(desc_size: int, n_maps: int) -> int:
+    """Bytes of the kernel's parameter block: the descriptor, then the maps (if any)."""
+    return tensor_maps_offset(desc_size) + TENSOR_MAP_BYTES * n_maps if n_maps else desc_size
+
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 

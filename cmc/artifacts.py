@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from .abi import DescriptorLayout
 from .ir import IntervalTable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_ARCHS = ("sm_90a", "sm_100a")
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
 DTYPES = ("bf16", "fp16")

@@ -44,6 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import __version__, config
+from .abi import param_bytes, tensor_maps
 from .artifacts import (
     SUPPORTED_ARCHS,
     BuiltCubin,
@@ -303,10 +304,14 @@ def _validate(
             f"{where}: {e}; the block `#if defined({variant_define(v)})` must define "
             f'`extern "C" __global__ void {v.symbol}(...)`'
         ) from None
-    if k.param_bytes and k.param_bytes != source.layout.size:
+    maps = tensor_maps(v.kernel)
+    want = param_bytes(source.layout.size, len(maps))
+    if k.param_bytes and k.param_bytes != want:
+        what = f" and {len(maps)} tensor maps" if maps else ""
         raise BuildError(
             f"{where}: kernel {v.symbol} takes {k.param_bytes} bytes of parameters, but the "
-            f"descriptor {source.layout.struct_name} is {source.layout.size} bytes"
+            f"descriptor {source.layout.struct_name} ({source.layout.size} bytes){what} "
+            f"make {want}"
         )
     if k.max_threads is not None:
         bound = k.max_threads[0] * k.max_threads[1] * k.max_threads[2]

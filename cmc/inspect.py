@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .abi import descriptor_layout
+from .abi import descriptor_layout, param_bytes, tensor_maps
 from .artifacts import SCHEMA_VERSION
 from .cubin import read_cubin
 from .errors import ArtifactError
@@ -185,11 +185,16 @@ def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
         for field, actual in claimed.items():
             if k[field] != actual:
                 problems.append(f"{tag}: manifest says {field} {k[field]}, the cubin {actual}")
-        if info.param_bytes and info.param_bytes != m["descriptor"]["size"]:
+        maps = k.get("tensor_maps", [])
+        want = param_bytes(m["descriptor"]["size"], len(maps))
+        if info.param_bytes and info.param_bytes != want:
             problems.append(
                 f"{tag}: kernel takes {info.param_bytes} parameter bytes, the descriptor is "
-                f"{m['descriptor']['size']}"
+                f"{m['descriptor']['size']}" + (f" and {len(maps)} tensor maps make {want}"
+                                                if maps else "")
             )
+        if [t.get("tensor") for t in maps] != [t.tensor for t in tensor_maps(k["kernel"])]:
+            problems.append(f"{tag}: tensor_maps {maps} are not the {k['kernel']} kernel's")
         kernels.append(
             KernelReport(
                 symbol=k["symbol"],

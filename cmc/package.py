@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .abi import HEADER_FIELDS, DescriptorLayout, check_identifier
+from .abi import (
+    HEADER_FIELDS,
+    TENSOR_MAP_BOX,
+    DescriptorLayout,
+    check_identifier,
+    tensor_maps,
+)
 from .artifacts import SCHEMA_VERSION, BuiltCubin, BuiltKernels, KernelVariant
 from .errors import ArtifactError
 from .render import table_dict
@@ -175,6 +181,8 @@ def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
         "spill_stores": r.spill_stores,
         "spill_loads": r.spill_loads,
         "kernel": v.kernel,
+        "tensor_maps": [{"tensor": t.tensor, "box": list(t.box), "swizzle": t.swizzle}
+                        for t in tensor_maps(v.kernel)],
         "nvrtc_version": c.nvrtc_version,
         "options": list(c.options),
     }
@@ -242,6 +250,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 "smem": v.smem_bytes,
                 "kernel": v.kernel,
                 "persistent": v.kernel == "sm90",
+                "tensor_maps": len(tensor_maps(v.kernel)),
                 "cubins": [
                     {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
                     for c in cubins
@@ -259,6 +268,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
         size=src.layout.size,
         align=src.layout.align,
         variants=variants,
+        box=TENSOR_MAP_BOX,
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cmc.artifacts import BuiltKernels
+from cmc.artifacts import SCHEMA_VERSION, BuiltKernels
 from cmc.build import build
 from cmc.errors import ArtifactError
 from cmc.package import check_stale, package, render_files
@@ -257,7 +257,10 @@ def test_schema_rejects_what_it_should(built):
         lambda x: x["mask"].update(name="not an identifier"),
         lambda x: x["descriptor"]["fields"][0].update(ctype="double"),
         lambda x: x.update(extra=1),
-        lambda x: x.update(schema_version=2),
+        lambda x: x.update(schema_version=SCHEMA_VERSION + 1),
+        lambda x: x["kernels"][0].update(tensor_maps=[{"tensor": "o", "box": [64, 1, 128],
+                                                       "swizzle": "128B"}]),
+        lambda x: x["kernels"][0].pop("tensor_maps"),
     ):
         bad = json.loads(json.dumps(m))
         mutate(bad)

@@ -19,6 +19,7 @@ import pytest
 from cuda.bindings import driver as cu
 
 from cmc.abi import CTYPES, DescriptorLayout, descriptor_layout
+from cmc.artifacts import SCHEMA_VERSION
 from cmc.errors import ArtifactError, ParamError
 from cmc.ir import Mask, ParamDecl
 from cmc.runtime import _driver, loader
@@ -577,7 +578,7 @@ def write_artifact(root: Path, name: str = "hstu", params=(("n_targets", "batch"
                 "grid": ["ceil_div(max_len, 128)", "heads_q", "batch"], "dynamic_smem": smem,
             })
     manifest = {
-        "schema_version": 1, "cmc_version": "0.1.0",
+        "schema_version": SCHEMA_VERSION, "cmc_version": "0.1.0",
         "mask": {"name": name, "doc": "", "file": f"{name}.mask", "source": "", "sha256": ""},
         "constants": {}, "params": [{"name": n, "kind": k} for n, k in params],
         "descriptor": {"struct": layout.struct_name, "size": layout.size, "align": layout.align,
@@ -623,7 +624,7 @@ def test_missing_cubin_names_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("edit, words", [
-    (lambda m: m.update(schema_version=2), "schema_version"),
+    (lambda m: m.update(schema_version=SCHEMA_VERSION + 1), "schema_version"),
     (lambda m: m.pop("kernels"), "kernels"),
     (lambda m: m.update(kernels=[]), "no kernels"),
     (lambda m: m["kernels"][0].update(file="../evil.cubin"), "file name"),
@@ -689,6 +690,7 @@ class FakeGPU:
         self.launches: list[dict[str, Any]] = []
         self.loaded: list[bytes] = []
         self.freed: list[int] = []
+        self.maps: list[dict[str, Any]] = []
         self.capturing = False
         d = _driver
         for name, fn in {
@@ -705,7 +707,7 @@ class FakeGPU:
             "stream_wait_stream": lambda w, p: None,
             "pinned_alloc": self.pinned_alloc, "pinned_free": lambda p: None,
             "event_create": lambda: object(), "event_record": lambda ev, h: None,
-            "event_synchronize": lambda ev: None,
+            "event_synchronize": lambda ev: None, "tensor_map_3d": self.tensor_map,
         }.items():
             monkeypatch.setattr(d, name, fn)
         monkeypatch.setattr(loader, "cu", SimpleNamespace(
@@ -717,6 +719,12 @@ class FakeGPU:
             cuLaunchKernel=self.launch))
         monkeypatch.setattr(loader, "_seqlens", {})
         monkeypatch.setattr(loader, "_staging", {})
+        monkeypatch.setattr(loader, "_tmaps", loader.OrderedDict())
+
+    def tensor_map(self, dtype, ptr, dims, byte_strides, box) -> bytes:
+        self.maps.append({"dtype": dtype, "ptr": ptr, "dims": tuple(dims),
+                          "strides": tuple(byte_strides), "box": tuple(box)})
+        return struct.pack("<16Q", ptr, *dims, *byte_strides, *box, *([0] * 7))
 
     def pinned_alloc(self, n: int) -> int:
         buf = np.zeros(n, dtype=np.uint8)
@@ -730,6 +738,12 @@ class FakeGPU:
 
     def launch(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         argv = ctypes.c_void_p.from_address(params).value
+        maps_at = ctypes.c_void_p.from_address(params + 8).value if "sm90" in str(f) else None
+        if maps_at is not None:  # the second parameter: 3 maps, 64-byte aligned
+            assert maps_at % 64 == 0
+            self.launched_maps = [struct.unpack_from("<16Q", ctypes.string_at(maps_at + 128 * i,
+                                                                              128))
+                                  for i in range(3)]
         self.launches.append({"symbol": f, "grid": (gx, gy, gz), "block": (bx, by, bz),
                               "smem": smem, "stream": int(stream), "raw": argv})
         self.launches[-1]["desc_ptr"] = argv
@@ -1005,6 +1019,38 @@ def test_real_manifest_packs_and_launches(real_artifacts, gpu):
     assert launch["smem"] == k.dynamic_smem
     assert launch["prompt_len"] == [3, 40] and launch["responses"] == ([0, 2, 3], [3, 20, 40])
     assert descs[0]["q"] == da.ptr and descs[0]["q_stride_tok"] == 256
+    # the sm90 kernel's tensor maps: q, k, v over [T = B * L, H, D], box (64, 1, 128); q, k
+    # and v are one array here, so the cache encodes its map once
+    assert gpu.maps == [{"dtype": "bf16", "ptr": da.ptr, "dims": (128, 2, 80),
+                         "strides": (256, 512), "box": (64, 1, 128)}]
+    assert [m[:4] for m in gpu.launched_maps] == [(da.ptr, 128, 2, 80)] * 3
+
+
+def test_tensor_maps_give_size_one_dimensions_a_valid_stride(real_artifacts, gpu):
+    attn = loader.load(real_artifacts["sliding_window_rt"])
+    q = DeviceArray((1, 1, 128), "bf16")  # T = 1, H = 1: strides may be anything
+    run_and_decode(gpu, attn, q, q, q, cu_seqlens=[0, 1], window=3)
+    assert [m["strides"] for m in gpu.maps] == [(256, 256)]
+
+
+def test_tensor_map_encode_failure_names_the_tensor(real_artifacts, gpu, monkeypatch):
+    def refuse(dtype, ptr, dims, strides, box):
+        raise _driver.DriverError("cuTensorMapEncodeTiled", "CUDA_ERROR_INVALID_VALUE")
+
+    monkeypatch.setattr(_driver, "tensor_map_3d", refuse)
+    attn = loader.load(real_artifacts["sliding_window_rt"])
+    q = DeviceArray((5, 1, 128), "bf16")
+    with pytest.raises(ParamError, match=r"^q: cannot be described by a TMA tensor map"):
+        attn(q, q, q, cu_seqlens=[0, 5], window=3)
+    assert not gpu.launches
+
+
+def test_tensor_maps_need_int32_token_coordinates(real_artifacts, gpu):
+    from cmc.runtime.loader import MapTensor, tensor_maps_block
+
+    v = MapTensor(ptr=1 << 20, heads=1, stride_tok=128, stride_head=128)
+    with pytest.raises(ParamError, match="int32 TMA coordinates"):
+        tensor_maps_block(("q",), "bf16", 128, 2**31, {"q": v})
 
 
 def test_real_manifest_scalar(real_artifacts, gpu):

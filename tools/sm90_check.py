@@ -91,8 +91,9 @@ def build_source(mask_name: str):
                 f"static_assert(cmc_sm90::smem_bytes<{hd}, cmc_hooks::kTerms>() == "
                 f"{sm90_smem_bytes(hd, n_terms)}, \"dynamic shared memory\");\n"
                 f"extern \"C\" __global__ void __launch_bounds__({THREADS}, 1)\n"
-                f"{sm90_symbol(table.mask.name, dt, hd)}(const __grid_constant__ {struct_name} desc) {{\n"
-                f"  cmc_sm90::fwd<cmc_hooks, {'true' if dt == 'bf16' else 'false'}, {hd}>(desc);\n"
+                f"{sm90_symbol(table.mask.name, dt, hd)}(const __grid_constant__ {struct_name} desc, "
+                f"const __grid_constant__ cmc_sm90::TensorMaps maps) {{\n"
+                f"  cmc_sm90::fwd<cmc_hooks, {'true' if dt == 'bf16' else 'false'}, {hd}>(desc, maps);\n"
                 f"}}\n#endif\n")
     return "\n".join(parts), table, emitted, n_terms
 
@@ -214,10 +215,13 @@ class Gpu:
             f"cuFuncSetAttribute({symbol}, smem={smem})")
         return fn
 
-    def launch(self, fn, grid, threads, smem, desc: bytes):
+    def launch(self, fn, grid, threads, smem, desc: bytes, maps=None):
         cu = self.cu
         buf = ctypes.create_string_buffer(desc, len(desc))
-        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        if maps is None:
+            argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        else:  # (buffer, aligned address) from cmc.runtime.loader.tensor_maps_block
+            argv = (ctypes.c_void_p * 2)(ctypes.addressof(buf), maps[1])
         stream = cu.CUstream(self.torch.cuda.current_stream().cuda_stream)
         self._ok(cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], threads, 1, 1, smem, stream,
                                    ctypes.addressof(argv), 0), "cuLaunchKernel")
@@ -244,16 +248,24 @@ class Kernel:
         vals.update(param_ptrs)
         desc = self.layout.pack(vals)
         tiles = (max_len + BLOCK_M - 1) // BLOCK_M
-        if self.threads == THREADS:  # sm90: persistent over pairs of query tiles
+        maps = None
+        if self.threads == THREADS:  # sm90: TMA maps of q, k, v; persistent over tile pairs
+            from cmc.runtime.loader import MapTensor, tensor_maps_block
+
+            dt = "bf16" if q.dtype == self.gpu.torch.bfloat16 else "fp16"
+            views = {n: MapTensor(t.data_ptr(), t.shape[1], t.stride(0), t.stride(1))
+                     for n, t in (("q", q), ("k", k), ("v", v))}
+            maps = tensor_maps_block(("q", "k", "v"), dt, q.shape[2], q.shape[0], views)
             units = (tiles + 1) // 2 * q.shape[1] * (cu_seqlens.numel() - 1)
             sms = self.gpu.torch.cuda.get_device_properties(0).multi_processor_count
             grid = (min(units, sms), 1, 1)
         else:
             grid = (tiles, q.shape[1], cu_seqlens.numel() - 1)
-        return desc, grid
+        return (desc, maps), grid
 
     def __call__(self, desc, grid):
-        self.gpu.launch(self.fn, grid, self.threads, self.smem, desc)
+        desc, maps = desc
+        self.gpu.launch(self.fn, grid, self.threads, self.smem, desc, maps)
 
 
 # ============================================================================ test cases

@@ -230,3 +230,23 @@ def stream_wait_stream(waiter: int, producer: int) -> None:
 
 def synchronize_context() -> None:
     call("cuCtxSynchronize", cu.cuCtxSynchronize())
+
+
+_TMAP_DTYPE = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
+
+
+def tensor_map_3d(dtype: str, ptr: int, dims: tuple[int, int, int],
+                  byte_strides: tuple[int, int], box: tuple[int, int, int]) -> bytes:
+    """cuTensorMapEncodeTiled of a 3-D tensor as cmc/abi.py specifies (128B swizzle, L2
+    promotion 128B, zero fill): the map's 128 opaque bytes."""
+    import struct
+
+    m = call("cuTensorMapEncodeTiled", cu.cuTensorMapEncodeTiled(
+        getattr(cu.CUtensorMapDataType, _TMAP_DTYPE[dtype]), 3, ptr,
+        [cu.cuuint64_t(x) for x in dims], [cu.cuuint64_t(x) for x in byte_strides],
+        [cu.cuuint32_t(x) for x in box], [cu.cuuint32_t(1)] * 3,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+    return struct.pack("<16Q", *(int(x) for x in m.opaque))

@@ -14,6 +14,7 @@ import hashlib
 import json
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +23,16 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 
-from ..abi import CTYPES, HEADER_FIELDS, DescriptorLayout, Field
+from ..abi import (
+    CTYPES,
+    HEADER_FIELDS,
+    TENSOR_MAP_ALIGN,
+    TENSOR_MAP_BOX,
+    TENSOR_MAP_BYTES,
+    TENSOR_MAP_SWIZZLE,
+    DescriptorLayout,
+    Field,
+)
 from ..artifacts import SCHEMA_VERSION
 from ..errors import ArtifactError, ParamError
 from . import _driver
@@ -87,6 +97,7 @@ class KernelEntry:
     block: tuple[int, int, int]
     grid: tuple[Callable[[Mapping[str, int]], int], ...]
     dynamic_smem: int
+    tensor_maps: tuple[str, ...] = ()  # tensors whose CUtensorMaps follow the descriptor
 
 
 @dataclass(frozen=True)
@@ -172,6 +183,15 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
     dtype = _need(k, "dtype", where, str)
     if dtype not in ("bf16", "fp16"):
         raise ArtifactError(f"manifest: {where}.dtype {dtype!r} is not bf16 or fp16")
+    maps = k.get("tensor_maps", [])
+    if not isinstance(maps, list):
+        raise ArtifactError(f"manifest: {where}.tensor_maps must be a list")
+    for t in maps:
+        if not (isinstance(t, dict) and t.get("tensor") in ("q", "k", "v")
+                and t.get("box") == list(TENSOR_MAP_BOX) and t.get("swizzle") == TENSOR_MAP_SWIZZLE):
+            raise ArtifactError(f"manifest: {where}.tensor_maps entry {t!r}: this runtime encodes "
+                                f"maps of q, k, v with box {list(TENSOR_MAP_BOX)} and swizzle "
+                                f"{TENSOR_MAP_SWIZZLE} only (cmc/abi.py)")
     return KernelEntry(
         symbol=_need(k, "symbol", where, str), arch=_need(k, "arch", where, str), file=file,
         sha256=_need(k, "sha256", where, str).lower(), dtype=dtype,
@@ -179,7 +199,8 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         block_n=int(k.get("block_n", 0)), threads=threads,
         block=(int(block[0]), int(block[1]), int(block[2])),
         grid=tuple(parse_grid_expr(g) for g in grid_raw),
-        dynamic_smem=_need(k, "dynamic_smem", where, int))
+        dynamic_smem=_need(k, "dynamic_smem", where, int),
+        tensor_maps=tuple(t["tensor"] for t in maps))
 
 
 def read_manifest(path: str | Path) -> Manifest:
@@ -399,6 +420,70 @@ class _Uploads:
         if self.base:
             _driver.mem_free_async(self.base, stream)
             self.base = 0
+
+
+# --------------------------------------------------------------------------- tensor maps
+
+_tmap_lock = threading.Lock()
+_TMAP_CACHE_SIZE = 256
+# (dtype, pointer, dims, byte strides) -> the encoded map. A map only records an address and
+# a shape, never owns memory, so a cached one is exactly what encoding again would give.
+_tmaps: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+
+
+def _tensor_map(name: str, dtype: str, ptr: int, dims: tuple[int, int, int],
+                byte_strides: tuple[int, int]) -> bytes:
+    key = (dtype, ptr, dims, byte_strides)
+    with _tmap_lock:
+        m = _tmaps.get(key)
+        if m is not None:
+            _tmaps.move_to_end(key)
+            return m
+    try:
+        m = _driver.tensor_map_3d(dtype, ptr, dims, byte_strides, TENSOR_MAP_BOX)
+    except _driver.DriverError as e:
+        raise ParamError(name, f"cannot be described by a TMA tensor map ({e.result}): the "
+                               "sm90 kernel needs head and token strides that are nonzero "
+                               "multiples of 16 bytes below 2^40") from None
+    with _tmap_lock:
+        _tmaps[key] = m
+        if len(_tmaps) > _TMAP_CACHE_SIZE:
+            _tmaps.popitem(last=False)
+    return m
+
+
+@dataclass(frozen=True)
+class MapTensor:
+    """What a tensor map needs of one tensor in its packed [T, H, D] view (elements)."""
+
+    ptr: int
+    heads: int
+    stride_tok: int
+    stride_head: int
+
+
+def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens: int,
+                      views: Mapping[str, MapTensor]) -> tuple[ctypes.Array[ctypes.c_char], int]:
+    """The kernel's second parameter (cmc/abi.py): one map per tensor, in a host buffer
+    (kept alive by the caller until the launch returns: the driver copies it then) and its
+    64-byte-aligned address."""
+    if tokens > 2**31 - 1:
+        raise ParamError("q", f"{tokens} tokens: the sm90 kernel addresses tokens with int32 "
+                              "TMA coordinates (at most 2^31 - 1)")
+    elem = 2
+    maps = []
+    for t in tensors:
+        m = views[t]
+        # size-1 dimensions may carry any stride (never used): give TMA a valid one
+        head = m.stride_head if m.heads > 1 else head_dim
+        tok = m.stride_tok if tokens > 1 else m.heads * head
+        maps.append(_tensor_map(t, dtype, m.ptr, (head_dim, m.heads, tokens),
+                                (head * elem, tok * elem)))
+    buf = ctypes.create_string_buffer(TENSOR_MAP_BYTES * len(maps) + TENSOR_MAP_ALIGN)
+    at = ctypes.addressof(buf) + (-ctypes.addressof(buf) % TENSOR_MAP_ALIGN)
+    data = b"".join(maps)
+    ctypes.memmove(at, data, len(data))
+    return buf, at
 
 
 # --------------------------------------------------------------------------- Attention
@@ -646,7 +731,14 @@ class Attention:
                 values["cu_seqlens"] = seq_ptr
             desc = self.manifest.layout.pack(values)
             buf = ctypes.create_string_buffer(desc, len(desc))
-            argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+            if e.tensor_maps:
+                views = {t: MapTensor(a.ptr, h, s[t].tok, s[t].head) for t, a, h in (
+                    ("q", qi, geo.heads_q), ("k", ki, geo.heads_kv), ("v", vi, geo.heads_kv))}
+                maps, maps_at = tensor_maps_block(e.tensor_maps, geo.dtype, geo.head_dim,
+                                                  geo.tokens, views)
+                argv = (ctypes.c_void_p * 2)(ctypes.addressof(buf), maps_at)
+            else:
+                argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
             _driver.call(f"cuLaunchKernel({e.symbol})", cu.cuLaunchKernel(
                 kern.function, grid[0], grid[1], grid[2], e.block[0], e.block[1], e.block[2],
                 e.dynamic_smem, _driver.stream(sh), ctypes.addressof(argv), 0))

@@ -49,6 +49,7 @@ CMC_DECL(cuMemcpyHtoD);
 CMC_DECL(cuMemcpyDtoH);
 CMC_DECL(cuMemsetD8);
 CMC_DECL(cuLaunchKernel);
+CMC_DECL(cuTensorMapEncodeTiled);
 
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
@@ -98,6 +99,7 @@ static int load_driver(void)
   CMC_LOAD(cuMemcpyDtoH);
   CMC_LOAD(cuMemsetD8);
   CMC_LOAD(cuLaunchKernel);
+  CMC_LOAD(cuTensorMapEncodeTiled);
   return 0;
 }
 
@@ -197,7 +199,7 @@ int main(int argc, char **argv)
   const char *cubin_name = NULL;
   const char *symbol = NULL;
   unsigned threads = 0, smem = 0, block_m = 0;
-  int persistent = 0, num_sms = 0;
+  int persistent = 0, num_sms = 0, n_maps = 0;
   char path[4096];
   int major = 0, minor = 0, status = 1;
   size_t cubin_size = 0, n_in = (size_t)T * H * D;
@@ -231,6 +233,7 @@ int main(int argc, char **argv)
     smem = CMC_CAUSAL_##V##_DYNAMIC_SMEM;                                                   \
     block_m = CMC_CAUSAL_##V##_BLOCK_M;                                                     \
     persistent = CMC_CAUSAL_##V##_PERSISTENT;                                               \
+    n_maps = CMC_CAUSAL_##V##_TENSOR_MAPS;                                                  \
   } while (0)
 #ifdef CMC_CAUSAL_SM_90A_SM90_BF16_D128_CUBIN
   if (major == 9 && minor == 0) PICK(CMC_CAUSAL_SM_90A_SM90_BF16_D128_CUBIN, SM90_BF16_D128);
@@ -288,7 +291,9 @@ int main(int argc, char **argv)
   {
     cmc_causal_desc desc;
     unsigned grid[3];
-    void *args[1] = {&desc};
+    CUtensorMap maps[3];
+    void *args[2] = {&desc, maps};
+    int i;
     memset(&desc, 0, sizeof desc);
     desc.q = dq;
     desc.k = dk;
@@ -304,6 +309,16 @@ int main(int argc, char **argv)
     desc.heads_kv = H;
     desc.max_len = L;
     desc.scale_log2 = scale * 1.4426950408889634f;
+    for (i = 0; i < n_maps; i++) { /* the sm90 kernel's TMA maps of Q, K, V */
+      static const cuuint32_t ones[3] = {1u, 1u, 1u};
+      cmc_causal_tensor_map_args a;
+      cmc_causal_tensor_map_args_of(&desc, i, T, D, &a);
+      CK(p_cuTensorMapEncodeTiled(&maps[i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+                                  (void *)(uintptr_t)a.address, a.dims, a.strides, a.box, ones,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    }
     cmc_causal_grid(&desc, block_m, persistent, L <= 4096 ? (unsigned)num_sms : 0xffffffffu, grid);
     printf("grid (%u, %u, %u), block %u, dynamic smem %u\n", grid[0], grid[1], grid[2],
            threads, smem);

@@ -20,9 +20,13 @@
 // the units, so any max_ctas >= 1 is correct (the SM count: persistent; no cap: one CTA per
 // unit). Block 384 threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>()
 // (needs the opt-in cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); at most 227 KiB), no
-// cluster. Loads are cp.async, not TMA, so the descriptor is the portable kernel's.
+// cluster. Two parameters: the descriptor (as the portable kernel) and TensorMaps (Q, K, V
+// tensor maps, cmc/abi.py TENSOR_MAPS), both __grid_constant__.
 // Requirements as the portable kernel: base pointers and token strides 16-byte aligned, head
-// dim contiguous; (ceil(max_len / 128) + 1) * heads_q * batch < 2^31 (checked by the runtime).
+// dim contiguous; (ceil(max_len / 128) + 1) * heads_q * batch < 2^31 and T < 2^31 (checked by
+// the runtime). K/V rows past a sequence's end are the next sequence's (TMA cannot stop at a
+// sequence boundary inside the packed tensor); they are always masked, so P is exactly 0
+// there, but a non-finite V in the next sequence's first rows would still reach O as 0 * inf.
 //
 // Per item (one query tile of a unit) the producer waits for the item's slot (parity of the
 // CTA's item count) to be released, builds the tile plan into the slot's plan buffer, loads
@@ -33,23 +37,23 @@
 // ------------------------------------------------------------------------------ design
 // CTA = 3 warpgroups (384 threads), __launch_bounds__(384, 1):
 //   WG0 producer (setmaxnreg.dec to 40): builds each item's tile plan (named barrier 3),
-//       copies its Q tile [128 x D], then for every walked key tile j (plan order) K(j) and
-//       V(j) into a kStages-deep ring
-//       with 16-byte cp.async (zero-fill for keys >= len); each of its 128 threads then does
-//       cp.async.mbarrier.arrive.noinc on the stage's FULL barrier (count 128), so the
-//       barrier completes when every copy has landed. It waits on the stage's EMPTY barrier
-//       (count 8: lane 0 of each consumer warp) before refilling.
+//       then its thread 0 copies the Q tile [128 x D] and, for every walked key tile j (plan
+//       order), K(j) and V(j) into a kStages-deep ring by TMA (one 64 x 1 x 128 box per
+//       128-byte column block). Each FULL barrier (count 1) gets an arrive.expect_tx of the
+//       tile's bytes and completes when the TMA has written them. It waits on the stage's
+//       EMPTY barrier (count 8: lane 0 of each consumer warp) before refilling.
 //   WG1, WG2 consumers (setmaxnreg.inc to 232): 64 query rows each (BLOCK_M = 128).
 //       S = Q K^T:  wgmma m64n128k16, A = Q and B = K both from shared memory (K-major,
 //                   128-byte swizzle descriptors), f32 accumulators (64 regs/thread).
 //       O += P V:   wgmma m64nDk16, A = P from registers (the S accumulator layout repacked
 //                   to bf16/fp16 pairs is exactly the A-fragment layout), B = V from shared
 //                   memory as an MN-major (transposed) 128-byte-swizzle descriptor.
-//       Intra-warpgroup pipelining (FA3): iteration t issues S(t+1) = Q K(t+1)^T and
-//       O += P(t) V(t) back to back (two commit groups), waits for the first
-//       (wait_group 1), masks + softmaxes S(t+1) while P(t) V(t) still runs on the tensor
-//       cores, then waits for it (wait_group 0), rescales O and repacks P(t+1). The two
-//       consumer warpgroups also overlap each other's softmax and GEMMs.
+//       Intra-warpgroup pipelining (FA3): iteration t issues S(t+1) = Q K(t+1)^T, rescales
+//       O by the last softmax's factors, issues O += P(t) V(t) (two commit groups), waits
+//       for the first (wait_group 1), masks + softmaxes S(t+1), waits for the second
+//       (wait_group 0) and repacks P(t+1). The two consumer warpgroups take turns to issue
+//       their GEMMs (named barriers 4 and 5, turn_wait / turn_pass), so one's softmax runs
+//       under the other's GEMMs.
 // Key tiles: BLOCK_N = 128 for both head dims. Stages: D = 64: 4, D = 128: 2.
 // Shared memory (1 KiB-aligned base): Q[2 slots] | K[kStages] | V[kStages] | mbarriers |
 // plan ints [2 slots].  A [rows][D] tile is stored as D/64 column blocks of [rows][64]
@@ -59,8 +63,11 @@
 //                   LBO (ignored) 16 B, SBO 1024 B (next 8-row group);
 //   MN-major (V):   start + 2048 B per 16 keys, LBO = 128 keys * 128 B (next 64-wide block
 //                   of head dim), SBO 1024 B (next 8 keys).
-// Proxies: cp.async writes are generic-proxy, wgmma reads are async-proxy, so every consumer
-// thread runs fence.proxy.async.shared::cta after its mbarrier wait and before the wgmma.
+// TMA's box layout with CU_TENSOR_MAP_SWIZZLE_128B is exactly this layout (the 1 KiB-aligned
+// destination makes the XOR pattern line up).
+// Proxies: TMA writes and wgmma reads are both async-proxy, so the ring needs no fence. The
+// epilogue's generic writes and reads of the Q slot (O staging) are followed by
+// fence.proxy.async.shared::cta before the slot is released to the next Q TMA.
 // ===========================================================================================
 
 #if !defined(CMC_HOST)
@@ -99,17 +106,44 @@ CMC_DEV unsigned smem_u32(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
   return r;
 }
-CMC_DEV void cp_async16(unsigned dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+// The kernel's second parameter: tensor maps of Q, K and V (cuTensorMapEncodeTiled by the
+// runtime, layout in cmc/abi.py TENSOR_MAPS). Each is a 3-D tiled map over [T, H, D] (dims
+// innermost first D, H, T; byte strides head, token), box (64, 1, 128), 128-byte swizzle,
+// elements past T read as zero. 128 opaque bytes, 64-byte aligned (CUtensorMap of cuda.h).
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+struct TensorMaps {
+  TensorMap q, k, v;
+};
+
+// One box (64 head-dim elements x 1 head x 128 tokens) of a map into shared memory at dst
+// (1 KiB aligned), completing `bar`'s transaction count by 128 * 128 bytes.
+CMC_DEV void tma_load(unsigned dst, const TensorMap& map, unsigned bar, int d0, int h, int tok) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n"
+      ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(d0), "r"(h), "r"(tok)
+      : "memory");
 }
+CMC_DEV void tma_prefetch_map(const TensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
+}
+// A [rows][D] tile of `rows` = 128 tokens from token `tok` (absolute): D / 64 boxes, one per
+// 128-byte column block of the swizzled layout.
+template <int D>
+CMC_DEV void tma_tile(unsigned dst, const TensorMap& map, unsigned bar, int h, int tok) {
+#pragma unroll
+  for (int cb = 0; cb < D / 64; ++cb) tma_load(dst + cb * (128 * 128), map, bar, cb * 64, h, tok);
+}
+
 // ------------------------------------------------------------------------------ mbarriers
 CMC_DEV void mbar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
-// Completes (asynchronously) one arrival once every prior cp.async of this thread landed.
-CMC_DEV void mbar_cp_async_arrive(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// Arrives (count 1) and adds `bytes` to the phase's expected transaction count (TMA).
+CMC_DEV void mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 CMC_DEV void mbar_arrive(unsigned bar) {
   asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"(bar) : "memory");
@@ -343,30 +377,6 @@ struct Walk {
   }
 };
 
-// Producer: copies of `rows` rows (row0 = first row of the tile in the sequence) of K, V or
-// Q into a swizzled [rows][D] tile; rows >= len are zero-filled. Thread ptid always copies
-// chunk ptid % (D/8) of rows ptid / (D/8) + i * (128 / (D/8)): the row step is a multiple of
-// 8, so the swizzled chunk position is the same for every i (few live registers).
-template <int D, int ROWS>
-CMC_DEV void load_tile(unsigned dst, const unsigned short* g, cmc_i64 stride_tok, int row0, int len, int ptid) {
-  constexpr int kChunks = D / 8;
-  constexpr int kStep = 128 / kChunks;
-  static_assert(kStep % 8 == 0, "row step");
-  const int ch = ptid % kChunks, r = ptid / kChunks;
-  unsigned d = dst + swz<ROWS>(r, ch);
-  int key = row0 + r;
-  const unsigned short* src = g + (cmc_i64)key * stride_tok + ch * 8;
-  const cmc_i64 step = (cmc_i64)kStep * stride_tok;
-#pragma unroll 4
-  for (int i = 0; i < ROWS / kStep; ++i) {
-    const bool valid = key < len;
-    cp_async16(d, valid ? src : g, valid);
-    d += kStep * 128;
-    src += step;
-    key += kStep;
-  }
-}
-
 // S[64 x 128] = Q_wg[64 x D] K[128 x D]^T for this consumer warpgroup (issue only).
 template <bool BF16, int D>
 CMC_DEV void issue_qk(float* s, unsigned sq, unsigned sk) {
@@ -424,8 +434,9 @@ struct Sched {
 };
 
 template <class H, bool BF16, int D>
-CMC_DEV void fwd(const typename H::desc_t& desc) {
+CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   static_assert(D == 64 || D == 128, "head dim");
+  static_assert(kBM == 128 && kBN == 128, "a tile is one 128-token box per column block");
   typedef Cfg<D> C;
   constexpr int NT = H::kTerms;
   constexpr int S = C::kStages;
@@ -448,7 +459,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
   const unsigned base = raw + pad;
   const unsigned sK = base + C::kK, sV = base + C::kV;
   const unsigned bars = base + C::kBar;
-  // per slot x (item parity): Q full (128 cp.async arrivals), plan full (128 producer
+  // per slot x (item parity): Q full (1 arrival + the TMA bytes), plan full (128 producer
   // threads), slot empty (8 consumer warps, after the epilogue); then the K/V ring.
   auto bar_qfull = [&](int x) { return bars + 8 * x; };
   auto bar_plan = [&](int x) { return bars + 8 * (2 + x); };
@@ -461,16 +472,21 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
 
   if (tid == 0) {
     for (int x = 0; x < 2; ++x) {
-      mbar_init(bar_qfull(x), 128);
+      mbar_init(bar_qfull(x), 1);
       mbar_init(bar_plan(x), 128);
       mbar_init(bar_slot(x), 8);
     }
     for (int s = 0; s < S; ++s) {
-      mbar_init(bar_kfull(s), 128);
+      mbar_init(bar_kfull(s), 1);
       mbar_init(bar_kempty(s), 8);
-      mbar_init(bar_vfull(s), 128);
+      mbar_init(bar_vfull(s), 1);
       mbar_init(bar_vempty(s), 8);
     }
+    // mbarrier inits must be visible to the async proxy (TMA's complete_tx) too
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma_prefetch_map(maps.q);
+    tma_prefetch_map(maps.k);
+    tma_prefetch_map(maps.v);
   }
   __syncthreads();  // publishes the mbarrier inits
 
@@ -495,32 +511,26 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
       int* plan = plan_of(x);
       build_plan<H>(seq, q0, (len - 1 - q0 < kBM - 1) ? len - 1 : q0 + kBM - 1, plan, ptid);
       mbar_arrive(bar_plan(x));
-      const cmc_i64 tok0 = seq.tok0;
+      if (ptid != 0) continue;  // one thread issues every TMA copy
+      // token coordinates are int32 (the runtime checks T < 2^31); rows past the sequence
+      // belong to the next one (masked: k < len everywhere) or read as zero past T
+      const int tok0 = (int)seq.tok0;
       const int hkv = it.h / hpk;
-      {
-        const unsigned short* g = reinterpret_cast<const unsigned short*>(desc.q) +
-                                  tok0 * desc.q_stride_tok + (cmc_i64)it.h * desc.q_stride_head;
-        load_tile<D, kBM>(base + C::kQ + x * C::kQBytes, g, desc.q_stride_tok, q0, len, ptid);
-        mbar_cp_async_arrive(bar_qfull(x));
-      }
-      const unsigned short* kg = reinterpret_cast<const unsigned short*>(desc.k) +
-                                 tok0 * desc.k_stride_tok + (cmc_i64)hkv * desc.k_stride_head;
-      const unsigned short* vg = reinterpret_cast<const unsigned short*>(desc.v) +
-                                 tok0 * desc.v_stride_tok + (cmc_i64)hkv * desc.v_stride_head;
+      mbar_expect_tx(bar_qfull(x), C::kQBytes);
+      tma_tile<D>(base + C::kQ + x * C::kQBytes, maps.q, bar_qfull(x), it.h, tok0 + q0);
       Walk wk;
       wk.start(plan + 4 * NT, plan[8 * NT]);
       while (wk.j >= 0) {
         mbar_wait(bar_kempty(stage), phase ^ 1);
-        load_tile<D, kBN>(sK + stage * C::kTile, kg, desc.k_stride_tok, wk.j * kBN, len, ptid);
-        mbar_cp_async_arrive(bar_kfull(stage));
+        mbar_expect_tx(bar_kfull(stage), C::kTile);
+        tma_tile<D>(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, tok0 + wk.j * kBN);
         mbar_wait(bar_vempty(stage), phase ^ 1);
-        load_tile<D, kBN>(sV + stage * C::kTile, vg, desc.v_stride_tok, wk.j * kBN, len, ptid);
-        mbar_cp_async_arrive(bar_vfull(stage));
+        mbar_expect_tx(bar_vfull(stage), C::kTile);
+        tma_tile<D>(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, tok0 + wk.j * kBN);
         wk.next();
         if (++stage == S) { stage = 0; phase ^= 1; }
       }
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
   } else {
     // ======================================================================= consumers
     setmaxnreg_inc<kConsumerRegs>();
@@ -665,7 +675,6 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
         Walk wk;
         wk.start(run, nrun);
         mbar_wait(bar_kfull(stage), phase);
-        fence_proxy_async();
         turn_wait(cw);
         wg_fence();
         issue_qk<BF16, D>(s, sq, sK + stage * C::kTile);
@@ -686,7 +695,6 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
           const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
           mbar_wait(bar_kfull(ns), nph);      // K(next)
           mbar_wait(bar_vfull(stage), phase);  // V(cur)
-          fence_proxy_async();
           turn_wait(cw);
           wg_fence();
           fence_regs<kO>(o);
@@ -713,7 +721,6 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
           phase = nph;
         }
         mbar_wait(bar_vfull(stage), phase);
-        fence_proxy_async();
         turn_wait(cw);
         rescale_o(c0, c1);
         wg_fence();
@@ -762,6 +769,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
           *reinterpret_cast<uint4*>(og + (cmc_i64)qrow * desc.o_stride_tok + ch * 8) = v;
         }
       }
+      // generic accesses of the Q / O slot before the next TMA (async proxy) write into it
+      fence_proxy_async();
       release(bar_slot(x));  // this warp's reads of the slot (plan, Q / O staging) are done
     }
   }

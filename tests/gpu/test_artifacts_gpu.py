@@ -114,9 +114,9 @@ static int run(CUmodule mod, const char *symbol, int which) {
   memset(&d, 0, sizeof d);
   d.q = (uint64_t)q; d.o = (uint64_t)o; d.max_len = 300; d.heads_q = 2; d.batch = 3;
   d.scale_log2 = 1.0f; d.p_window = 7;
-  if (which == 0) { CK(cmc_demo_launch_bf16_d64(fn, &d, NULL)); cmc_demo_grid_bf16_d64(&d, 0u, g);
+  if (which == 0) { CK(cmc_demo_launch_bf16_d64(fn, &d, NULL, NULL)); cmc_demo_grid_bf16_d64(&d, 0u, g);
                     threads = CMC_DEMO_BF16_D64_THREADS; }
-  else { CK(cmc_demo_launch_fp16_d128(fn, &d, NULL)); cmc_demo_grid_fp16_d128(&d, 0u, g);
+  else { CK(cmc_demo_launch_fp16_d128(fn, &d, NULL, NULL)); cmc_demo_grid_fp16_d128(&d, 0u, g);
          threads = CMC_DEMO_FP16_D128_THREADS; }
   CK(cuCtxSynchronize());
   CK(cuMemcpyDtoH(host, o, sizeof host));
