@@ -1114,3 +1114,90 @@ def test_parameter_uploads_go_through_the_pinned_ring(real_artifacts, gpu):
         assert launch["responses"] == ([0, 2, 3], [3, 20 + i, 40])
     ring = loader._staging[0]
     assert len(ring.slots) == loader._Staging.SLOTS and len(gpu.pinned) == loader._Staging.SLOTS
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def _set_ints(arr, vals):
+    (ctypes.c_int32 * len(vals)).from_address(arr.__cuda_array_interface__["data"][0])[:] = vals
+
+
+def test_plan_reads_device_values_once_and_keeps_its_own_copy(tmp_path, gpu, monkeypatch):
+    attn = loader.load(write_artifact(tmp_path))
+    qp = gpu.array((16, 2, 64))
+    cs, nt = gpu.array((3,), "i32"), gpu.array((2,), "i32")
+    _set_ints(cs, [0, 6, 16])
+    _set_ints(nt, [6, 10])
+    reads = []
+    real = _driver.dtoh_sync
+    monkeypatch.setattr(_driver, "dtoh_sync", lambda *a: reads.append(a) or real(*a))
+    plan = attn.plan(cu_seqlens=cs, n_targets=nt)
+    assert (plan.packed, plan.batch, plan.max_len, plan.tokens) == (True, 2, 10, 16)
+    n_reads = len(reads)
+    assert n_reads >= 2  # cu_seqlens and n_targets, read back to be checked
+    _set_ints(cs, [0, 16, 16])  # the caller's arrays change: the plan's copy does not
+    _set_ints(nt, [99, 99])
+    for _ in range(3):
+        _, descs = run_and_decode(gpu, attn, qp, qp, qp, plan=plan)
+        assert len(reads) == n_reads  # nothing read back per call
+        assert gpu.launches[-1]["seqlens"] == [0, 6, 16]
+        assert gpu.launches[-1]["n_targets"] == [6, 10]
+        assert descs[0]["max_len"] == 10
+        assert descs[0]["cu_seqlens"] != cs.__cuda_array_interface__["data"][0]
+
+
+def test_plan_launch_matches_the_unplanned_one(tmp_path, gpu):
+    attn = loader.load(write_artifact(tmp_path))
+    q = gpu.array((3, 40, 2, 64))
+    _, plain = run_and_decode(gpu, attn, q, q, q, n_targets=[0, 7, 40], scale=0.5)
+    plain_launch = dict(gpu.launches[-1])
+    plan = attn.plan(batch=3, seq_len=40, n_targets=[0, 7, 40])
+    _, planned = run_and_decode(gpu, attn, q, q, q, plan=plan, scale=0.5)
+    pointers = {"cu_seqlens", "p_n_targets", "o"}
+    assert {k: v for k, v in plain[0].items() if k not in pointers} == \
+        {k: v for k, v in planned[0].items() if k not in pointers}
+    for key in ("grid", "block", "smem", "seqlens", "n_targets"):
+        assert gpu.launches[-1][key] == plain_launch[key]
+    res = attn(q, q, q, plan=plan, return_lse=True)
+    assert res[1].shape == (3, 2, 40)  # the batch layout's lse view
+
+
+def test_plan_rules(tmp_path, gpu):
+    attn = loader.load(write_artifact(tmp_path))
+    with pytest.raises(ParamError) as e:  # parameters are checked when the plan is made
+        attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 11])
+    assert e.value.param == "n_targets"
+    with pytest.raises(ParamError, match="^cu_seqlens: a plan needs"):
+        attn.plan(n_targets=[1])
+    with pytest.raises(ParamError, match="not both"):
+        attn.plan(cu_seqlens=[0, 4], batch=1, seq_len=4, n_targets=[1])
+    with pytest.raises(ParamError) as e:
+        attn.plan(batch=2, seq_len=-1, n_targets=[0, 0])
+    assert e.value.param == "seq_len"
+    plan = attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])
+    qp = gpu.array((16, 2, 64))
+    with pytest.raises(ParamError, match="^plan: carries .* do not pass cu_seqlens, n_targets"):
+        attn(qp, qp, qp, plan=plan, cu_seqlens=[0, 6, 16], n_targets=[6, 10])
+    with pytest.raises(ParamError, match="T = 16 tokens"):
+        q12 = gpu.array((12, 2, 64))
+        attn(q12, q12, q12, plan=plan)
+    with pytest.raises(ParamError, match="packed"):
+        q4 = gpu.array((2, 8, 2, 64))
+        attn(q4, q4, q4, plan=plan)
+    bplan = attn.plan(batch=2, seq_len=8, n_targets=[1, 2])
+    with pytest.raises(ParamError, match="batch 2 x length 8"):
+        q3 = gpu.array((2, 9, 2, 64))
+        attn(q3, q3, q3, plan=bplan)
+    assert not gpu.launches
+
+
+def test_plan_launches_during_graph_capture(tmp_path, gpu):
+    attn = loader.load(write_artifact(tmp_path))
+    plan = attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])  # host values, uploaded once
+    gpu.capturing = True
+    qp = gpu.array((16, 2, 64))
+    with pytest.raises(ParamError):  # without a plan, host values cannot be uploaded now
+        attn(qp, qp, qp, cu_seqlens=[0, 6, 16], max_len=10, n_targets=[6, 10])
+    attn(qp, qp, qp, plan=plan)
+    assert len(gpu.launches) == 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ._driver import DriverError
 from .arrays import ArrayInfo, DeviceArray, describe
-from .loader import Attention, Manifest, load, read_manifest, verify_cubins
+from .loader import Attention, Manifest, Plan, load, read_manifest, verify_cubins
 from .params import Segments
 
-__all__ = ["ArrayInfo", "Attention", "DeviceArray", "DriverError", "Manifest", "Segments",
+__all__ = ["ArrayInfo", "Attention", "DeviceArray", "DriverError", "Manifest", "Plan", "Segments",
            "describe", "load", "read_manifest", "verify_cubins"]

@@ -15,8 +15,8 @@ import json
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -530,6 +530,26 @@ def lse_batch_view(lse: Any, batch: int, heads: int, seq_len: int) -> Any:
     return lse.reshape(heads, batch, seq_len).transpose(1, 0, 2)  # cupy
 
 
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Sequence lengths and mask parameters checked once, for many launches (`attn.plan`).
+
+    Holds its own device copy of cu_seqlens and of every parameter array, made when it was
+    checked, so later changes to the caller's arrays cannot reach a launch that skipped
+    the checks. A call with a plan reads nothing back from the device and uploads nothing,
+    so it may be captured in a CUDA graph; the graph then points into the plan's buffer,
+    so keep the plan alive as long as the graph.
+    """
+
+    device: int
+    packed: bool  # packed layout [T, H, D] (cu_seqlens) or batch layout [B, L, H, D]
+    batch: int
+    max_len: int
+    tokens: int  # T the plan was made for (cu_seqlens[-1]; B * L for the batch layout)
+    values: Mapping[str, int]  # descriptor fields: cu_seqlens and the mask parameters
+    buffer: _Allocation | None = field(default=None, repr=False)
+
+
 class Attention:
     """A loaded artifact: call it like an attention function.
 
@@ -582,10 +602,82 @@ class Attention:
                     self._devices[device] = dk
         return dk
 
+    # -- plans
+    def plan(self, *, cu_seqlens: Any = None, max_len: int | None = None,
+             batch: int | None = None, seq_len: int | None = None, device: int | None = None,
+             stream: Any = None, **params: Any) -> Plan:
+        """Check cu_seqlens (packed layout) or (batch, seq_len) (batch layout) and the mask
+        parameters once, and copy them to the device: `attn(q, k, v, plan=p)` then skips
+        those checks and copies (FlashInfer's plan / run split). Device arrays are read back
+        here, once, to be checked."""
+        dev = self._device(device)
+        self._kernels(dev)
+        sh = stream_handle(stream) if stream is not None else 0
+        with _driver.on_device(dev):
+            read = self._read(sh)
+            host: list[tuple[str, np.ndarray]] = []
+            if cu_seqlens is not None:
+                if batch is not None or seq_len is not None:
+                    raise ParamError("cu_seqlens", "a plan is for the packed layout "
+                                                   "(cu_seqlens) or the batch layout (batch, "
+                                                   "seq_len), not both")
+                cs = host_or_device_ints(cu_seqlens, "cu_seqlens", sh)
+                if isinstance(cs, ArrayInfo):
+                    cs = self._resolve(cs, dev)
+                    check_int32_device("cu_seqlens", cs, None, dev)
+                    vals = read(cs).astype(np.int64)
+                else:
+                    vals = cs
+                if vals.ndim != 1 or vals.size < 1:
+                    raise ParamError("cu_seqlens", "must be 1-D [B+1] with B+1 >= 1 values")
+                tokens = int(vals[-1])
+                lengths = check_cu_seqlens(vals, tokens)
+                nb, mlen, packed = int(lengths.size), resolve_max_len(max_len, lengths), True
+                host.append(("cu_seqlens", vals.astype(np.int32)))
+            else:
+                if batch is None or seq_len is None:
+                    raise ParamError("cu_seqlens", "a plan needs cu_seqlens (packed layout) "
+                                                   "or batch and seq_len (batch layout)")
+                if max_len is not None and max_len != seq_len:
+                    raise ParamError("max_len", f"must be seq_len = {seq_len} for the batch "
+                                                "layout (or None)")
+                for n, x in (("batch", batch), ("seq_len", seq_len)):
+                    if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x <= 2**31 - 1:
+                        raise ParamError(n, f"must be an int in [0, 2^31) (got {x!r})")
+                nb, mlen, packed, tokens = batch, seq_len, False, batch * seq_len
+                lengths = np.full(nb, mlen, dtype=np.int64)
+                host.append(("cu_seqlens", batch_cu_seqlens(nb, mlen)))
+            packed_params = check_params(self.manifest.params, params, batch=nb,
+                                         lengths=lengths, device=dev, read=read, stream=sh)
+            values: dict[str, int] = {}
+            for fname, val in self._param_slots(packed_params):
+                if isinstance(val, int):
+                    values[fname] = val
+                else:
+                    snap = read(val) if isinstance(val, ArrayInfo) else val
+                    host.append((fname, np.ascontiguousarray(snap, dtype=np.int32)))
+            offsets, size = [], 0
+            for _, a in host:
+                offsets.append(size)
+                size += max(a.nbytes, 4) + (-max(a.nbytes, 4)) % _Uploads.ALIGN
+            buf = _Allocation(size, dev)
+            blob = np.zeros(size, dtype=np.uint8)
+            for (fname, a), off in zip(host, offsets, strict=True):
+                blob[off:off + a.nbytes] = a.view(np.uint8)
+                values[fname] = buf.ptr + off
+            _driver.htod(buf.ptr, blob.ctypes.data, size)
+        return Plan(dev, packed, nb, mlen, tokens, values, buf)
+
     # -- launch
     def __call__(self, q: Any, k: Any, v: Any, *, scale: float | None = None,
                  return_lse: bool = False, out: Any = None, cu_seqlens: Any = None,
-                 max_len: int | None = None, stream: Any = None, **params: Any) -> Any:
+                 max_len: int | None = None, stream: Any = None, plan: Plan | None = None,
+                 **params: Any) -> Any:
+        if plan is not None and (cu_seqlens is not None or max_len is not None or params):
+            given = [n for n, x in (("cu_seqlens", cu_seqlens), ("max_len", max_len))
+                     if x is not None] + sorted(params)
+            raise ParamError("plan", f"carries cu_seqlens, max_len and the mask parameters; "
+                                     f"do not pass {', '.join(given)} with it")
         lib = library_of(q)
         sh = stream_handle(stream) if stream is not None else current_stream_of(q)
         qi = describe(q, "q", sh)
@@ -597,7 +689,7 @@ class Attention:
         dk = self._kernels(device)
         with _driver.on_device(device):
             return self._launch(dk, lib, sh, q, qi, k, v, out, scale, return_lse,
-                                cu_seqlens, max_len, params)
+                                cu_seqlens, max_len, params, plan)
 
     def _resolve(self, a: ArrayInfo, device: int) -> ArrayInfo:
         if a.device is not None:
@@ -614,11 +706,14 @@ class Attention:
 
     def _launch(self, dk: _DeviceKernels, lib: str, sh: int, q: Any, qi: ArrayInfo, k: Any,
                 v: Any, out: Any, scale: Any, return_lse: bool, cu_seqlens: Any, max_len: Any,
-                params: Mapping[str, Any]) -> Any:
+                params: Mapping[str, Any], plan: Plan | None = None) -> Any:
         device = dk.device
         infos = [self._resolve(describe(x, n, sh), device) for n, x in (("k", k), ("v", v))]
         ki, vi = infos
         oi = None if out is None else self._resolve(describe(out, "out", sh), device)
+        if plan is not None:
+            return self._launch_planned(dk, lib, sh, q, qi, ki, vi, out, oi, scale,
+                                        return_lse, plan)
         packed = qi.ndim == 3 or cu_seqlens is not None
         if cu_seqlens is not None and qi.ndim == 4:
             raise ParamError("cu_seqlens", "only for the packed layout q [T, Hq, D]; the batch "
@@ -681,26 +776,73 @@ class Attention:
             lse = lse_batch_view(lse, batch, geo.heads_q, mlen)
         return out, lse
 
-    def _run(self, kern: _Kernel, num_sms: int, packed: bool, sh: int, geo: Geometry,
-             qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int,
-             seq_ptr: int | tuple[str, int],
-             batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
-             uploads: _Uploads) -> None:
-        pending: list[tuple[str, int]] = []  # (field name, upload offset)
-        values: dict[str, int | float] = {}
+    def _launch_planned(self, dk: _DeviceKernels, lib: str, sh: int, q: Any, qi: ArrayInfo,
+                        ki: ArrayInfo, vi: ArrayInfo, out: Any, oi: ArrayInfo | None,
+                        scale: Any, return_lse: bool, plan: Plan) -> Any:
+        if plan.device != dk.device:
+            raise ParamError("plan", f"made for device {plan.device}; the tensors are on "
+                                     f"device {dk.device}")
+        if plan.packed != (qi.ndim == 3):
+            want = "packed [T, H, D]" if plan.packed else "batch [B, L, H, D]"
+            raise ParamError("plan", f"made for the {want} layout; q has {qi.ndim} dimensions")
+        geo = check_tensors(qi, ki, vi, oi, packed=plan.packed, variants=list(dk.kernels))
+        for a in (qi, ki, vi, oi):
+            if a is not None and a.cai_stream is not None and a.cai_stream != sh:
+                _driver.stream_wait_stream(sh, a.cai_stream)
+        if plan.packed and geo.tokens != plan.tokens:
+            raise ParamError("plan", f"made for T = {plan.tokens} tokens (cu_seqlens[-1]); q "
+                                     f"has {geo.tokens}")
+        if not plan.packed and (geo.batch, geo.seq_len) != (plan.batch, plan.max_len):
+            raise ParamError("plan", f"made for batch {plan.batch} x length {plan.max_len}; q "
+                                     f"is {geo.batch} x {geo.seq_len}")
+        slog2 = scale_log2(scale, geo.head_dim)
+        kern = dk.kernels[(geo.dtype, geo.head_dim)]
+        if out is None:
+            out = _empty_like_q(q, qi, lib)
+            oi = describe(out, "out", sh)
+            geo = replace(geo, strides={**geo.strides,
+                                        "out": kernel_strides("out", oi, plan.packed)})
+        assert oi is not None
+        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens) if return_lse else None
+        lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
+        if geo.tokens and plan.batch and geo.heads_q and plan.max_len:
+            self._run(kern, dk.num_sms, plan.packed, sh, geo, qi, ki, vi, oi, lse_ptr,
+                      plan.values["cu_seqlens"], plan.batch, plan.max_len, slog2, (),
+                      _Uploads(dk.device), fixed=plan.values)
+        if lse is None:
+            return out
+        if not plan.packed:
+            lse = lse_batch_view(lse, plan.batch, geo.heads_q, plan.max_len)
+        return out, lse
+
+    def _param_slots(self, packed_params: Sequence[PackedParam]
+                     ) -> Iterator[tuple[str, int | np.ndarray | ArrayInfo]]:
+        """(descriptor field, value) of each checked parameter: an int for a scalar, the
+        int32 array (host or device) for each array field."""
         for p in packed_params:
             fields = self._param_fields[p.name]
             if p.kind == "scalar":
-                values[fields["value"].name] = p.value
+                yield fields["value"].name, p.value
                 continue
             roles = ("per_sequence",) if p.kind == "batch" else ("segment_offsets",
                                                                   "segment_starts")
             for role, arr in zip(roles, p.arrays, strict=True):
-                fname = fields[role].name
-                if isinstance(arr, ArrayInfo):
-                    values[fname] = arr.ptr
-                else:
-                    pending.append((fname, uploads.add(arr)))
+                yield fields[role].name, arr
+
+    def _run(self, kern: _Kernel, num_sms: int, packed: bool, sh: int, geo: Geometry,
+             qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int,
+             seq_ptr: int | tuple[str, int],
+             batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
+             uploads: _Uploads, fixed: Mapping[str, int] | None = None) -> None:
+        pending: list[tuple[str, int]] = []  # (field name, upload offset)
+        values: dict[str, int | float] = dict(fixed or {})
+        for fname, arr in self._param_slots(packed_params):
+            if isinstance(arr, int):
+                values[fname] = arr
+            elif isinstance(arr, ArrayInfo):
+                values[fname] = arr.ptr
+            else:
+                pending.append((fname, uploads.add(arr)))
         s = geo.strides
         values.update({
             "q": qi.ptr, "k": ki.ptr, "v": vi.ptr, "o": oi.ptr, "lse": lse_ptr,
