@@ -27,9 +27,15 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                   [(LOOP_SOFTMAX, "          c0 = c1 = 1.f;\n")]),
     "nopv": ("no P V GEMM in the steady-state loop (QK, softmax and loads stay)",
              [(LOOP_PV, "")]),
-    "noload": ("the producer copies no K / V (the barriers still complete)",
-               [("        load_tile<D, kBN>(sK", "        if (0) load_tile<D, kBN>(sK"),
-                ("        load_tile<D, kBN>(sV", "        if (0) load_tile<D, kBN>(sV")]),
+    "noload": ("the producer copies no K / V (a plain arrive completes each FULL barrier)",
+               [("        mbar_expect_tx(bar_kfull(stage), C::kTile);\n"
+                 "        tma_tile<D>(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, "
+                 "tok0 + wk.j * kBN);\n", "        mbar_arrive(bar_kfull(stage));\n"),
+                ("        mbar_expect_tx(bar_vfull(stage), C::kTile);\n"
+                 "        tma_tile<D>(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, "
+                 "tok0 + wk.j * kBN);\n", "        mbar_arrive(bar_vfull(stage));\n")]),
+    "noepilogue": ("no O stores to global memory (staging, barriers and LSE stay)",
+                   [("        if (qrow < len) {\n", "        if (qrow < 0) {\n")]),
 }
 
 
