@@ -1,7 +1,7 @@
 """The launch descriptor: the one struct every kernel takes, shared by emit, package and runtime.
 
-A kernel is launched with a single by-value parameter, `const __grid_constant__ DESC desc`,
-whose layout is fixed here (natural C alignment, x86-64 / CUDA ABI). emit writes the struct,
+A kernel is launched with a by-value parameter `const __grid_constant__ DESC desc` (sm90
+kernels add the tensor maps below as a second one), whose layout is fixed here (natural C alignment, x86-64 / CUDA ABI). emit writes the struct,
 package writes it into NAME.h and manifest.json, runtime packs its bytes. Tensors are
 token-major: element (token t, head h, dim d) of Q lives at q + t*q_stride_tok +
 h*q_stride_head + d, where t is the packed token index cu_seqlens[b] + i; the batch layout
