@@ -2,7 +2,8 @@
 # Kernel A/B on the device: every artifact set under out/ab/ (one folder per variant, made with
 # `python benchmarks/bench.py --compile out/ab/NAME`) timed in one process, interleaved per
 # case (benchmarks/bench.py --ab). AB_UNCAPPED="NAME ..." adds NAMEu: NAME with its persistent
-# grid min(units, num_sms) replaced by one CTA per work unit.
+# grid min(units, num_sms) replaced by one CTA per work unit. AB_CAPPED="NAME ..." adds NAMEc:
+# NAME always persistent, max_ctas = ${AB_SMS:-132} whatever the length or layout.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD
@@ -15,6 +16,17 @@ for f in pathlib.Path(sys.argv[1]).rglob("manifest.json"):
     for k in m["kernels"]:
         if k["grid"][0].startswith("min("):
             k["grid"][0] = k["grid"][0][4:].rsplit(",", 1)[0]
+    f.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+PY
+done
+for v in ${AB_CAPPED:-}; do
+  rm -rf out/ab/${v}c && cp -r out/ab/$v out/ab/${v}c
+  python3 - out/ab/${v}c ${AB_SMS:-132} <<'PY'
+import json, pathlib, sys
+for f in pathlib.Path(sys.argv[1]).rglob("manifest.json"):
+    m = json.loads(f.read_text())
+    for k in m["kernels"]:
+        k["grid"][0] = k["grid"][0].replace("max_ctas", sys.argv[2])
     f.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
 PY
 done
