@@ -96,11 +96,15 @@ def nvrtc_compile(text: str, name: str, options: list[str]) -> tuple[bool, str, 
 
 
 def _compile_variant(src, v, arch: str) -> bytes:
-    opts = [f"-arch={arch}", "-std=c++17", "-default-device",
+    opts = [f"-arch={arch}", "-std=c++17", "-default-device", "--ptxas-options=-v",
             f"-D{v.define}"]
     ok, log, cubin = nvrtc_compile(src.text, src.filename, opts)
     assert ok, f"NVRTC failed for {v.symbol} on {arch}:\n{log}"
     assert v.symbol.encode() in cubin, f"entry {v.symbol} missing from the {arch} cubin"
+    # ptxas's C75xx remarks (e.g. "wgmma.mma_async instructions are serialized") mean the
+    # sm90 pipeline silently lost its overlap: a conditional wgmma wait caused one once
+    loss = [ln for ln in log.splitlines() if "Performance Loss" in ln]
+    assert not loss, f"{v.symbol} on {arch}: " + " | ".join(loss)
     return cubin
 
 
