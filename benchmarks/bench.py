@@ -38,13 +38,13 @@ ARTIFACTS = {
 }
 
 
-def compile_all(dest: Path) -> None:
+def compile_all(dest: Path, tiling: str = "auto") -> None:
     from cmc.driver import compile_file
 
     for key, (mask, defines) in ARTIFACTS.items():
         t = time.perf_counter()
         path = compile_file(ROOT / mask, dest / key, archs=["sm_90a"], dtypes=["bf16"],
-                            head_dims=[HEAD_DIM], defines=defines, jobs=2)
+                            head_dims=[HEAD_DIM], defines=defines, jobs=2, tiling=tiling)
         print(f"compiled {key} -> {path} in {time.perf_counter() - t:.1f} s")
 
 
@@ -476,6 +476,8 @@ def plot(results: list[Result], out: Path) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile", metavar="DIR", help="only compile the artifacts into DIR")
+    ap.add_argument("--tiling", choices=("auto", "linear"), default="auto",
+                    help="with --compile: the tile stage's choice, or linear tiles everywhere")
     ap.add_argument("--artifacts", default="out/bench")
     ap.add_argument("--out", default="results")
     ap.add_argument("--lengths", type=int, nargs="*", default=list(LENGTHS))
@@ -509,7 +511,7 @@ def main() -> None:
         print(summarize(merged))
         return
     if args.compile:
-        compile_all(Path(args.compile))
+        compile_all(Path(args.compile), args.tiling)
         return
     import torch
 

@@ -13,7 +13,8 @@ three CUtensorMaps (128 bytes each, 64-byte aligned) for Q, K and V, in that ord
 (tensor_maps(); the manifest lists them per kernel). Each is a 3-D tiled map made with cuTensorMapEncodeTiled over the
 tensor seen as packed [T, H, D]: element type the kernel's dtype, dims (D, H, T) innermost
 first, byte strides (head stride, token stride) (for H == 1 the head stride is any multiple
-of 16; the runtime uses D * 2), box (64, 1, 128), element strides 1, interleave none,
+of 16; the runtime uses D * 2), box (64, 1, R) with R = 128 tokens, or one patch row for a
+patch-tiled kernel (the manifest's box), element strides 1, interleave none,
 swizzle 128B, L2 promotion 128B, out-of-bounds fill zeros (FLOAT_OOB_FILL_NONE), global
 address the tensor's base pointer. The batch layout is the packed one with T = B * L.
 
@@ -65,6 +66,9 @@ HEADER_FIELDS: tuple[tuple[str, str, str], ...] = (
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
 TENSOR_MAP_BOX = (64, 1, 128)  # head-dim elements, heads, tokens (innermost first)
+# Tokens per box: 128 for linear tiles; a patch tiling loads a tile as boxes of one patch
+# row (cmc.ir.Tiling.box_rows).
+TENSOR_MAP_BOX_ROWS = (8, 16, 32, 64, 128)
 TENSOR_MAP_SWIZZLE = "128B"
 
 
@@ -77,9 +81,14 @@ class TensorMapSpec:
     swizzle: str = TENSOR_MAP_SWIZZLE
 
 
-def tensor_maps(kernel: str) -> tuple[TensorMapSpec, ...]:
-    """The tensor maps a kernel takes after its descriptor: sm90 Q, K, V; portable none."""
-    return tuple(TensorMapSpec(t) for t in ("q", "k", "v")) if kernel == "sm90" else ()
+def tensor_maps(kernel: str, box_rows: int = 128) -> tuple[TensorMapSpec, ...]:
+    """The tensor maps a kernel takes after its descriptor: sm90 Q, K, V (boxes of
+    `box_rows` tokens); portable none."""
+    if kernel != "sm90":
+        return ()
+    if box_rows not in TENSOR_MAP_BOX_ROWS:
+        raise ValueError(f"tensor map box of {box_rows} tokens (supported: {TENSOR_MAP_BOX_ROWS})")
+    return tuple(TensorMapSpec(t, (64, 1, box_rows)) for t in ("q", "k", "v"))
 
 
 # sm_90 places the parameter block at byte 0x210 of constant bank 0, and alignment is of the

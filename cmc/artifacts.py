@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .abi import DescriptorLayout
-from .ir import IntervalTable
+from .ir import LINEAR, IntervalTable, Tiling
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_ARCHS = ("sm_90a", "sm_100a")
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
 DTYPES = ("bf16", "fp16")
@@ -28,6 +28,7 @@ class KernelVariant:
     smem_bytes: int  # dynamic shared memory the launch must request
     kernel: str  # which hand-written kernel: "portable" (mma.sync) or "sm90" (wgmma)
     archs: tuple[str, ...]  # archs this variant is built for
+    tiling: Tiling = LINEAR  # which tokens share a tile (sm90; the portable is linear)
 
     @property
     def tag(self) -> str:

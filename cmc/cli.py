@@ -168,13 +168,16 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
 @click.option("--kernel", type=click.Choice(["auto", "portable"]), default="auto",
               show_default=True,
               help="auto: the wgmma kernel on sm_90a and the portable one elsewhere.")
+@click.option("--tiling", type=click.Choice(["auto", "linear"]), default="auto",
+              show_default=True,
+              help="auto: the tile stage may cut grid masks into patches (sm90 kernel).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every kernel.")
 @_reports_errors
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
-                defines: tuple[str, ...], emit_kind: str, kernel: str, jobs: int,
+                defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str, jobs: int,
                 check_only: bool,
                 no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
@@ -198,7 +201,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
 
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
-                   cache=not no_cache)
+                   tiling=tiling, cache=not no_cache)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=click.echo)
     if stale:
         for s in stale:

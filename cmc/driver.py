@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .artifacts import DEFAULT_ARCHS, BuiltKernels, EmittedSource
 from .errors import CmcError
-from .ir import IntervalTable, Mask
+from .ir import LINEAR, IntervalTable, Mask, Tiling
 
 
 def read_source(path: str | Path) -> str:
@@ -47,14 +47,24 @@ class Options:
     jobs: int = 1
     cache: bool = True
     kernel: str = "auto"  # "auto": sm90 kernel on sm_90a; "portable": mma.sync everywhere
+    tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
+
+
+def tile(table: IntervalTable, opts: Options) -> Tiling:
+    """tile: the sm90 kernel's tiling (linear unless an sm_90a wgmma kernel is built)."""
+    from .tiling import choose_tiling
+
+    if opts.tiling == "linear" or opts.kernel != "auto" or "sm_90a" not in opts.archs:
+        return LINEAR
+    return choose_tiling(table)
 
 
 def back(table: IntervalTable, opts: Options) -> EmittedSource:
-    """emit."""
+    """tile -> emit."""
     from .emit import emit
 
     return emit(table, dtypes=opts.dtypes, head_dims=opts.head_dims, archs=opts.archs,
-                kernel=opts.kernel)
+                kernel=opts.kernel, tiling=tile(table, opts))
 
 
 def compile_file(
@@ -67,6 +77,7 @@ def compile_file(
     jobs: int = 1,
     cache: bool = True,
     kernel: str = "auto",
+    tiling: str = "auto",
 ) -> Path:
     """parse -> check -> lower -> emit -> build -> package; returns OUT/NAME."""
     from .build import build
@@ -80,6 +91,7 @@ def compile_file(
         jobs=jobs,
         cache=cache,
         kernel=kernel,
+        tiling=tiling,
     )
     table = front(path, dict(opts.defines))
     source = back(table, opts)

@@ -36,6 +36,8 @@ from . import artifacts
 from .abi import DescriptorLayout, check_identifier, descriptor_layout
 from .artifacts import EmittedSource, KernelVariant
 from .ir import (
+    LINEAR,
+    MAX_KEY_TILES,
     And,
     BinOp,
     BoolConst,
@@ -54,10 +56,12 @@ from .ir import (
     SegFn,
     TableRef,
     Term,
+    Tiling,
     Var,
     nodes,
 )
 from .resources import jinja_env, read_text
+from .tiling import choose_tiling
 
 KERNEL_HEADER = "cmc/attn_fwd_portable.cuh"
 TEMPLATE = "kernel.cu.j2"
@@ -76,12 +80,20 @@ SM90_BLOCK_N = 128
 SM90_STAGES = {64: 4, 128: 2}
 
 
-def sm90_smem_bytes(head_dim: int, n_terms: int) -> int:
+def sm90_plan_ints(n_terms: int, tiling: Tiling = LINEAR) -> int:
+    """Ints of one sm90 tile plan (cmc_sm90::plan_ints): linear, the term ranges, touched
+    runs, full runs and two counts; patch, the term ranges and two bit sets of key tiles."""
+    if tiling.kind == "patch":
+        return 4 * n_terms + 2 * (MAX_KEY_TILES // 32)
+    return 8 * n_terms + 2
+
+
+def sm90_smem_bytes(head_dim: int, n_terms: int, tiling: Tiling = LINEAR) -> int:
     """Dynamic shared memory of the sm90 kernel (cmc_sm90::smem_bytes, static_assert'ed)."""
     stages = SM90_STAGES[head_dim]
     tile = 128 * head_dim * 2
     plan_off = 2 * tile + 2 * stages * tile + (6 + 4 * stages) * 8
-    return (plan_off + 2 * (8 * n_terms + 2) * 4 + 15) // 16 * 16 + 1024
+    return (plan_off + 2 * sm90_plan_ints(n_terms, tiling) * 4 + 15) // 16 * 16 + 1024
 
 
 def rows_per_warp(head_dim: int) -> int:
@@ -626,6 +638,10 @@ class Hooks:
     visible: str
     term_blocks: tuple[str, ...]
     span_blocks: tuple[str, ...]
+    tiling: Tiling = LINEAR
+    grid_terms: str = "false"  # C condition on i: instance i is a grid-family instance
+    grid_blocks: tuple[str, ...] = ()  # grid_span, one block per grid family
+    other_terms: tuple[tuple[int, int], ...] = ()  # (first instance, count) of the others
 
 
 def _indent(lines: Sequence[str], n: int) -> str:
@@ -676,6 +692,40 @@ def _span_block(term: Term, base: int, count: int, ex: _ExactGen, comment: str) 
             _indent([first, *body], 2), "}"]
 
 
+def _grid_block(term: Term, f: int, ex: _ExactGen, comment: str) -> list[str]:
+    """grid_span of grid family f: the one instance t whose keys lie in grid row ky
+    (ky = base(q) + step * t), exactly as its span, or empty."""
+    fam = term.family
+    assert fam is not None and fam.grid is not None and term.residual is None
+    base = ex.expr(fam.grid.base, "elem")
+    tl = f"(cmc_i64)ky - {base.as_type(True)}" if fam.grid.step == 1 else \
+        f"{base.as_type(True)} - (cmc_i64)ky"
+    guard = ex.pred(term.guard, "elem")
+    lo, hi = ex.expr(term.lo.expr, "elem"), ex.expr(term.hi.expr, "elem")
+    return [
+        f"if (f == {f}) {{  // {comment}",
+        f"  const cmc_i64 cmc_tl = {tl};",
+        f"  if (cmc_tl < {_lit(fam.start, False)} || cmc_tl >= {_lit(fam.stop, False)}) "
+        "{ lo = 0; hi = 0; return; }",
+        "  const int cmc_t = (int)cmc_tl;",
+        f"  if ({guard}) {{",
+        f"    lo = cmc_key_clamp({lo.as_type(True)}, s.len);",
+        f"    hi = cmc_key_clamp({hi.as_type(True)}, s.len);",
+        "  } else {", "    lo = 0; hi = 0;", "  }",
+        "  return;",
+        "}",
+    ]
+
+
+def _other_term_code(others: Sequence[tuple[int, int]]) -> str:
+    """other_term(n): the n-th instance outside the grid families, a constant expression."""
+    starts = [sum(c for _, c in others[:i]) for i in range(len(others))]
+    code = "0"
+    for (first, count), at in reversed(list(zip(others, starts, strict=True))):
+        code = f"(n < {at + count} ? {first} + (n - {at}) : {code})"
+    return code
+
+
 def _check_table(table: IntervalTable) -> None:
     for t in table.terms:
         parts: list[Expr | Pred] = [t.guard, t.lo.expr, t.hi.expr]
@@ -690,7 +740,7 @@ def _check_table(table: IntervalTable) -> None:
                     raise ValueError("family table values must fit int32")
 
 
-def build_hooks(table: IntervalTable) -> Hooks:
+def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR) -> Hooks:
     """Generate the hook pieces for `table` (pure; deterministic)."""
     mask = table.mask
     _check_table(table)
@@ -736,6 +786,10 @@ def build_hooks(table: IntervalTable) -> Hooks:
     tables: list[str] = []
     blocks: list[str] = []
     spans: list[str] = []
+    grid_blocks: list[str] = []
+    grid_ranges: list[str] = []
+    others: list[tuple[int, int]] = []
+    patch = tiling.kind == "patch"
     base = 0
     for ti, (term, count) in enumerate(zip(terms, counts, strict=True)):
         tscope = scope
@@ -758,6 +812,12 @@ def build_hooks(table: IntervalTable) -> Hooks:
         blocks.append("\n".join(_term_block(term, base, count, tscope, tabs, comment)))
         ex.scope = tscope
         spans.append("\n".join(_span_block(term, base, count, ex, comment)))
+        fg = term.family.grid if term.family is not None else None
+        if patch and fg is not None and (fg.origin, fg.width) == (tiling.origin, tiling.width):
+            grid_blocks.append("\n".join(_grid_block(term, len(grid_blocks), ex, comment)))
+            grid_ranges.append(f"(i >= {base} && i < {base + count})")
+        else:
+            others.append((base, count))
         ex.scope = scope
         base += count
     return Hooks(
@@ -770,6 +830,10 @@ def build_hooks(table: IntervalTable) -> Hooks:
         visible=visible,
         term_blocks=tuple(blocks),
         span_blocks=tuple(spans),
+        tiling=tiling if grid_blocks else LINEAR,
+        grid_terms=" || ".join(grid_ranges) or "false",
+        grid_blocks=tuple(grid_blocks),
+        other_terms=tuple(others) if grid_blocks else (),
     )
 
 
@@ -813,7 +877,8 @@ def _layout_fields(layout: DescriptorLayout) -> list[dict[str, object]]:
 
 
 def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
-              archs: Sequence[str], n_terms: int, kernel: str) -> tuple[KernelVariant, ...]:
+              archs: Sequence[str], n_terms: int, kernel: str,
+              tiling: Tiling = LINEAR) -> tuple[KernelVariant, ...]:
     """Portable variants for every arch but sm_90a, which gets the sm90 kernel unless
     kernel == "portable"."""
     fast = kernel == "auto" and SM90_ARCH in archs
@@ -845,9 +910,10 @@ def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
                     block_m=BLOCK_M,
                     block_n=SM90_BLOCK_N,
                     threads=SM90_THREADS,
-                    smem_bytes=sm90_smem_bytes(int(hd), n_terms),
+                    smem_bytes=sm90_smem_bytes(int(hd), n_terms, tiling),
                     kernel="sm90",
                     archs=(SM90_ARCH,),
+                    tiling=tiling,
                 ))
     if not out:
         raise ValueError("no kernel variants requested")
@@ -880,6 +946,12 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         visible=hooks.visible,
         term_blocks=[_indent(b.split("\n"), 4) for b in hooks.term_blocks],
         span_blocks=[_indent(b.split("\n"), 4) for b in hooks.span_blocks],
+        tiling=hooks.tiling,
+        patch=1 if hooks.tiling.kind == "patch" else 0,
+        grid_terms=hooks.grid_terms,
+        grid_blocks=[_indent(b.split("\n"), 4) for b in hooks.grid_blocks],
+        n_other=sum(c for _, c in hooks.other_terms),
+        other_term=_other_term_code(hooks.other_terms),
         variants=[{
             "symbol": check_identifier(v.symbol),
             "define": v.define,
@@ -899,18 +971,22 @@ def emit(
     head_dims: Sequence[int] = (64, 128),
     archs: Sequence[str] = artifacts.DEFAULT_ARCHS,
     kernel: str = "auto",
+    tiling: Tiling | None = None,
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: the sm90 (wgmma)
-    kernel for sm_90a when kernel == "auto", the portable (mma.sync) kernel elsewhere."""
+    kernel for sm_90a when kernel == "auto", the portable (mma.sync) kernel elsewhere.
+    `tiling` is the sm90 kernel's (the tile stage's choice when None)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     for a in archs:
         if a not in artifacts.SUPPORTED_ARCHS:
             raise ValueError(f"unsupported arch {a!r} (supported: {artifacts.SUPPORTED_ARCHS})")
     name = check_identifier(table.mask.name)
-    hooks = build_hooks(table)
+    if tiling is None:
+        tiling = choose_tiling(table) if kernel == "auto" and SM90_ARCH in archs else LINEAR
+    hooks = build_hooks(table, tiling)
     variants = _variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)), hooks.n_terms,
-                         kernel)
+                         kernel, hooks.tiling)
     text = render(table, variants, hooks)
     return EmittedSource(
         table=table,

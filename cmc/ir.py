@@ -201,6 +201,20 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class GridRow:
+    """Where a grid family's instances put their keys: instance t keeps them inside row
+    ky = base(q) + step * t of the grid k = origin + ky * width + kx (0 <= kx < width).
+
+    That is what lets a kernel tiled by patches of the grid find, for one key row of a
+    patch, the one instance that can reach it, instead of evaluating every instance."""
+
+    origin: int
+    width: int
+    base: Expr  # k-free and index-free
+    step: int  # +1 or -1
+
+
+@dataclass(frozen=True)
 class Family:
     """A term instantiated once per compile-time index value t in [start, stop).
 
@@ -212,6 +226,7 @@ class Family:
     start: int
     stop: int
     tables: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    grid: GridRow | None = None
 
 
 @dataclass(frozen=True)
@@ -255,3 +270,53 @@ class IntervalTable:
 
 
 TileClass = Literal["empty", "full", "partial"]
+
+
+# --------------------------------------------------------------------------- tiling (tile stage)
+
+TILE = 128  # query rows and keys per tile of the sm90 kernel
+# Key tiles one query tile can see in a patch-tiled kernel: its plan holds a bit per key
+# tile in shared memory (cmc_sm90::kMaxKeyTiles), so this bounds the sequence length.
+MAX_KEY_TILES = 4096
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Which tokens share a 128 x 128 tile of the sm90 kernel (the tile stage's result):
+    linear (128 consecutive tokens), or patches of a token grid (cmc/tiling.py)."""
+
+    kind: str  # "linear" | "patch"
+    origin: int = 0  # first grid token (patch tilings)
+    width: int = 0  # grid width in tokens
+    patch_rows: int = 1
+    patch_cols: int = TILE
+    reason: str = ""
+
+    @property
+    def box_rows(self) -> int:
+        """Tokens per TMA box: one grid row of a patch (a linear tile is one box)."""
+        return self.patch_cols if self.kind == "patch" else TILE
+
+    def query_tiles(self, length: int) -> int:
+        """Tiles of one sequence of `length` tokens (the same for keys)."""
+        if self.kind == "linear":
+            return -(-length // TILE)
+        lin = -(-min(length, self.origin) // TILE)
+        rows = -(-max(0, length - self.origin) // self.width)
+        return lin + -(-rows // self.patch_rows) * (self.width // self.patch_cols)
+
+    def max_len(self) -> int | None:
+        """The longest sequence the kernel's plan can hold (None: no limit)."""
+        if self.kind == "linear":
+            return None
+        per_row = self.width // self.patch_cols
+        patch_rows = (MAX_KEY_TILES - self.origin // TILE) // per_row
+        return self.origin + patch_rows * self.patch_rows * self.width
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "origin": self.origin, "width": self.width,
+                "patch_rows": self.patch_rows, "patch_cols": self.patch_cols,
+                "reason": self.reason}
+
+
+LINEAR = Tiling("linear", reason="default")

@@ -27,6 +27,7 @@ from .ir import (
     Const,
     Expr,
     Family,
+    GridRow,
     IntervalTable,
     Mask,
     Monotone,
@@ -655,6 +656,7 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
         widths = tuple(isqrt(radius2 - 1 - (i - ry) ** 2) for i in range(count))
         dy = sub(t, Const(ry))  # dy = sy*ky + a0  =>  ky = sy*(dy - a0)
         ky = sub(dy, a0) if sy == 1 else sub(add(a0, Const(ry)), t)
+        ky_base, ky_step = (sub(neg(a0), Const(ry)), 1) if sy == 1 else (add(a0, Const(ry)), -1)
         w = TableRef("w", t)
         # |sx*kx + b0| <= w  =>  kx in [-w - b0, w - b0] (sx = 1) or [b0 - w, b0 + w] (sx = -1)
         if sx == 1:
@@ -673,6 +675,7 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
             return None
         count = count_opt
         ky = add(ylo[0], t)
+        ky_base, ky_step = ylo[0], 1
     row = add(Const(g.origin), mul(ky, g.width))
     x_lo = emax(xlo + [Const(0)])
     x_hi = emin(xhi + [Const(g.width)])
@@ -684,7 +687,7 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
         guard=simplify_guard(guards),
         lo=Bound(lo, monotone(lo) if not uses(lo, "t") else "none"),
         hi=Bound(hi, monotone(hi) if not uses(hi, "t") else "none"),
-        family=Family("t", 0, count, tables),
+        family=Family("t", 0, count, tables, GridRow(g.origin, g.width, ky_base, ky_step)),
     )
 
 

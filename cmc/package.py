@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .abi import (
     HEADER_FIELDS,
-    TENSOR_MAP_BOX,
     DescriptorLayout,
     check_identifier,
     tensor_maps,
@@ -72,9 +71,19 @@ def grid_rule(v: KernelVariant) -> list[str]:
     ceil(ceil(max_len / block_m) / 2) * heads_q * batch of them) with a stride of gridDim.x,
     so any grid is correct; the launcher picks max_ctas (runtime.loader.persistent_ctas)."""
     if v.kernel == "sm90":
-        units = f"ceil_div(ceil_div(max_len, {v.block_m}), 2) * heads_q * batch"
+        units = f"ceil_div({query_tiles(v)}, 2) * heads_q * batch"
         return [f"min({units}, max_ctas)", "1", "1"]
     return [f"ceil_div(max_len, {v.block_m})", "heads_q", "batch"]
+
+
+def query_tiles(v: KernelVariant) -> str:
+    """The query tiles of the longest sequence, as an expression over max_len."""
+    t = v.tiling
+    if t.kind != "patch":
+        return f"ceil_div(max_len, {v.block_m})"
+    rows = f"ceil_div(max(max_len - {t.origin}, 0), {t.width})"
+    return (f"ceil_div(min(max_len, {t.origin}), {v.block_m}) + "
+            f"ceil_div({rows}, {t.patch_rows}) * {t.width // t.patch_cols}")
 
 
 def _variant_of(built: BuiltKernels, c: BuiltCubin) -> KernelVariant:
@@ -182,7 +191,9 @@ def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
         "spill_loads": r.spill_loads,
         "kernel": v.kernel,
         "tensor_maps": [{"tensor": t.tensor, "box": list(t.box), "swizzle": t.swizzle}
-                        for t in tensor_maps(v.kernel)],
+                        for t in tensor_maps(v.kernel, v.tiling.box_rows)],
+        "tiling": v.tiling.to_dict(),
+        "max_len": v.tiling.max_len(),
         "nvrtc_version": c.nvrtc_version,
         "options": list(c.options),
     }
@@ -251,6 +262,13 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 "kernel": v.kernel,
                 "persistent": v.kernel == "sm90",
                 "tensor_maps": len(tensor_maps(v.kernel)),
+                "box_rows": v.tiling.box_rows,
+                "tiling": 1 if v.tiling.kind == "patch" else 0,
+                "origin": v.tiling.origin,
+                "width": v.tiling.width,
+                "patch_rows": v.tiling.patch_rows,
+                "patch_cols": v.tiling.patch_cols,
+                "max_len": v.tiling.max_len() or 0,
                 "cubins": [
                     {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
                     for c in cubins
@@ -268,7 +286,6 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
         size=src.layout.size,
         align=src.layout.align,
         variants=variants,
-        box=TENSOR_MAP_BOX,
     )
 
 

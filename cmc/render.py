@@ -88,6 +88,9 @@ def term_dict(t: Term) -> dict[str, Any]:
             "stop": f.stop,
             "tables": {name: list(vals) for name, vals in f.tables},
         }
+        if f.grid is not None:
+            d["family"]["grid"] = {"origin": f.grid.origin, "width": f.grid.width,
+                                   "base": expr_str(f.grid.base), "step": f.grid.step}
     return d
 
 

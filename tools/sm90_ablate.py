@@ -29,11 +29,11 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
              [(LOOP_PV, "")]),
     "noload": ("the producer copies no K / V (a plain arrive completes each FULL barrier)",
                [("        mbar_expect_tx(bar_kfull(stage), C::kTile);\n"
-                 "        tma_tile<D>(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, "
-                 "tok0 + wk.j * kBN);\n", "        mbar_arrive(bar_kfull(stage));\n"),
+                 "        load(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, wk.j);\n",
+                 "        mbar_arrive(bar_kfull(stage));\n"),
                 ("        mbar_expect_tx(bar_vfull(stage), C::kTile);\n"
-                 "        tma_tile<D>(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, "
-                 "tok0 + wk.j * kBN);\n", "        mbar_arrive(bar_vfull(stage));\n")]),
+                 "        load(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, wk.j);\n",
+                 "        mbar_arrive(bar_vfull(stage));\n")]),
     "noepilogue": ("no O stores to global memory (staging, barriers and LSE stay)",
                    [("        if (qrow < len) {\n", "        if (qrow < 0) {\n")]),
 }

@@ -57,11 +57,12 @@ def die(msg: str) -> None:
 # ================================================================================ source
 
 
-def sm90_smem_bytes(head_dim: int, n_terms: int) -> int:
-    """cmc_sm90::smem_bytes<D, NT>() (static_assert'ed in the generated entry points)."""
+def sm90_smem_bytes(head_dim: int, n_terms: int, tiling=None) -> int:
+    """cmc_sm90::smem_bytes<D, NT, TILING>() (static_assert'ed in the generated entry points)."""
     from cmc.emit import sm90_smem_bytes as f
+    from cmc.ir import LINEAR
 
-    return f(head_dim, n_terms)
+    return f(head_dim, n_terms, tiling or LINEAR)
 
 
 def sm90_symbol(name: str, dt: str, hd: int) -> str:
@@ -72,9 +73,12 @@ def build_source(mask_name: str):
     """(text, table, emitted): the emitted portable .cu plus the sm90 header and entries."""
     from cmc.driver import front
     from cmc.emit import emit
+    from cmc.tiling import choose_tiling
 
     table = front(ROOT / "samples" / f"{mask_name}.mask")
-    emitted = emit(table, dtypes=DTYPES, head_dims=HEAD_DIMS, archs=(ARCH,), kernel="portable")
+    tiling = choose_tiling(table)  # the sm90 kernel's (the portable one ignores it)
+    emitted = emit(table, dtypes=DTYPES, head_dims=HEAD_DIMS, archs=(ARCH,), kernel="portable",
+                   tiling=tiling)
     text = emitted.text
     m = re.search(r"enum : int \{ kTerms = (\d+) \}", text)
     if not m:
@@ -88,14 +92,14 @@ def build_source(mask_name: str):
         for hd in HEAD_DIMS:
             parts.append(
                 f"#if defined(CMC_SM90_{dt}_d{hd})\n"
-                f"static_assert(cmc_sm90::smem_bytes<{hd}, cmc_hooks::kTerms>() == "
-                f"{sm90_smem_bytes(hd, n_terms)}, \"dynamic shared memory\");\n"
+                f"static_assert(cmc_sm90::smem_bytes<{hd}, cmc_hooks::kTerms, cmc_hooks::kTiling>()"
+                f" == {sm90_smem_bytes(hd, n_terms, tiling)}, \"dynamic shared memory\");\n"
                 f"extern \"C\" __global__ void __launch_bounds__({THREADS}, 1)\n"
                 f"{sm90_symbol(table.mask.name, dt, hd)}(const __grid_constant__ {struct_name} desc, "
                 f"const __grid_constant__ cmc_sm90::TensorMaps maps) {{\n"
                 f"  cmc_sm90::fwd<cmc_hooks, {'true' if dt == 'bf16' else 'false'}, {hd}>(desc, maps);\n"
                 f"}}\n#endif\n")
-    return "\n".join(parts), table, emitted, n_terms
+    return "\n".join(parts), table, emitted, n_terms, tiling
 
 
 def nvrtc_compile(text: str, name: str, define: str, arch: str = ARCH, extra=()):
@@ -228,8 +232,11 @@ class Gpu:
 
 
 class Kernel:
-    def __init__(self, gpu, fn, layout, threads, smem):
+    def __init__(self, gpu, fn, layout, threads, smem, tiling=None):
+        from cmc.ir import LINEAR
+
         self.gpu, self.fn, self.layout, self.threads, self.smem = gpu, fn, layout, threads, smem
+        self.tiling = tiling or LINEAR
 
     def prepare(self, q, k, v, o, lse, cu_seqlens, max_len, lse_stride, param_ptrs, scale):
         """Packed descriptor bytes and grid for tensors q/k/v/o [T, H, D]."""
@@ -255,7 +262,9 @@ class Kernel:
             dt = "bf16" if q.dtype == self.gpu.torch.bfloat16 else "fp16"
             views = {n: MapTensor(t.data_ptr(), t.shape[1], t.stride(0), t.stride(1))
                      for n, t in (("q", q), ("k", k), ("v", v))}
-            maps = tensor_maps_block(("q", "k", "v"), dt, q.shape[2], q.shape[0], views)
+            maps = tensor_maps_block(("q", "k", "v"), dt, q.shape[2], q.shape[0], views,
+                                     self.tiling.box_rows)
+            tiles = self.tiling.query_tiles(max_len)
             units = (tiles + 1) // 2 * q.shape[1] * (cu_seqlens.numel() - 1)
             sms = self.gpu.torch.cuda.get_device_properties(0).multi_processor_count
             grid = (min(units, sms), 1, 1)
@@ -533,12 +542,12 @@ def main() -> int:
         print("\n== correctness (batch 2 jagged, Hq=4/Hkv=2, NaN-poisoned outputs, float64 reference)",
               flush=True)
         for m in masks:
-            text, table, emitted, n_terms = sources[m]
+            text, table, emitted, n_terms, tiling = sources[m]
             layout = descriptor_layout(table.mask)
             for dt, hd in variants:
-                smem = sm90_smem_bytes(hd, n_terms)
+                smem = sm90_smem_bytes(hd, n_terms, tiling)
                 fn = gpu.load(built[(m, dt, hd)], sm90_symbol(table.mask.name, dt, hd), smem)
-                kern = Kernel(gpu, fn, layout, THREADS, smem)
+                kern = Kernel(gpu, fn, layout, THREADS, smem, tiling)
                 cases = [(n, True) for n in lengths]
                 if lengths:
                     cases.append((lengths[min(3, len(lengths) - 1)], False))  # desc.lse == 0
@@ -558,7 +567,7 @@ def main() -> int:
         print(f"{passed} passed, {failed} failed", flush=True)
 
     if not args.no_bench and "causal" in masks:
-        text, table, emitted, n_terms = sources["causal"]
+        text, table, emitted, n_terms, _ = sources["causal"]
         layout = descriptor_layout(table.mask)
         kernels = {}
         smem = sm90_smem_bytes(128, n_terms)

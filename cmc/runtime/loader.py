@@ -27,7 +27,7 @@ from ..abi import (
     CTYPES,
     HEADER_FIELDS,
     TENSOR_MAP_ALIGN,
-    TENSOR_MAP_BOX,
+    TENSOR_MAP_BOX_ROWS,
     TENSOR_MAP_BYTES,
     TENSOR_MAP_SWIZZLE,
     DescriptorLayout,
@@ -98,6 +98,8 @@ class KernelEntry:
     grid: tuple[Callable[[Mapping[str, int]], int], ...]
     dynamic_smem: int
     tensor_maps: tuple[str, ...] = ()  # tensors whose CUtensorMaps follow the descriptor
+    box_rows: int = 128  # tokens per tensor-map box
+    max_len: int | None = None  # longest sequence the kernel takes (patch tilings)
 
 
 @dataclass(frozen=True)
@@ -186,12 +188,20 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
     maps = k.get("tensor_maps", [])
     if not isinstance(maps, list):
         raise ArtifactError(f"manifest: {where}.tensor_maps must be a list")
+    boxes = {r: [64, 1, r] for r in TENSOR_MAP_BOX_ROWS}
+    rows = {t.get("box", [0, 0, 0])[2] if isinstance(t, dict) and isinstance(t.get("box"), list)
+            and len(t["box"]) == 3 else 0 for t in maps}
     for t in maps:
         if not (isinstance(t, dict) and t.get("tensor") in ("q", "k", "v")
-                and t.get("box") == list(TENSOR_MAP_BOX) and t.get("swizzle") == TENSOR_MAP_SWIZZLE):
+                and t.get("box") in boxes.values() and t.get("swizzle") == TENSOR_MAP_SWIZZLE
+                and len(rows) == 1):
             raise ArtifactError(f"manifest: {where}.tensor_maps entry {t!r}: this runtime encodes "
-                                f"maps of q, k, v with box {list(TENSOR_MAP_BOX)} and swizzle "
-                                f"{TENSOR_MAP_SWIZZLE} only (cmc/abi.py)")
+                                f"maps of q, k, v with one box [64, 1, R] (R in "
+                                f"{list(TENSOR_MAP_BOX_ROWS)}) and swizzle {TENSOR_MAP_SWIZZLE} "
+                                "only (cmc/abi.py)")
+    max_len = k.get("max_len")
+    if max_len is not None and not (isinstance(max_len, int) and max_len > 0):
+        raise ArtifactError(f"manifest: {where}.max_len must be null or a positive int")
     return KernelEntry(
         symbol=_need(k, "symbol", where, str), arch=_need(k, "arch", where, str), file=file,
         sha256=_need(k, "sha256", where, str).lower(), dtype=dtype,
@@ -200,7 +210,8 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         block=(int(block[0]), int(block[1]), int(block[2])),
         grid=tuple(parse_grid_expr(g) for g in grid_raw),
         dynamic_smem=_need(k, "dynamic_smem", where, int),
-        tensor_maps=tuple(t["tensor"] for t in maps))
+        tensor_maps=tuple(t["tensor"] for t in maps),
+        box_rows=rows.pop() if maps else 128, max_len=max_len)
 
 
 def read_manifest(path: str | Path) -> Manifest:
@@ -432,15 +443,15 @@ _tmaps: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
 
 
 def _tensor_map(name: str, dtype: str, ptr: int, dims: tuple[int, int, int],
-                byte_strides: tuple[int, int]) -> bytes:
-    key = (dtype, ptr, dims, byte_strides)
+                byte_strides: tuple[int, int], box_rows: int) -> bytes:
+    key = (dtype, ptr, dims, byte_strides, box_rows)
     with _tmap_lock:
         m = _tmaps.get(key)
         if m is not None:
             _tmaps.move_to_end(key)
             return m
     try:
-        m = _driver.tensor_map_3d(dtype, ptr, dims, byte_strides, TENSOR_MAP_BOX)
+        m = _driver.tensor_map_3d(dtype, ptr, dims, byte_strides, (64, 1, box_rows))
     except _driver.DriverError as e:
         raise ParamError(name, f"cannot be described by a TMA tensor map ({e.result}): the "
                                "sm90 kernel needs head and token strides that are nonzero "
@@ -463,7 +474,8 @@ class MapTensor:
 
 
 def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens: int,
-                      views: Mapping[str, MapTensor]) -> tuple[ctypes.Array[ctypes.c_char], int]:
+                      views: Mapping[str, MapTensor],
+                      box_rows: int = 128) -> tuple[ctypes.Array[ctypes.c_char], int]:
     """The kernel's second parameter (cmc/abi.py): one map per tensor, in a host buffer
     (kept alive by the caller until the launch returns: the driver copies it then) and its
     64-byte-aligned address."""
@@ -478,7 +490,7 @@ def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens:
         head = m.stride_head if m.heads > 1 else head_dim
         tok = m.stride_tok if tokens > 1 else m.heads * head
         maps.append(_tensor_map(t, dtype, m.ptr, (head_dim, m.heads, tokens),
-                                (head * elem, tok * elem)))
+                                (head * elem, tok * elem), box_rows))
     buf = ctypes.create_string_buffer(TENSOR_MAP_BYTES * len(maps) + TENSOR_MAP_ALIGN)
     at = ctypes.addressof(buf) + (-ctypes.addressof(buf) % TENSOR_MAP_ALIGN)
     data = b"".join(maps)
@@ -857,6 +869,10 @@ class Attention:
         env = {**{n: int(x) for n, x in values.items() if isinstance(x, int)},
                "block_m": e.block_m, "block_n": e.block_n, "threads": e.threads,
                "max_ctas": persistent_ctas(num_sms, packed, mlen)}
+        if e.max_len is not None and mlen > e.max_len:
+            raise ParamError("max_len", f"{mlen} tokens: this kernel's tile plan ("
+                                        f"{e.symbol}, grid patches) holds sequences of at most "
+                                        f"{e.max_len} tokens")
         if (-(-mlen // e.block_m) + 1) * geo.heads_q * batch > 2**31 - 1:
             raise ParamError("q", "(ceil(max_len / block_m) + 1) * heads * batch must be below "
                                   "2^31 (the kernels number query tiles in int32)")
@@ -877,7 +893,7 @@ class Attention:
                 views = {t: MapTensor(a.ptr, h, s[t].tok, s[t].head) for t, a, h in (
                     ("q", qi, geo.heads_q), ("k", ki, geo.heads_kv), ("v", vi, geo.heads_kv))}
                 maps, maps_at = tensor_maps_block(e.tensor_maps, geo.dtype, geo.head_dim,
-                                                  geo.tokens, views)
+                                                  geo.tokens, views, e.box_rows)
                 argv = (ctypes.c_void_p * 2)(ctypes.addressof(buf), maps_at)
             else:
                 argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))

@@ -198,7 +198,7 @@ int main(int argc, char **argv)
   const char *dir = argc > 1 ? argv[1] : ".";
   const char *cubin_name = NULL;
   const char *symbol = NULL;
-  unsigned threads = 0, smem = 0, block_m = 0;
+  unsigned threads = 0, smem = 0, block_m = 0, box_rows = 0;
   int persistent = 0, num_sms = 0, n_maps = 0;
   char path[4096];
   int major = 0, minor = 0, status = 1;
@@ -232,6 +232,7 @@ int main(int argc, char **argv)
     threads = CMC_CAUSAL_##V##_THREADS;                                                     \
     smem = CMC_CAUSAL_##V##_DYNAMIC_SMEM;                                                   \
     block_m = CMC_CAUSAL_##V##_BLOCK_M;                                                     \
+    box_rows = CMC_CAUSAL_##V##_BOX_ROWS;                                                   \
     persistent = CMC_CAUSAL_##V##_PERSISTENT;                                               \
     n_maps = CMC_CAUSAL_##V##_TENSOR_MAPS;                                                  \
   } while (0)
@@ -312,7 +313,7 @@ int main(int argc, char **argv)
     for (i = 0; i < n_maps; i++) { /* the sm90 kernel's TMA maps of Q, K, V */
       static const cuuint32_t ones[3] = {1u, 1u, 1u};
       cmc_causal_tensor_map_args a;
-      cmc_causal_tensor_map_args_of(&desc, i, T, D, &a);
+      cmc_causal_tensor_map_args_of(&desc, i, T, D, box_rows, &a);
       CK(p_cuTensorMapEncodeTiled(&maps[i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
                                   (void *)(uintptr_t)a.address, a.dims, a.strides, a.box, ones,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

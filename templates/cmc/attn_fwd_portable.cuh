@@ -365,6 +365,71 @@ CMC_DEV void cmc_plan_merge(int* p, int nt, int bn) {
   p[8 * nt + 1] = outt;
 }
 
+// ------------------------------------------------------------------- patch tiling (sm90)
+// The sm90 kernel's tiles when the hooks say kTiling == 1 (cmc/tiling.py): tokens before the
+// grid origin O (a multiple of 128) form linear tiles of 128, t = 0 .. nlin - 1; the grid
+// k = O + ky * W + kx is cut into patches of PH grid rows x PW tokens (PH * PW = 128),
+// tile nlin + py * (W / PW) + px. Queries and keys are tiled alike. A tile is PH boxes of
+// PW consecutive tokens (box b: grid row py * PH + b of a patch, tokens 128 t + b PW of a
+// linear tile), which is how TMA loads it.
+struct cmc_patch_geo {
+  int O, W, PH, PW, nlin, ngx, nqt;
+};
+CMC_DEV cmc_patch_geo cmc_patch_geo_of(int len, int O, int W, int PH, int PW) {
+  cmc_patch_geo g;
+  g.O = O; g.W = W; g.PH = PH; g.PW = PW;
+  g.nlin = cmc_ceil_div(len < O ? len : O, 128);
+  g.ngx = W / PW;
+  g.nqt = g.nlin + cmc_ceil_div(len > O ? cmc_ceil_div(len - O, W) : 0, PH) * g.ngx;
+  return g;
+}
+// First token (sequence-relative) of box b of tile t; it may be >= len (box past the end).
+CMC_DEV int cmc_patch_box(const cmc_patch_geo& g, int t, int b) {
+  if (t < g.nlin) return t * 128 + b * g.PW;
+  const int u = t - g.nlin, py = u / g.ngx, px = u - py * g.ngx;
+  return g.O + (py * g.PH + b) * g.W + px * g.PW;
+}
+#if defined(CMC_HOST)
+CMC_DEV void cmc_or_word(unsigned* w, unsigned v) { *w |= v; }
+#else
+CMC_DEV void cmc_or_word(unsigned* w, unsigned v) { atomicOr(w, v); }
+#endif
+// Set bits [a, b) of a bit set (a < b).
+CMC_DEV void cmc_bits_set(unsigned* bits, int a, int b) {
+  for (int w = a >> 5; w <= (b - 1) >> 5; ++w) {
+    const int lo = a > 32 * w ? a - 32 * w : 0, hi = b < 32 * w + 32 ? b - 32 * w : 32;
+    const unsigned m = (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+    cmc_or_word(bits + w, m);
+  }
+}
+// Mark every tile holding a key of [lo, hi) (0 <= lo, hi <= len). Exact for keys inside one
+// grid row; a range over several grid rows marks their whole patch rows (sound, coarse).
+CMC_DEV void cmc_patch_mark(unsigned* bits, const cmc_patch_geo& g, int lo, int hi) {
+  if (hi <= lo) return;
+  if (lo < g.O) cmc_bits_set(bits, lo / 128, cmc_ceil_div(hi < g.O ? hi : g.O, 128));
+  if (hi <= g.O) return;
+  const int a = (lo > g.O ? lo : g.O) - g.O, e = hi - g.O;
+  const int ya = a / g.W, yb = (e - 1) / g.W;
+  if (ya == yb) {
+    const int t = g.nlin + (ya / g.PH) * g.ngx;
+    cmc_bits_set(bits, t + (a - ya * g.W) / g.PW, t + (e - 1 - yb * g.W) / g.PW + 1);
+  } else {
+    cmc_bits_set(bits, g.nlin + (ya / g.PH) * g.ngx, g.nlin + (yb / g.PH + 1) * g.ngx);
+  }
+}
+// Whether every key of tile t is < len and inside one of the full ranges of the plan's
+// terms (p[4 i + 2 .. 3], i < nt): then every pair of the tile is visible.
+CMC_DEV bool cmc_patch_full(const cmc_patch_geo& g, const int* p, int nt, int len, int t) {
+  for (int b = 0; b < g.PH; ++b) {
+    const int s = cmc_patch_box(g, t, b);
+    if (s + g.PW > len) return false;
+    bool in = false;
+    for (int i = 0; i < nt && !in; ++i) in = p[4 * i + 2] <= s && s + g.PW <= p[4 * i + 3];
+    if (!in) return false;
+  }
+  return true;
+}
+
 // ========================================================================= part B: device
 #if !defined(CMC_HOST)
 namespace cmc_portable {

@@ -76,9 +76,13 @@ namespace cmc_sm90 {
 constexpr int kBM = 128;        // query rows per CTA (2 consumer warpgroups x 64)
 constexpr int kBN = 128;        // keys per tile
 constexpr int kThreads = 384;   // producer WG + 2 consumer WGs
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
-static_assert(128 * kProducerRegs + (kThreads - 128) * kConsumerRegs <= 65536, "register file");
+// Registers per thread after setmaxnreg. A patch-tiled plan (box geometry, bit sets) needs
+// more in the producer: 40 spills there, 64 does not, and the consumers fit in 224.
+template <int TILING> struct Regs {
+  static constexpr int kProducer = TILING == 1 ? 64 : 40;
+  static constexpr int kConsumer = TILING == 1 ? 224 : 232;
+  static_assert(128 * kProducer + (kThreads - 128) * kConsumer <= 65536, "register file");
+};
 
 template <int D> struct Cfg {
   static constexpr int kStages = D == 64 ? 4 : 2;
@@ -91,9 +95,18 @@ template <int D> struct Cfg {
   static constexpr int kNumBars = 6 + 4 * kStages;          // per slot Q/plan/empty, K/V ring
   static constexpr int kPlan = kBar + kNumBars * 8;         // two plans (item parity)
 };
+// Key tiles a patch-tiled plan can hold (one bit each; cmc.ir.MAX_KEY_TILES).
+constexpr int kMaxKeyTiles = 4096;
+constexpr int kMaxKeyWords = kMaxKeyTiles / 32;
+// Ints of one tile plan. Linear tiling: term ranges [4 NT] | touched runs [2 NT] | full runs
+// [2 NT] | nrun | nfull. Patch tiling: term ranges over the tile's hull of rows [4 NT] |
+// touched key tiles [kMaxKeyWords bits] | full key tiles [kMaxKeyWords bits].
+template <int NT, int TILING> constexpr int plan_ints() {
+  return TILING == 1 ? 4 * NT + 2 * kMaxKeyWords : 8 * NT + 2;
+}
 // +1024: the kernel aligns its base up to 1 KiB itself (the swizzle atoms need it).
-template <int D, int NT> constexpr int smem_bytes() {
-  return (Cfg<D>::kPlan + 2 * (8 * NT + 2) * 4 + 15) / 16 * 16 + 1024;
+template <int D, int NT, int TILING> constexpr int smem_bytes() {
+  return (Cfg<D>::kPlan + 2 * plan_ints<NT, TILING>() * 4 + 15) / 16 * 16 + 1024;
 }
 
 // Byte offset of 16-byte chunk c (0 <= c < D/8) of row r in a [rows][D] tile.
@@ -135,6 +148,18 @@ template <int D>
 CMC_DEV void tma_tile(unsigned dst, const TensorMap& map, unsigned bar, int h, int tok) {
 #pragma unroll
   for (int cb = 0; cb < D / 64; ++cb) tma_load(dst + cb * (128 * 128), map, bar, cb * 64, h, tok);
+}
+// The same tile in a patch tiling: box b (PW tokens from sequence token cmc_patch_box) goes
+// to rows b PW .. of every column block (PW >= 8: each box starts on a 1 KiB swizzle atom).
+template <int D>
+CMC_DEV void tma_tile_boxes(unsigned dst, const TensorMap& map, unsigned bar, int h, int tok0,
+                            const cmc_patch_geo& g, int t) {
+  for (int b = 0; b < g.PH; ++b) {
+    const int tok = tok0 + cmc_patch_box(g, t, b);
+#pragma unroll
+    for (int cb = 0; cb < D / 64; ++cb)
+      tma_load(dst + cb * (128 * 128) + b * g.PW * 128, map, bar, cb * 64, h, tok);
+  }
 }
 
 // ------------------------------------------------------------------------------ mbarriers
@@ -377,6 +402,26 @@ struct Walk {
   }
 };
 
+template <bool B, class T, class F> struct Pick { typedef T type; };
+template <class T, class F> struct Pick<false, T, F> { typedef F type; };
+
+// The walk over a patch plan: the set bits of the touched key tiles, in order.
+struct BitWalk {
+  const unsigned* bits;
+  int nw, w, j;  // j = current tile, -1 once past the last
+  unsigned cur;
+  CMC_DEV void seek() {
+    while (cur == 0u && ++w < nw) cur = bits[w];
+    j = cur != 0u ? 32 * w + __ffs(cur) - 1 : -1;
+  }
+  CMC_DEV void start(const unsigned* b, int n) {
+    bits = b; nw = n; w = 0;
+    cur = n > 0 ? b[0] : 0u;
+    seek();
+  }
+  CMC_DEV void next() { cur &= cur - 1u; seek(); }
+};
+
 // S[64 x 128] = Q_wg[64 x D] K[128 x D]^T for this consumer warpgroup (issue only).
 template <bool BF16, int D>
 CMC_DEV void issue_qk(float* s, unsigned sq, unsigned sk) {
@@ -411,6 +456,41 @@ CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, in
   producer_bar();
 }
 
+// Patch-tiled plan of query tile qt into p (plan_ints<NT, 1>() ints) by the producer
+// warpgroup: the term ranges over the tile's hull of rows [qa, qb] (full ranges, and the
+// consumers' test of which terms can touch a key tile), the key tiles touched by some row of
+// the tile (per box of PW consecutive rows, so a grid row of the patch is never widened to
+// the hull) and, of those, the full ones.
+template <class H>
+CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo& g, int qt,
+                              int qa, int qb, int* p, int ptid) {
+  constexpr int NT = H::kTerms;
+  unsigned* touched = reinterpret_cast<unsigned*>(p + 4 * NT);
+  unsigned* full = touched + kMaxKeyWords;
+  const int len = seq.len, nw = (g.nqt + 31) >> 5;
+  for (int i = ptid; i < NT; i += 128) H::term(seq, qa, qb, i, p + 4 * i);
+  for (int w = ptid; w < nw; w += 128) { touched[w] = 0u; full[w] = 0u; }
+  producer_bar();
+  const int nbox = qt < g.nlin ? 1 : g.PH;  // a linear tile is its own hull
+  for (int x = ptid; x < NT * nbox; x += 128) {
+    const int i = x / nbox, b = x - i * nbox;
+    if (nbox == 1) {
+      cmc_patch_mark(touched, g, p[4 * i], p[4 * i + 1]);
+      continue;
+    }
+    const int s = cmc_patch_box(g, qt, b);
+    if (s >= len) continue;
+    int r4[4];
+    H::term(seq, s, s + g.PW - 1 < len - 1 ? s + g.PW - 1 : len - 1, i, r4);
+    cmc_patch_mark(touched, g, r4[0], r4[1]);
+  }
+  producer_bar();
+  for (int t = ptid; t < g.nqt; t += 128)
+    if (((touched[t >> 5] >> (t & 31)) & 1u) && cmc_patch_full(g, p, NT, len, t))
+      atomicOr(full + (t >> 5), 1u << (t & 31));
+  producer_bar();
+}
+
 // The persistent schedule. A work unit is a pair of query tiles of one (sequence, head):
 // tiles nqt - 1 - p and p (p < ceil(nqt / 2); the middle tile of an odd nqt alone), so every
 // unit of a causal-like mask costs the same (nqt + 1 key tiles) and a static stride balances
@@ -433,6 +513,29 @@ struct Sched {
   }
 };
 
+// Query tile qt of a sequence: its hull of rows [qa, qb] (qb < len), or false when it holds
+// no row (past the sequence's last tile, or a patch wholly past len).
+template <bool PATCH>
+CMC_DEV bool tile_rows(const cmc_patch_geo& g, int len, int qt, int& qa, int& qb) {
+  if constexpr (PATCH) {
+    if (qt >= g.nqt) return false;
+    qa = cmc_patch_box(g, qt, 0);
+    const int e = cmc_patch_box(g, qt, g.PH - 1) + g.PW - 1;
+    qb = e < len - 1 ? e : len - 1;
+  } else {
+    qa = qt * kBM;
+    qb = len - 1 - qa < kBM - 1 ? len - 1 : qa + kBM - 1;
+  }
+  return qa < len;
+}
+// The walk over a plan's touched key tiles (plan_ints layout).
+template <int NT> CMC_DEV void start_walk(Walk& wk, const int* plan, const cmc_patch_geo&) {
+  wk.start(plan + 4 * NT, plan[8 * NT]);
+}
+template <int NT> CMC_DEV void start_walk(BitWalk& wk, const int* plan, const cmc_patch_geo& g) {
+  wk.start(reinterpret_cast<const unsigned*>(plan + 4 * NT), (g.nqt + 31) >> 5);
+}
+
 template <class H, bool BF16, int D>
 CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -440,13 +543,21 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   typedef Cfg<D> C;
   constexpr int NT = H::kTerms;
   constexpr int S = C::kStages;
-  constexpr int kPlanInts = 8 * NT + 2;
+  constexpr bool kPatch = H::kTiling == 1;
+  constexpr int kPH = H::kPatchRows, kPW = H::kPatchCols;
+  static_assert(!kPatch || (kPH * kPW == kBM && kPW >= 8 && H::kGridOrigin % kBM == 0 &&
+                            H::kGridWidth % kPW == 0), "patch shape");
+  constexpr int kPlanInts = plan_ints<NT, H::kTiling>();
+  typedef typename Pick<kPatch, BitWalk, Walk>::type WalkT;
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
 
   const int tid = threadIdx.x;
   const int heads = desc.heads_q, batch = desc.batch;
+  auto geo = [](int n) {
+    return cmc_patch_geo_of(n, H::kGridOrigin, H::kGridWidth, kPH, kPW);
+  };
   Sched sc;
-  sc.nqt = (desc.max_len + kBM - 1) / kBM;
+  sc.nqt = kPatch ? geo(desc.max_len).nqt : (desc.max_len + kBM - 1) / kBM;
   sc.npair = (sc.nqt + 1) / 2;
   sc.heads = heads;
   const int units = sc.units(batch);
@@ -493,7 +604,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   const int wg = tid >> 7;
   if (wg == 0) {
     // ======================================================================= producer
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<Regs<H::kTiling>::kProducer>();
     const int ptid = tid;
     int stage = 0, n = 0;
     unsigned phase = 0;
@@ -502,38 +613,46 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
       if (it.qt < 0) continue;
       const typename H::seq_t seq = H::seq(desc, it.b);
-      const int len = seq.len, q0 = it.qt * kBM;
-      if (q0 >= len) continue;  // the consumers skip the same items
+      const int len = seq.len;
+      const cmc_patch_geo g = geo(len);
+      int qa, qb;
+      if (!tile_rows<kPatch>(g, len, it.qt, qa, qb)) continue;  // the consumers skip the same
       const int x = n & 1;
       const unsigned use = (unsigned)(n >> 1) & 1u;
       ++n;
       mbar_wait(bar_slot(x), use ^ 1u);  // the consumers are done with this slot's last item
       int* plan = plan_of(x);
-      build_plan<H>(seq, q0, (len - 1 - q0 < kBM - 1) ? len - 1 : q0 + kBM - 1, plan, ptid);
+      if constexpr (kPatch) build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid);
+      else build_plan<H>(seq, qa, qb, plan, ptid);
       mbar_arrive(bar_plan(x));
       if (ptid != 0) continue;  // one thread issues every TMA copy
       // token coordinates are int32 (the runtime checks T < 2^31); rows past the sequence
       // belong to the next one (masked: k < len everywhere) or read as zero past T
       const int tok0 = (int)seq.tok0;
       const int hkv = it.h / hpk;
+      // a tile of the tiling: one 128-row box per column block, or the patch's boxes
+      auto load = [&](unsigned dst, const TensorMap& map, unsigned bar, int h, int t) {
+        if constexpr (kPatch) tma_tile_boxes<D>(dst, map, bar, h, tok0, g, t);
+        else tma_tile<D>(dst, map, bar, h, tok0 + t * kBM);
+      };
       mbar_expect_tx(bar_qfull(x), C::kQBytes);
-      tma_tile<D>(base + C::kQ + x * C::kQBytes, maps.q, bar_qfull(x), it.h, tok0 + q0);
-      Walk wk;
-      wk.start(plan + 4 * NT, plan[8 * NT]);
+      load(base + C::kQ + x * C::kQBytes, maps.q, bar_qfull(x), it.h, it.qt);
+      WalkT wk;
+      start_walk<NT>(wk, plan, g);
       while (wk.j >= 0) {
         mbar_wait(bar_kempty(stage), phase ^ 1);
         mbar_expect_tx(bar_kfull(stage), C::kTile);
-        tma_tile<D>(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, tok0 + wk.j * kBN);
+        load(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, wk.j);
         mbar_wait(bar_vempty(stage), phase ^ 1);
         mbar_expect_tx(bar_vfull(stage), C::kTile);
-        tma_tile<D>(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, tok0 + wk.j * kBN);
+        load(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, wk.j);
         wk.next();
         if (++stage == S) { stage = 0; phase ^= 1; }
       }
     }
   } else {
     // ======================================================================= consumers
-    setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<Regs<H::kTiling>::kConsumer>();
     const int cw = wg - 1;                  // consumer warpgroup 0 / 1: rows cw*64 ...
     const int ctid = tid & 127;
     const int warp = ctid >> 5, lane = tid & 31;
@@ -553,23 +672,32 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
       if (it.qt < 0) continue;
       const typename H::seq_t seq = H::seq(desc, it.b);
-      const int len = seq.len, q0 = it.qt * kBM;
-      if (q0 >= len) continue;
+      const int len = seq.len;
+      const cmc_patch_geo g = geo(len);
+      int qa, qb;
+      if (!tile_rows<kPatch>(g, len, it.qt, qa, qb)) continue;
       const int x = n & 1;
       const unsigned use = (unsigned)(n >> 1) & 1u;
       ++n;
       const cmc_i64 tok0 = seq.tok0;
-      const int row0 = q0 + lrow;
+      // sequence position of local row lr (0 .. 127) of this query tile
+      auto qpos = [&](int lr) {
+        if constexpr (kPatch) return cmc_patch_box(g, it.qt, lr / kPW) + lr % kPW;
+        else return qa + lr;
+      };
+      const int row0 = qpos(lrow), row1 = qpos(lrow + 8);
       const typename H::row_t rc0 = H::row(seq, row0);
-      const typename H::row_t rc1 = H::row(seq, row0 + 8);
+      const typename H::row_t rc1 = H::row(seq, row1);
       const unsigned sQx = base + C::kQ + x * C::kQBytes;
       unsigned char* gQx = smem + C::kQ + x * C::kQBytes;
 
       mbar_wait(bar_plan(x), use);
       const int* plan = plan_of(x);
-      const int* run = plan + 4 * NT;
-      const int* full = plan + 6 * NT;
-      const int nrun = plan[8 * NT], nfull = plan[8 * NT + 1];
+      const int* full = plan + 6 * NT;  // linear: full runs
+      const int nfull = kPatch ? 0 : plan[8 * NT + 1];
+      const unsigned* fullbits = reinterpret_cast<const unsigned*>(plan + 4 * NT) + kMaxKeyWords;
+      WalkT wk;
+      start_walk<NT>(wk, plan, g);
 
       float o[kO];
 #pragma unroll
@@ -577,55 +705,116 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
       mbar_wait(bar_qfull(x), use);  // also before the epilogue reuses the Q slot
 
-      if (nrun > 0) {
+      if (wk.j >= 0) {
         float s[64];
         unsigned p[32];
         const unsigned sq = sQx + cw * 64 * 128;
+
+        // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
+        // returns the rescale factors of the running O and l.
+        auto apply_bits = [&](unsigned bits0, unsigned bits1) {
+#pragma unroll
+          for (int n2 = 0; n2 < 16; ++n2) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if (!((bits0 >> (e * 16 + n2)) & 1u)) s[4 * n2 + e] = neg_inf();
+              if (!((bits1 >> (e * 16 + n2)) & 1u)) s[4 * n2 + 2 + e] = neg_inf();
+            }
+          }
+        };
+        const int off = 2 * (lane & 3);
+        // A key tile of 128 consecutive keys from k0: OR the exact spans of the terms touching
+        // it (touched ranges of the plan) into column bits, or evaluate visible() per element
+        // when one of them has a residual.
+        auto mask_linear = [&](int k0) {
+          unsigned bits0 = 0u, bits1 = 0u;
+          bool exact = true;
+          auto add_term = [&](int i) {
+            if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
+              int lo, hi;
+              exact = H::span(seq, rc0, i, lo, hi) && exact;
+              bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+              H::span(seq, rc1, i, lo, hi);
+              bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
+            }
+          };
+          // unrolled by 4: the touched-range loads of 4 terms are in flight together
+#pragma unroll 4
+          for (int i = 0; i < NT; ++i) add_term(i);
+          if (exact) {
+            apply_bits(bits0, bits1);
+          } else {
+            const int kbase = k0 + off;
+#pragma unroll
+            for (int n2 = 0; n2 < 16; ++n2) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int k = kbase + n2 * 8 + e;
+                const bool in = k < len;
+                if (!(in && H::visible(seq, rc0, k))) s[4 * n2 + e] = neg_inf();
+                if (!(in && H::visible(seq, rc1, k))) s[4 * n2 + 2 + e] = neg_inf();
+              }
+            }
+          }
+        };
+        // A patch key tile (patch tilings are exact): box b holds keys [kb + b W, + PW), the
+        // columns b PW ..; each grid family gives the one span of each box's grid row, the
+        // other terms their spans cut to each box.
+        auto mask_patch = [&](int j) {
+          const int u = j - g.nlin, py = u / g.ngx;
+          const int kb = H::kGridOrigin + py * kPH * H::kGridWidth + (u - py * g.ngx) * kPW;
+          const int khi = kb + (kPH - 1) * H::kGridWidth + kPW;
+          unsigned bits0 = 0u, bits1 = 0u;
+          auto add = [&](unsigned& bits, int b, int lo, int hi) {
+            const int ks = kb + b * H::kGridWidth;
+            const int a = lo - ks > 0 ? lo - ks : 0, e = hi - ks < kPW ? hi - ks : kPW;
+            if (a < e) bits |= cmc_colmask32(a + b * kPW, e + b * kPW, off);
+          };
+#pragma unroll
+          for (int b = 0; b < kPH; ++b) {
+#pragma unroll
+            for (int f = 0; f < H::kGridFamilies; ++f) {
+              int lo, hi;
+              H::grid_span(seq, rc0, f, py * kPH + b, lo, hi);
+              add(bits0, b, lo, hi);
+              H::grid_span(seq, rc1, f, py * kPH + b, lo, hi);
+              add(bits1, b, lo, hi);
+            }
+          }
+#pragma unroll
+          for (int n3 = 0; n3 < H::kOtherTerms; ++n3) {
+            const int i = H::other_term(n3);
+            if (plan[4 * i] < khi && plan[4 * i + 1] > kb) {
+              int lo0, hi0, lo1, hi1;
+              H::span(seq, rc0, i, lo0, hi0);
+              H::span(seq, rc1, i, lo1, hi1);
+#pragma unroll
+              for (int b = 0; b < kPH; ++b) {
+                add(bits0, b, lo0, hi0);
+                add(bits1, b, lo1, hi1);
+              }
+            }
+          }
+          apply_bits(bits0, bits1);
+        };
         int f = 0;
 
         // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
         // returns the rescale factors of the running O and l.
         auto softmax = [&](int j, float& c0, float& c1) {
-          while (f < nfull && full[2 * f + 1] <= j) ++f;
-          const bool is_full = f < nfull && full[2 * f] <= j;
+          bool is_full;
+          if constexpr (kPatch) {
+            is_full = (fullbits[j >> 5] >> (j & 31)) & 1u;
+          } else {
+            while (f < nfull && full[2 * f + 1] <= j) ++f;
+            is_full = f < nfull && full[2 * f] <= j;
+          }
           if (!is_full) {
-            const int k0 = j * kBN, off = 2 * (lane & 3);
-            // OR the exact spans of the terms touching this tile (touched ranges of the plan).
-            unsigned bits0 = 0u, bits1 = 0u;
-            bool exact = true;
-            auto add_term = [&](int i) {
-              if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
-                int lo, hi;
-                exact = H::span(seq, rc0, i, lo, hi) && exact;
-                bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
-                H::span(seq, rc1, i, lo, hi);
-                bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
-              }
-            };
-            // unrolled by 4: the touched-range loads of 4 terms are in flight together
-#pragma unroll 4
-            for (int i = 0; i < NT; ++i) add_term(i);
-            if (exact) {
-#pragma unroll
-              for (int n2 = 0; n2 < 16; ++n2) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  if (!((bits0 >> (e * 16 + n2)) & 1u)) s[4 * n2 + e] = neg_inf();
-                  if (!((bits1 >> (e * 16 + n2)) & 1u)) s[4 * n2 + 2 + e] = neg_inf();
-                }
-              }
+            if constexpr (kPatch) {
+              if (j >= g.nlin) mask_patch(j);
+              else mask_linear(j * kBN);
             } else {
-              const int kbase = k0 + off;
-#pragma unroll
-              for (int n2 = 0; n2 < 16; ++n2) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int k = kbase + n2 * 8 + e;
-                  const bool in = k < len;
-                  if (!(in && H::visible(seq, rc0, k))) s[4 * n2 + e] = neg_inf();
-                  if (!(in && H::visible(seq, rc1, k))) s[4 * n2 + 2 + e] = neg_inf();
-                }
-              }
+              mask_linear(j * kBN);
             }
           }
           float mx0 = m0, mx1 = m1;
@@ -672,8 +861,6 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           }
         };
 
-        Walk wk;
-        wk.start(run, nrun);
         mbar_wait(bar_kfull(stage), phase);
         turn_wait(cw);
         wg_fence();
@@ -745,7 +932,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         float* lse = reinterpret_cast<float*>(desc.lse) + (cmc_i64)it.h * desc.lse_stride_head + tok0;
         constexpr float kLn2 = 0.6931471805599453f;
         if (row0 < len) lse[row0] = l0 > 0.f ? (m0 * sl2 + lg2(l0)) * kLn2 : neg_inf();
-        if (row0 + 8 < len) lse[row0 + 8] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
+        if (row1 < len) lse[row1] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
       }
       wg_bar_sync(cw);  // every warp of this WG is past its last wgmma
 #pragma unroll
@@ -763,7 +950,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
 #pragma unroll
       for (int c = ctid; c < 64 * kChunks; c += 128) {
         const int rr = cw * 64 + c / kChunks, ch = c % kChunks;
-        const int qrow = q0 + rr;
+        const int qrow = qpos(rr);
         if (qrow < len) {
           const uint4 v = *reinterpret_cast<const uint4*>(gQx + swz<kBM>(rr, ch));
           *reinterpret_cast<uint4*>(og + (cmc_i64)qrow * desc.o_stride_tok + ch * 8) = v;

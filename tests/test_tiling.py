@@ -1,0 +1,271 @@
+"""The tile stage (cmc/tiling.py) and the patch-tiled plan of the sm90 kernel.
+
+The choice: grid masks whose patches compute clearly fewer pairs get them, everything else
+stays linear, with the reason. The plan: the part-A helpers (cmc_patch_geo_of, _box, _mark,
+_full) and the generated grid_span hook, built for the host with g++, against the dense
+mask of cmc.evaluate: every token sits in exactly one box position of one tile, as
+tiling.tile_ids says; no key tile holding a visible pair of a query tile is skipped; a full
+key tile has every pair visible; and per query row and grid row, the grid spans plus the
+other terms' spans are exactly the visible keys (what the kernel ORs into its column bits).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cmc.driver import front
+from cmc.emit import emit
+from cmc.evaluate import Env, eval_pred
+from cmc.ir import LINEAR, Tiling
+from cmc.tiling import choose_tiling, computed_pairs, tile_ids
+
+from .conftest import ROOT
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
+
+
+def _table(stem: str, defines: dict[str, int] | None = None):
+    return front(ROOT / "samples" / f"{stem}.mask", defines or {})
+
+
+def test_clear_gets_patches_and_says_why():
+    t = choose_tiling(_table("clear"))
+    assert (t.kind, t.origin, t.width, t.patch_rows, t.patch_cols) == ("patch", 512, 128, 8, 16)
+    assert "linear" in t.reason and "8x16" in t.reason
+    assert t.box_rows == 16
+    assert t.query_tiles(32768) == 4 + 32 * 8  # 252 grid rows -> 32 patch rows of 8 patches
+
+
+def test_linear_masks_stay_linear():
+    for stem in ("causal", "hstu", "shared_prefix", "document_causal"):
+        assert choose_tiling(_table(stem)) == LINEAR, stem
+    t = choose_tiling(_table("natten2d"))  # 7 x 7 windows: 128-token patches lose
+    assert t.kind == "linear" and "linear tiles" in t.reason
+
+
+def test_unaligned_origin_is_refused_with_a_reason():
+    t = choose_tiling(_table("clear", {"TEXT": 100}))
+    assert t.kind == "linear" and "not a multiple of 128" in t.reason
+
+
+def test_computed_pairs_counts_tiles():
+    table = _table("causal")
+    n = 1000
+    tiles = -(-n // 128)
+    assert computed_pairs(table, LINEAR, n) == tiles * (tiles + 1) // 2 * 128 * 128
+
+
+def test_patches_cut_clear_work():
+    table = _table("clear")
+    n = 512 + 128 * 64
+    lin = computed_pairs(table, LINEAR, n)
+    pat = computed_pairs(table, choose_tiling(table), n)
+    assert pat < 0.6 * lin
+
+
+def test_emit_records_tiling_per_variant():
+    src = emit(_table("clear"), archs=("sm_90a", "sm_100a"))
+    kinds = {(v.kernel, v.tiling.kind) for v in src.variants}
+    assert kinds == {("sm90", "patch"), ("portable", "linear")}
+    assert "kTiling = 1" in src.text and "grid_span" in src.text
+    lin = emit(_table("clear"), archs=("sm_90a",), tiling=LINEAR)
+    assert all(v.tiling.kind == "linear" for v in lin.variants) and "kTiling = 0" in lin.text
+
+
+# =========================================================================== host harness
+
+PATCH_MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+int main() {
+  const int ncase = rd();
+  for (int c = 0; c < ncase; ++c) {
+    const int len = rd(), O = rd(), W = rd(), PH = rd(), PW = rd();
+    int cu[3] = {0, 3, 3 + len};
+    DESC d;
+    memset(&d, 0, sizeof d);
+    d.cu_seqlens = (uint64_t)(uintptr_t)cu;
+    const cmc_hooks::seq_t s = cmc_hooks::seq(d, 1);
+    const cmc_patch_geo g = cmc_patch_geo_of(len, O, W, PH, PW);
+    printf("%d\n", g.nqt);
+    const int nt = cmc_hooks::kTerms;
+    std::vector<int> p(4 * nt);
+    const int nw = (g.nqt + 31) / 32;
+    for (int t = 0; t < g.nqt; ++t) {
+      for (int b = 0; b < PH; ++b) printf("%d ", cmc_patch_box(g, t, b));
+      printf("\n");
+      // the plan of query tile t, as build_plan_patch makes it (serially)
+      std::vector<unsigned> touched(nw, 0u), full(nw, 0u);
+      const int qa = cmc_patch_box(g, t, 0);
+      if (qa >= len) { printf("-\n"); continue; }
+      const int e = cmc_patch_box(g, t, PH - 1) + PW - 1, qb = e < len - 1 ? e : len - 1;
+      for (int i = 0; i < nt; ++i) cmc_hooks::term(s, qa, qb, i, p.data() + 4 * i);
+      const int nbox = t < g.nlin ? 1 : PH;
+      for (int i = 0; i < nt; ++i)
+        for (int b = 0; b < nbox; ++b) {
+          if (nbox == 1) { cmc_patch_mark(touched.data(), g, p[4 * i], p[4 * i + 1]); continue; }
+          const int st = cmc_patch_box(g, t, b);
+          if (st >= len) continue;
+          int r4[4];
+          cmc_hooks::term(s, st, st + PW - 1 < len - 1 ? st + PW - 1 : len - 1, i, r4);
+          cmc_patch_mark(touched.data(), g, r4[0], r4[1]);
+        }
+      for (int j = 0; j < g.nqt; ++j) {
+        const bool tj = (touched[j >> 5] >> (j & 31)) & 1u;
+        const bool fj = tj && cmc_patch_full(g, p.data(), nt, len, j);
+        putchar(fj ? 'f' : (tj ? 'p' : '.'));
+      }
+      putchar('\n');
+    }
+    // per row and grid row: grid spans of every family, and the other terms' spans
+    const int rows = len > O ? (len - O + W - 1) / W : 0;
+    for (int qq = 0; qq < len; ++qq) {
+      const cmc_hooks::row_t r = cmc_hooks::row(s, qq);
+      std::vector<char> seen(len, '0');
+      for (int ky = 0; ky < rows; ++ky) {
+        for (int f = 0; f < cmc_hooks::kGridFamilies; ++f) {
+          int lo, hi;
+          cmc_hooks::grid_span(s, r, f, ky, lo, hi);
+          if (hi > lo && (lo < O + ky * W || hi > O + (ky + 1) * W)) {
+            printf("grid span outside its row: q %d ky %d\n", qq, ky); return 2;
+          }
+          for (int kk = lo; kk < hi; ++kk) seen[kk] = '1';
+        }
+      }
+      for (int n = 0; n < cmc_hooks::kOtherTerms; ++n) {
+        int lo, hi;
+        if (cmc_hooks::grid_term(cmc_hooks::other_term(n))) { printf("other is grid\n"); return 2; }
+        cmc_hooks::span(s, r, cmc_hooks::other_term(n), lo, hi);
+        for (int kk = lo; kk < hi; ++kk) if (kk >= O) seen[kk] = '1';
+      }
+      for (int kk = O; kk < len; ++kk) putchar(seen[kk]);
+      putchar('\n');
+    }
+  }
+  return 0;
+}
+"""
+
+
+def _build(table, tiling: Tiling, workdir: Path) -> Path:
+    src = emit(table, archs=("sm_90a",), tiling=tiling)
+    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+            "#include <vector>\n#define CMC_HOST 1\n")
+    cpp = workdir / "patch.cpp"
+    exe = workdir / "patch"
+    cpp.write_text(head + src.text + PATCH_MAIN.replace("DESC", src.layout.struct_name))
+    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
+                        "-Wno-unused-variable", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    return exe
+
+
+def _dense(table, length: int) -> np.ndarray:
+    qq = np.arange(length, dtype=np.int64)[:, None]
+    kk = np.arange(length, dtype=np.int64)[None, :]
+    v = eval_pred(table.mask.predicate, Env(length, {}, {"q": qq, "k": kk}))
+    return np.broadcast_to(np.asarray(v, dtype=bool), (length, length))
+
+
+def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, int]:
+    toks = [len(lengths)]
+    for n in lengths:
+        toks += [n, tiling.origin, tiling.width, tiling.patch_rows, tiling.patch_cols]
+    r = subprocess.run([str(exe)], input=" ".join(map(str, toks)), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    lines = r.stdout.split("\n")
+    pos = 0
+    seen = {"f": 0, "p": 0, ".": 0}
+    for n in lengths:
+        vis = _dense(table, n)
+        nqt = int(lines[pos])
+        pos += 1
+        assert nqt == tiling.query_tiles(n)
+        pw = tiling.patch_cols
+        owner = np.full(n, -1)
+        boxes = []
+        for t in range(nqt):
+            starts = [int(x) for x in lines[pos].split()]
+            boxes.append(starts)
+            for st in starts:
+                for x in range(pw):
+                    if st + x < n:
+                        assert owner[st + x] == -1, f"token {st + x} in two tiles"
+                        owner[st + x] = t
+            pos += 1
+            plan = lines[pos]
+            pos += 1
+            if plan == "-":
+                continue
+            assert len(plan) == nqt
+            rows = [s + x for s in starts for x in range(pw) if s + x < n]
+            for j, c in enumerate(plan):
+                keys = [s + x for s in boxes_of(j, nqt, tiling, n) for x in range(pw) if s + x < n]
+                blk = vis[np.ix_(rows, keys)] if keys else np.zeros((0, 0), bool)
+                seen[c] += 1
+                where = f"len {n}, query tile {t}, key tile {j}"
+                if c == ".":
+                    assert not blk.any(), f"skipped tile holds a visible pair: {where}"
+                if c == "f":
+                    assert len(keys) == 128 and blk.all(), f"full tile not all visible: {where}"
+        assert (owner >= 0).all(), "a token in no tile"
+        assert (owner == tile_ids(tiling, n)).all(), "C and Python tile numbering differ"
+        o = tiling.origin
+        for qq in range(n):
+            got = np.array([ch == "1" for ch in lines[pos]], dtype=bool)
+            pos += 1
+            assert (got == vis[qq, o:]).all(), (
+                f"len {n}: row {qq}: grid + other spans {lines[pos - 1]} vs "
+                f"{''.join('01'[x] for x in vis[qq, o:])}")
+    return seen
+
+
+def boxes_of(j: int, nqt: int, tiling: Tiling, n: int) -> list[int]:
+    """Box starts of key tile j (cmc_patch_box, in Python)."""
+    nlin = -(-min(n, tiling.origin) // 128)
+    if j < nlin:
+        return [j * 128 + b * tiling.patch_cols for b in range(tiling.patch_rows)]
+    ngx = tiling.width // tiling.patch_cols
+    u = j - nlin
+    py, px = divmod(u, ngx)
+    return [tiling.origin + (py * tiling.patch_rows + b) * tiling.width + px * tiling.patch_cols
+            for b in range(tiling.patch_rows)]
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    with tempfile.TemporaryDirectory(prefix="cmc-tiling-") as d:
+        yield Path(d)
+
+
+@needs_gxx
+@pytest.mark.parametrize("shape", [(8, 16), (16, 8), (4, 32)])
+def test_host_patch_plan_clear(shape, workdir):
+    """A small CLEAR (text 128, grid width 32, radius 5) under several patch shapes, lengths
+    ending inside grid rows and inside patch rows."""
+    table = _table("clear", {"TEXT": 128, "W": 32, "R": 5})
+    ph, pw = shape
+    tiling = Tiling("patch", 128, 32, ph, pw, "test")
+    exe = _build(table, tiling, workdir)
+    seen = _check(table, tiling, exe, [1, 100, 128, 129, 128 + 32 * 7 + 5, 128 + 32 * 20, 700])
+    assert seen["p"] > 0 and seen["f"] > 0 and seen["."] > 0
+
+
+@needs_gxx
+def test_host_patch_plan_natten(workdir):
+    """NATTEN's windows shift inward at the borders (a grid family with a clamped base)."""
+    table = _table("natten2d", {"W": 16, "K": 5})
+    tiling = Tiling("patch", 0, 16, 16, 8, "test")
+    exe = _build(table, tiling, workdir)
+    seen = _check(table, tiling, exe, [16 * 5, 16 * 9 + 3, 16 * 64])
+    assert seen["p"] > 0 and seen["."] > 0
