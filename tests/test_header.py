@@ -13,6 +13,7 @@ import pytest
 
 from cmc.artifacts import BuiltKernels
 from cmc.build import build, cuda_include_dir
+from cmc.ir import Tiling
 from cmc.package import package
 
 from .handmade import VARIANTS, emitted
@@ -21,12 +22,17 @@ CC, CXX = shutil.which("gcc"), shutil.which("g++")
 pytestmark = pytest.mark.skipif(not (CC and CXX), reason="needs gcc and g++")
 WARN = ["-Wall", "-Wextra", "-Werror", "-pedantic"]
 LANGS = {"c": (CC, "-std=c11", "c"), "c++": (CXX, "-std=c++11", "c++")}
-GRID_CASES = [(0, 1, 1), (1, 2, 3), (63, 16, 2), (64, 1, 1), (65, 8, 4), (32768, 16, 1)]
+GRID_CASES = [(0, 1, 1), (1, 2, 3), (63, 16, 2), (64, 1, 1), (65, 8, 4), (1000, 1, 1),
+              (32768, 16, 1)]
 NUM_SMS = 132
 # a persistent (sm90-kind) variant beside the two portable ones: its grid is the work-item
 # count capped at the SM count
 PERSISTENT = dataclasses.replace(VARIANTS[0], symbol="cmc_demo_fwd_sm90_bf16_d64",
                                  kernel="sm90", archs=("sm_90a",))
+# and a patch-tiled one (the grid rule and the header then count grid patches)
+PATCH = dataclasses.replace(VARIANTS[0], symbol="cmc_demo_fwd_sm90_fp16_d64", dtype="fp16",
+                            block_m=128, kernel="sm90", archs=("sm_90a",),
+                            tiling=Tiling("patch", 256, 96, 4, 32, "test"))
 
 
 def _tag(k: dict) -> str:
@@ -36,7 +42,7 @@ def _tag(k: dict) -> str:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    built: BuiltKernels = build(emitted(VARIANTS + (PERSISTENT,)), cache=False, jobs=2)
+    built: BuiltKernels = build(emitted(VARIANTS + (PERSISTENT, PATCH)), cache=False, jobs=2)
     return package(built, tmp_path_factory.mktemp("out"), "demo.mask")
 
 
@@ -74,7 +80,7 @@ def probe_program(manifest: dict) -> str:
 
 def expected_grid(manifest: dict, tag: str, max_len: int, heads: int, batch: int) -> list[int]:
     k = next(k for k in manifest["kernels"] if _tag(k) == tag)
-    env = {"ceil_div": lambda a, b: -(-a // b), "min": min, "max_len": max_len,
+    env = {"ceil_div": lambda a, b: -(-a // b), "min": min, "max": max, "max_len": max_len,
            "heads_q": heads, "batch": batch, "max_ctas": NUM_SMS, "__builtins__": {}}
     return [eval(expr, env) for expr in k["grid"]]  # our own generated expressions
 
@@ -107,7 +113,7 @@ def test_offsets_and_grid_match_the_manifest(folder, manifest, tmp_path, lang):
     d = manifest["descriptor"]
     assert got.pop("size") == d["size"]
     assert got == {f["name"]: f["offset"] for f in d["fields"]}
-    assert len(grids) == len(GRID_CASES) * 3
+    assert len(grids) == len(GRID_CASES) * 4
     for tag, max_len, heads, batch, *g in grids:
         want = expected_grid(manifest, tag, max_len, heads, batch)
         if 0 in want:  # nothing to launch: the header reports it as a zero dimension
@@ -118,6 +124,11 @@ def test_offsets_and_grid_match_the_manifest(folder, manifest, tmp_path, lang):
     assert persistent[(32768, 16, 1)] == [NUM_SMS, 1, 1]
     assert persistent[(65, 8, 4)] == [1 * 8 * 4, 1, 1]  # 2 query tiles of 64: one unit
     assert persistent[(63, 16, 2)] == [16 * 2, 1, 1]
+    patch = {(m, h, b): g for t, m, h, b, *g in grids if t == "sm90_fp16_d64"}
+    # 1000 tokens: 2 linear tiles, then 744 / 96 -> 8 grid rows = 2 patch rows of 3 patches
+    assert PATCH.tiling.query_tiles(1000) == 2 + 2 * 3
+    assert patch[(1, 2, 3)] == [2 * 3, 1, 1]
+    assert patch[(1000, 1, 1)] == [(8 + 1) // 2, 1, 1]
 
 
 def test_static_asserts_catch_a_wrong_layout(folder, tmp_path):

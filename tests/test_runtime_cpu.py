@@ -995,7 +995,7 @@ def real_artifacts(tmp_path_factory):
         pytest.skip(f"pipeline not available: {e}")
     root = tmp_path_factory.mktemp("real")
     out = {}
-    for name in ("causal", "shared_prefix", "sliding_window_rt"):
+    for name in ("causal", "shared_prefix", "sliding_window_rt", "clear"):
         out[name] = compile_file(Path(__file__).parent.parent / "samples" / f"{name}.mask", root,
                                  archs=["sm_90a"], dtypes=["bf16"], head_dims=[128])
     return out
@@ -1024,6 +1024,38 @@ def test_real_manifest_packs_and_launches(real_artifacts, gpu):
     assert gpu.maps == [{"dtype": "bf16", "ptr": da.ptr, "dims": (128, 2, 80),
                          "strides": (256, 512), "box": (64, 1, 128)}]
     assert [m[:4] for m in gpu.launched_maps] == [(da.ptr, 128, 2, 80)] * 3
+
+
+def test_patch_tiled_kernel_gets_patch_boxes_and_its_grid(real_artifacts, gpu):
+    attn = loader.load(real_artifacts["clear"])
+    k = attn.manifest.kernels[0]
+    assert (k.box_rows, k.max_len) == (16, 523776)
+    da = DeviceArray((1, 4096, 2, 128), "bf16")
+    run_and_decode(gpu, attn, da, da, da)
+    # 4 text tiles + ceil(28 grid rows / 8) = 4 patch rows of 8 patches: 18 units per head
+    assert gpu.launches[-1]["grid"] == ((4 + 4 * 8 + 1) // 2 * 2, 1, 1)
+    assert gpu.maps[-1]["box"] == (64, 1, 16)
+
+
+def test_patch_tiled_kernel_refuses_sequences_past_its_plan(real_artifacts, gpu):
+    attn = loader.load(real_artifacts["clear"])
+    q = DeviceArray((600000, 1, 128), "bf16")
+    with pytest.raises(ParamError, match=r"^max_len: 600000 tokens: .* at most 523776"):
+        attn(q, q, q, cu_seqlens=[0, 600000])
+    assert not gpu.launches
+
+
+def test_manifest_with_an_unknown_box_is_refused(real_artifacts, tmp_path):
+    import json
+    import shutil
+
+    dest = tmp_path / "clear"
+    shutil.copytree(real_artifacts["clear"], dest)
+    m = json.loads((dest / "manifest.json").read_text())
+    m["kernels"][0]["tensor_maps"][1]["box"] = [64, 1, 48]
+    (dest / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match=r"box \[64, 1, R\]"):
+        loader.read_manifest(dest)
 
 
 def test_tensor_maps_give_size_one_dimensions_a_valid_stride(real_artifacts, gpu):

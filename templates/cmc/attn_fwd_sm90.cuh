@@ -15,8 +15,9 @@
 // H::visible(s, r, k) && k < len per element.
 //
 // ------------------------------------------------------------------------------ launch
-// Grid (min(units, max_ctas), 1, 1) (cmc/abi.py), units = ceil(ceil(max_len / 128) / 2) *
-// heads_q * batch work units (pairs of query tiles, struct Sched); every CTA strides over
+// Grid (min(units, max_ctas), 1, 1) (cmc/abi.py), units = ceil(tiles / 2) * heads_q * batch
+// work units (pairs of query tiles, struct Sched; tiles = ceil(max_len / 128), or with a
+// patch tiling (H::kTiling == 1) cmc_patch_geo_of(max_len).nqt); every CTA strides over
 // the units, so any max_ctas >= 1 is correct (the SM count: persistent; no cap: one CTA per
 // unit). Block 384 threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>()
 // (needs the opt-in cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); at most 227 KiB), no
@@ -76,12 +77,16 @@ namespace cmc_sm90 {
 constexpr int kBM = 128;        // query rows per CTA (2 consumer warpgroups x 64)
 constexpr int kBN = 128;        // keys per tile
 constexpr int kThreads = 384;   // producer WG + 2 consumer WGs
-// Registers per thread after setmaxnreg. A patch-tiled plan (box geometry, bit sets) needs
-// more in the producer: 40 spills there, 64 does not, and the consumers fit in 224.
+// Registers per thread after setmaxnreg. The CTA holds what the launch gave it, 168 per
+// thread (__launch_bounds__(384, 1)), and setmaxnreg.inc waits until the producer's dec has
+// freed enough of that, so the split must not exceed 384 x 168 (more hangs the consumers).
+// A patch-tiled plan (box geometry, bit sets) needs more in the producer: 56 / 224.
+constexpr int kLaunchRegs = 168;
 template <int TILING> struct Regs {
-  static constexpr int kProducer = TILING == 1 ? 64 : 40;
+  static constexpr int kProducer = TILING == 1 ? 56 : 40;
   static constexpr int kConsumer = TILING == 1 ? 224 : 232;
-  static_assert(128 * kProducer + (kThreads - 128) * kConsumer <= 65536, "register file");
+  static_assert(128 * kProducer + (kThreads - 128) * kConsumer <= kThreads * kLaunchRegs,
+                "setmaxnreg split above the CTA's registers");
 };
 
 template <int D> struct Cfg {
