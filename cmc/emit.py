@@ -320,6 +320,8 @@ class _ExactGen:
         self.scope = scope
         self.hoisted: dict[object, tuple[str, str]] = {}  # key -> (field, ctype)
         self.row_lines: list[str] = []
+        # the largest len (q, k < len): INT32_MAX, or a kernel's max_len (patch tilings)
+        self.len_max = I32_MAX
 
     # ------------------------------------------------------------------ hoisting
     def _hoist_expr(self, e: Expr) -> _C:
@@ -387,13 +389,13 @@ class _ExactGen:
             if self.scope.index is not None and e.name == self.scope.index:
                 return _C("cmc_t", *self.scope.index_range)
             if e.name == "q":
-                return _C("r.q" if mode == "elem" else "q", 0, POS_MAX)
+                return _C("r.q" if mode == "elem" else "q", 0, self.len_max - 1)
             if e.name == "k":
                 if mode != "elem":
                     raise ValueError("k in a k-free context")
-                return _C("k", 0, POS_MAX)
+                return _C("k", 0, self.len_max - 1)
             if e.name == "len":
-                return _C("s.len", 0, I32_MAX)
+                return _C("s.len", 0, self.len_max)
             raise ValueError(f"unknown variable {e.name!r} in a mask predicate")
         if isinstance(e, ParamRef):
             return _C(self.scope.param(e.name), I32_MIN, I32_MAX)
@@ -435,7 +437,7 @@ class _ExactGen:
                 raise ValueError("table references belong to interval families, not predicates")
             arr, vals = self.scope.tables[e.table]
             idx = self.expr(e.index, mode)
-            return _C(f"cmc_tab_at({arr}, {max(1, len(vals))}, {idx.as_type(True)})",
+            return _C(f"cmc_tab_at({arr}, {max(1, len(vals))}, {idx.code})",
                       min(vals, default=0), max(vals, default=0))
         raise TypeError(f"not an expression: {e!r}")
 
@@ -698,19 +700,18 @@ def _grid_block(term: Term, f: int, ex: _ExactGen, comment: str) -> list[str]:
     fam = term.family
     assert fam is not None and fam.grid is not None and term.residual is None
     base = ex.expr(fam.grid.base, "elem")
-    tl = f"(cmc_i64)ky - {base.as_type(True)}" if fam.grid.step == 1 else \
-        f"{base.as_type(True)} - (cmc_i64)ky"
+    tl = f"ky - {base.as_type(False)}" if fam.grid.step == 1 else f"{base.as_type(False)} - ky"
     guard = ex.pred(term.guard, "elem")
     lo, hi = ex.expr(term.lo.expr, "elem"), ex.expr(term.hi.expr, "elem")
     return [
         f"if (f == {f}) {{  // {comment}",
-        f"  const cmc_i64 cmc_tl = {tl};",
+        f"  const int cmc_tl = {tl};",
         f"  if (cmc_tl < {_lit(fam.start, False)} || cmc_tl >= {_lit(fam.stop, False)}) "
         "{ lo = 0; hi = 0; return; }",
         "  const int cmc_t = (int)cmc_tl;",
         f"  if ({guard}) {{",
-        f"    lo = cmc_key_clamp({lo.as_type(True)}, s.len);",
-        f"    hi = cmc_key_clamp({hi.as_type(True)}, s.len);",
+        f"    lo = cmc_key_clamp({lo.code}, s.len);",
+        f"    hi = cmc_key_clamp({hi.code}, s.len);",
         "  } else {", "    lo = 0; hi = 0;", "  }",
         "  return;",
         "}",
@@ -789,6 +790,7 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR) -> Hooks:
     grid_blocks: list[str] = []
     grid_ranges: list[str] = []
     others: list[tuple[int, int]] = []
+    grid_terms: list[tuple[Term, _Scope, str]] = []
     patch = tiling.kind == "patch"
     base = 0
     for ti, (term, count) in enumerate(zip(terms, counts, strict=True)):
@@ -814,12 +816,22 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR) -> Hooks:
         spans.append("\n".join(_span_block(term, base, count, ex, comment)))
         fg = term.family.grid if term.family is not None else None
         if patch and fg is not None and (fg.origin, fg.width) == (tiling.origin, tiling.width):
-            grid_blocks.append("\n".join(_grid_block(term, len(grid_blocks), ex, comment)))
+            grid_terms.append((term, tscope, comment))
             grid_ranges.append(f"(i >= {base} && i < {base + count})")
         else:
             others.append((base, count))
         ex.scope = scope
         base += count
+    # grid_span runs only in a patch-tiled kernel, whose launches are refused past
+    # tiling.max_len(): its integers are typed for that bound (int32 where it fits). Last,
+    # so that a row field it adds (typed for the bound) is never used by another hook.
+    if grid_terms:
+        ex.len_max = tiling.max_len() or I32_MAX
+        for term, tscope, comment in grid_terms:
+            ex.scope = tscope
+            grid_blocks.append("\n".join(_grid_block(term, len(grid_blocks), ex, comment)))
+        ex.scope = scope
+        ex.len_max = I32_MAX
     return Hooks(
         n_terms=base,
         tables=tuple(tables),

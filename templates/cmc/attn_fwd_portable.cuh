@@ -279,9 +279,14 @@ CMC_DEV int cmc_ceil_div(int a, int b) { return a / b + (a % b != 0); }  // a >=
 
 // A key bound of a span, clamped to [0, len].
 CMC_DEV int cmc_key_clamp(cmc_i64 v, int len) { return v < 0 ? 0 : (v > len ? len : (int)v); }
+CMC_DEV int cmc_key_clamp(int v, int len) { return v < 0 ? 0 : (v > len ? len : v); }
 // Entry of a compile-time family table (numpy indexing for -n <= i < 0; clamped, as
 // cmc_iv_tab, for memory safety only).
 CMC_DEV int cmc_tab_at(const int* t, int n, cmc_i64 i) {
+  i = i < 0 ? i + n : i;
+  return t[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+CMC_DEV int cmc_tab_at(const int* t, int n, int i) {
   i = i < 0 ? i + n : i;
   return t[i < 0 ? 0 : (i >= n ? n - 1 : i)];
 }
