@@ -38,6 +38,7 @@ from .artifacts import EmittedSource, KernelVariant
 from .ir import (
     LINEAR,
     MAX_KEY_TILES,
+    TILE,
     And,
     BinOp,
     BoolConst,
@@ -51,6 +52,7 @@ from .ir import (
     Not,
     Or,
     ParamRef,
+    PatchMasks,
     Pred,
     Same,
     SegFn,
@@ -94,6 +96,45 @@ def sm90_smem_bytes(head_dim: int, n_terms: int, tiling: Tiling = LINEAR) -> int
     tile = 128 * head_dim * 2
     plan_off = 2 * tile + 2 * stages * tile + (6 + 4 * stages) * 8
     return (plan_off + 2 * sm90_plan_ints(n_terms, tiling) * 4 + 15) // 16 * 16 + 1024
+
+
+SM90_CONSUMER_THREADS = 256
+
+
+def sm90_mask_words(masks: PatchMasks) -> list[tuple[int, int]]:
+    """The per-offset tile masks in the sm90 consumers' fragment order: for class c and
+    consumer thread t (warpgroup t / 128, warp, lane), entry c * 256 + t holds the column
+    bits of its two rows lrow and lrow + 8, bit e * 16 + n for column 8 n + 2 (lane % 4) + e
+    (the wgmma accumulator layout, as cmc_colmask32 builds them)."""
+    out = []
+    for c in range(masks.classes):
+        rows = masks.rows[c * TILE:(c + 1) * TILE]
+        for t in range(SM90_CONSUMER_THREADS):
+            cw, ctid = divmod(t, 128)
+            warp, lane = divmod(ctid, 32)
+            lrow = cw * 64 + warp * 16 + (lane >> 2)
+            off = 2 * (lane & 3)
+            words = []
+            for r in (lrow, lrow + 8):
+                w = 0
+                for n in range(16):
+                    for e in range(2):
+                        if (rows[r] >> (8 * n + off + e)) & 1:
+                            w |= 1 << (e * 16 + n)
+                words.append(w)
+            out.append((words[0], words[1]))
+    return out
+
+
+def _mask_table(masks: PatchMasks | None) -> str:
+    """C definition of the tile mask words (global memory: threads read different words)."""
+    if masks is None:
+        return ""
+    words = sm90_mask_words(masks)
+    lines = [", ".join(f"{{0x{a:08x}u, 0x{b:08x}u}}" for a, b in words[i:i + 4]) + ","
+             for i in range(0, len(words), 4)]
+    return (f"CMC_MASK_TABLE cmc_patch_mask_words[{len(words)}] = {{\n"
+            + _indent(lines, 2) + "\n};")
 
 
 def rows_per_warp(head_dim: int) -> int:
@@ -960,6 +1001,8 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         span_blocks=[_indent(b.split("\n"), 4) for b in hooks.span_blocks],
         tiling=hooks.tiling,
         patch=1 if hooks.tiling.kind == "patch" else 0,
+        masks=hooks.tiling.masks,
+        mask_table=_mask_table(hooks.tiling.masks),
         grid_terms=hooks.grid_terms,
         grid_blocks=[_indent(b.split("\n"), 4) for b in hooks.grid_blocks],
         n_other=sum(c for _, c in hooks.other_terms),

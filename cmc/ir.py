@@ -281,6 +281,35 @@ MAX_KEY_TILES = 4096
 
 
 @dataclass(frozen=True)
+class PatchMasks:
+    """The mask of every partial (query patch, key patch) tile pair inside the grid, one per
+    patch offset: the tile stage proved it depends only on (dpy, dpx) = key patch - query
+    patch, in patch rows and patch columns (cmc/tiling.py, `patch_masks`).
+
+    rows[c * TILE + lr] has bit lk set when local key lk of the key patch is visible from
+    local query lr of the query patch (local index = box * patch_cols + column), for the
+    class c = (dpy - dpy_lo) * (dpx_hi - dpx_lo) + (dpx - dpx_lo). Offsets outside the two
+    ranges see nothing. Valid only when the key patch lies wholly below len."""
+
+    dpy_lo: int
+    dpy_hi: int  # exclusive
+    dpx_lo: int
+    dpx_hi: int  # exclusive
+    rows: tuple[int, ...]
+
+    @property
+    def classes(self) -> int:
+        return (self.dpy_hi - self.dpy_lo) * (self.dpx_hi - self.dpx_lo)
+
+    def tile(self, dpy: int, dpx: int) -> list[int]:
+        """The 128 row bitmaps of offset (dpy, dpx) (all zero outside the ranges)."""
+        if not (self.dpy_lo <= dpy < self.dpy_hi and self.dpx_lo <= dpx < self.dpx_hi):
+            return [0] * TILE
+        c = (dpy - self.dpy_lo) * (self.dpx_hi - self.dpx_lo) + (dpx - self.dpx_lo)
+        return list(self.rows[c * TILE:(c + 1) * TILE])
+
+
+@dataclass(frozen=True)
 class Tiling:
     """Which tokens share a 128 x 128 tile of the sm90 kernel (the tile stage's result):
     linear (128 consecutive tokens), or patches of a token grid (cmc/tiling.py)."""
@@ -291,6 +320,7 @@ class Tiling:
     patch_rows: int = 1
     patch_cols: int = TILE
     reason: str = ""
+    masks: PatchMasks | None = None  # per-offset tile masks (patch tilings that allow them)
 
     @property
     def box_rows(self) -> int:
@@ -316,7 +346,11 @@ class Tiling:
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "origin": self.origin, "width": self.width,
                 "patch_rows": self.patch_rows, "patch_cols": self.patch_cols,
-                "reason": self.reason}
+                "reason": self.reason,
+                "masks": None if self.masks is None else {
+                    "classes": self.masks.classes,
+                    "dpy": [self.masks.dpy_lo, self.masks.dpy_hi],
+                    "dpx": [self.masks.dpx_lo, self.masks.dpx_hi]}}
 
 
 LINEAR = Tiling("linear", reason="default")

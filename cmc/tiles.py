@@ -43,9 +43,14 @@ def instances(term: Term, env: Env) -> Iterator[Env]:
 
 def row_intervals(table: IntervalTable, length: int,
                   params: Mapping[str, ParamValue]) -> list[RowInterval]:
+    return list(iter_row_intervals(table, length, params))
+
+
+def iter_row_intervals(table: IntervalTable, length: int,
+                       params: Mapping[str, ParamValue]) -> Iterator[RowInterval]:
+    """row_intervals one instance at a time (long sequences: one instance's arrays live)."""
     q = np.arange(length, dtype=np.int64)
     base = Env(length, params, {"q": q})
-    out = []
     for term in table.terms:
         for env in instances(term, base):
             g = np.broadcast_to(eval_pred(term.guard, env), q.shape)
@@ -54,9 +59,8 @@ def row_intervals(table: IntervalTable, length: int,
             lo = np.clip(lo, 0, length)
             hi = np.clip(hi, 0, length)
             ok = g & (lo < hi)
-            out.append(RowInterval(ok, np.where(ok, lo, 0), np.where(ok, hi, 0),
-                                   term.residual, env))
-    return out
+            yield RowInterval(ok, np.where(ok, lo, 0), np.where(ok, hi, 0),
+                              term.residual, env)
 
 
 def dense_from_table(table: IntervalTable, length: int,

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import LINEAR, TILE, GridRow, IntervalTable, Tiling
-from .tiles import row_intervals
+from .evaluate import Env, eval_pred
+from .ir import LINEAR, TILE, Expr, GridRow, IntervalTable, PatchMasks, Pred, Tiling, Var, nodes
+from .tiles import instances, iter_row_intervals, row_intervals
 
 PATCH_COLS = (8, 16, 32, 64)  # candidate tokens per grid row of a patch
 MIN_GAIN = 0.10  # a patch tiling must compute this much less than the linear one
 TIE = 0.02  # computed pairs this close count as equal
 REF_ROWS = 64  # grid rows of the reference sequence (a multiple of every patch height)
+MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB each)
 
 
 
@@ -69,6 +71,119 @@ def computed_pairs(table: IntervalTable, tiling: Tiling, length: int) -> int:
     return int(touched.sum()) * TILE * TILE
 
 
+def patch_tokens(tiling: Tiling, rows: int) -> np.ndarray:
+    """[patch, local] token of every local index (box * patch_cols + column) of the patches
+    of the first `rows` grid rows, patch-major as the kernel numbers them."""
+    o, w, ph, pw = tiling.origin, tiling.width, tiling.patch_rows, tiling.patch_cols
+    py, px = np.meshgrid(np.arange(rows // ph), np.arange(w // pw), indexing="ij")
+    box, col = np.divmod(np.arange(TILE), pw)
+    ky = py.reshape(-1, 1) * ph + box[None, :]
+    return o + ky * w + px.reshape(-1, 1) * pw + col[None, :]
+
+
+def _reads_len(table: IntervalTable, origin: int, length: int) -> bool:
+    """Some term whose interval reads len holds for a grid query (or its guard reads len)."""
+    q = np.arange(origin, length, dtype=np.int64)
+    env = Env(length, {}, {"q": q})
+    for t in table.terms:
+        def reads(e: Expr | Pred) -> bool:
+            return any(isinstance(x, Var) and x.name == "len" for x in nodes(e))
+        if reads(t.guard):
+            return True
+        if (reads(t.lo.expr) or reads(t.hi.expr)) and any(
+                np.broadcast_to(eval_pred(t.guard, e), q.shape).any()
+                for e in instances(t, env)):
+            return True
+    return False
+
+
+def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None, str]:
+    """The per-offset tile masks of a patch tiling, or None and why not.
+
+    What makes one mask per patch offset (dpy, dpx) true for every pair of grid patches
+    whose key patch lies below len, at every length up to tiling.max_len():
+    1. no term that reads len (or whose guard does) holds for a grid query, so a grid key's
+       visibility from a grid query never depends on the length;
+    2. every term instance shifts with its query by a patch row: for each grid query q,
+       I(q + s) ∩ [origin + s, L) == (I(q) ∩ [origin, L - s)) + s, s = patch_rows * width,
+       checked for all q at L = max_len, so a pair of patches has the mask of the pair one
+       patch row above it (induction: down to a pair with one patch in patch row 0);
+    3. no grid query reaches grid keys more than `reach` patch rows away: the pairs of
+       patches in patch rows 0 .. reach (every patch column) are then every case; they are
+       computed densely and must agree per offset.
+    """
+    if tiling.kind != "patch" or not table.exact or table.mask.params:
+        return None, "not an exact, parameter-free patch tiling"
+    o, w, ph, pw = tiling.origin, tiling.width, tiling.patch_rows, tiling.patch_cols
+    big = tiling.max_len() or 0
+    s = ph * w
+    if _reads_len(table, o, big):
+        return None, "a term that reads len applies to grid queries"
+    reach = 0  # grid rows between a grid query and the grid keys it sees
+    n = big - s - o
+    for ri in iter_row_intervals(table, big, {}):
+        g, lo, hi = ri.guard[o:], np.maximum(ri.lo[o:], o), ri.hi[o:]
+        a_hi = np.minimum(hi[:n], big - s)
+        a_ok = g[:n] & (lo[:n] < a_hi)
+        b_lo = np.maximum(lo[s:], o + s)
+        b_ok = g[s:] & (b_lo < hi[s:])
+        bad = (a_ok != b_ok) | (a_ok & ((lo[:n] + s != b_lo) | (a_hi + s != hi[s:])))
+        if bad.any():
+            at = o + int(np.argmax(bad))
+            return None, (f"a term does not shift with its query by a patch row (query {at}"
+                          f" against {at + s})")
+        ok = g & (lo < hi)
+        if ok.any():
+            qy = np.nonzero(ok)[0] // w
+            dy = np.maximum(np.abs((lo[ok] - o) // w - qy), np.abs((hi[ok] - 1 - o) // w - qy))
+            reach = max(reach, int(dy.max()))
+    reach_p = (reach + ph - 1) // ph
+    ref_rows = (reach_p + 1) * ph  # every pair with a patch in patch row 0, up to the reach
+    if ref_rows > REF_ROWS:
+        return None, f"grid queries reach {reach} grid rows, past the reference's {REF_ROWS}"
+    length = o + w * ref_rows
+    cover = np.zeros((length - o, length - o + 1), dtype=np.int16)
+    rows = np.arange(length - o)
+    for ri in iter_row_intervals(table, length, {}):
+        g = ri.guard[o:] & (ri.hi[o:] > o)
+        lo = np.maximum(ri.lo[o:], o) - o
+        hi = ri.hi[o:] - o
+        np.add.at(cover, (rows[g], lo[g]), 1)
+        np.add.at(cover, (rows[g], hi[g]), -1)
+    vis = np.cumsum(cover, axis=1, dtype=np.int16)[:, :-1] > 0
+    tok = patch_tokens(tiling, ref_rows) - o
+    ngx = w // pw
+    tiles = vis[tok[:, None, :, None], tok[None, :, None, :]]  # [qp, kp, lr, lk]
+    ppy, ppx = np.divmod(np.arange(tok.shape[0]), ngx)
+    found: dict[tuple[int, int], np.ndarray] = {}
+    for a in range(tok.shape[0]):
+        for b in range(tok.shape[0]):
+            dpy, dpx = int(ppy[b] - ppy[a]), int(ppx[b] - ppx[a])
+            m = tiles[a, b]
+            if (dpy, dpx) not in found:
+                found[(dpy, dpx)] = m
+            elif not np.array_equal(found[(dpy, dpx)], m):
+                return None, (f"patch offset ({dpy}, {dpx}) has two masks (query patch {a}, key"
+                              f" patch {b} of the reference)")
+    seen = [k for k, m in found.items() if m.any()]
+    if not seen:
+        return None, "no grid pair is visible"
+    dys, dxs = [k[0] for k in seen], [k[1] for k in seen]
+    dpy_lo, dpy_hi, dpx_lo, dpx_hi = min(dys), max(dys) + 1, min(dxs), max(dxs) + 1
+    n = (dpy_hi - dpy_lo) * (dpx_hi - dpx_lo)
+    if n > MAX_MASK_CLASSES:
+        return None, f"{n} patch offsets, more than {MAX_MASK_CLASSES}"
+    weights = 1 << np.arange(TILE, dtype=object)
+    out: list[int] = []
+    for dpy in range(dpy_lo, dpy_hi):
+        for dpx in range(dpx_lo, dpx_hi):
+            m = found.get((dpy, dpx), np.zeros((TILE, TILE), dtype=bool))
+            out.extend(int((m[lr].astype(object) * weights).sum()) for lr in range(TILE))
+    masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, tuple(out))
+    return masks, (f"tile masks of {n} patch offsets (rows {dpy_lo}..{dpy_hi - 1}, columns "
+                   f"{dpx_lo}..{dpx_hi - 1}), shift-checked to len {big}")
+
+
 def choose_tiling(table: IntervalTable) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc)."""
     grid = grid_of(table)
@@ -97,7 +212,9 @@ def choose_tiling(table: IntervalTable) -> Tiling:
         n, best = max((c for c in cands if c[0] <= least * (1 + TIE)),
                       key=lambda c: c[1].patch_cols)
         if n <= (1 - MIN_GAIN) * base:
-            reason = "; ".join(notes) + f": {best.patch_rows}x{best.patch_cols} patches"
+            masks, why = patch_masks(table, best)
+            reason = ("; ".join(notes) + f": {best.patch_rows}x{best.patch_cols} patches; "
+                      + (why if masks is not None else f"no tile masks: {why}"))
             return Tiling("patch", best.origin, best.width, best.patch_rows, best.patch_cols,
-                          reason)
+                          reason, masks)
     return Tiling("linear", reason="; ".join(notes) + ": linear tiles")

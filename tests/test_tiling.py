@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from cmc.driver import front
 from cmc.emit import emit
 from cmc.evaluate import Env, eval_pred
 from cmc.ir import LINEAR, Tiling
-from cmc.tiling import choose_tiling, computed_pairs, tile_ids
+from cmc.tiling import choose_tiling, computed_pairs, patch_masks, tile_ids
 
 from .conftest import ROOT
 
@@ -41,6 +42,36 @@ def test_clear_gets_patches_and_says_why():
     assert "linear" in t.reason and "8x16" in t.reason
     assert t.box_rows == 16
     assert t.query_tiles(32768) == 4 + 32 * 8  # 252 grid rows -> 32 patch rows of 8 patches
+
+
+def test_clear_tile_masks_are_proven_and_recorded():
+    t = choose_tiling(_table("clear"))
+    assert t.masks is not None and t.masks.classes == 15
+    assert (t.masks.dpy_lo, t.masks.dpy_hi, t.masks.dpx_lo, t.masks.dpx_hi) == (-2, 3, -1, 2)
+    assert "tile masks of 15 patch offsets" in t.reason
+    assert t.to_dict()["masks"] == {"classes": 15, "dpy": [-2, 3], "dpx": [-1, 2]}
+    assert "cmc_patch_mask_words[3840]" in emit(_table("clear"), archs=("sm_90a",)).text
+
+
+def _clear_with(tmp_path: Path, extra: str):
+    src = (ROOT / "samples" / "clear.mask").read_text() + extra
+    path = tmp_path / "clear.mask"
+    path.write_text(src)
+    return front(path, {})
+
+
+def test_tile_masks_refused_when_a_term_does_not_shift(tmp_path):
+    """One grid key hidden far past any reference: the per-row shift check finds it."""
+    table = _clear_with(tmp_path, "deny k == 300000\n")
+    t = choose_tiling(table)
+    assert t.kind == "patch" and t.masks is None
+    assert "does not shift with its query" in t.reason
+
+
+def test_tile_masks_refused_when_grid_rows_read_len(tmp_path):
+    table = _clear_with(tmp_path, "allow q >= TEXT and k >= len - 3\n")
+    t = choose_tiling(table)
+    assert t.masks is None and "reads len" in t.reason
 
 
 def test_linear_masks_stay_linear():
@@ -148,6 +179,31 @@ int main() {
       for (int kk = O; kk < len; ++kk) putchar(seen[kk]);
       putchar('\n');
     }
+    // the per-offset tile masks as the consumers read them (fragment order decoded)
+    if (cmc_hooks::kPatchMasks) {
+      static char m[128][129];
+      for (int t = 0; t < g.nqt; ++t)
+        for (int j = 0; j < g.nqt; ++j) {
+          const int cl = cmc_patch_mask_class(g, t, j, len, cmc_hooks::kMaskDyLo,
+                                              cmc_hooks::kMaskDyN, cmc_hooks::kMaskDxLo,
+                                              cmc_hooks::kMaskDxN);
+          if (cl < 0) continue;
+          printf("M %d %d\n", t, j);
+          for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
+          for (int th = 0; th < 256; ++th) {
+            const cmc_uint2 w = cmc_hooks::patch_masks()[cl * 256 + th];
+            const int ct = th % 128, lane = ct % 32;
+            const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
+            for (int n = 0; n < 16; ++n)
+              for (int e = 0; e < 2; ++e) {
+                if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
+                if ((w.y >> (e * 16 + n)) & 1u) m[lrow + 8][8 * n + off + e] = '1';
+              }
+          }
+          for (int r = 0; r < 128; ++r) puts(m[r]);
+        }
+    }
+    printf("E\n");
   }
   return 0;
 }
@@ -185,7 +241,7 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     lines = r.stdout.split("\n")
     pos = 0
-    seen = {"f": 0, "p": 0, ".": 0}
+    seen = {"f": 0, "p": 0, ".": 0, "m": 0}
     for n in lengths:
         vis = _dense(table, n)
         nqt = int(lines[pos])
@@ -227,6 +283,18 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
             assert (got == vis[qq, o:]).all(), (
                 f"len {n}: row {qq}: grid + other spans {lines[pos - 1]} vs "
                 f"{''.join('01'[x] for x in vis[qq, o:])}")
+        while lines[pos] != "E":
+            _, t, j = lines[pos].split()
+            got = np.array([[ch == "1" for ch in ln] for ln in lines[pos + 1:pos + 129]])
+            pos += 129
+            qrows = [s + x for s in boxes_of(int(t), nqt, tiling, n) for x in range(pw)]
+            keys = [s + x for s in boxes_of(int(j), nqt, tiling, n) for x in range(pw)]
+            assert max(keys) < n, f"len {n}: a tile mask for key tile {j} past len"
+            live = [r for r in range(128) if qrows[r] < n]  # rows past len are never stored
+            want = vis[np.ix_([qrows[r] for r in live], keys)]
+            assert (got[live] == want).all(), f"len {n}: tile mask of tiles ({t}, {j})"
+            seen["m"] += 1
+        pos += 1
     return seen
 
 
@@ -256,9 +324,13 @@ def test_host_patch_plan_clear(shape, workdir):
     table = _table("clear", {"TEXT": 128, "W": 32, "R": 5})
     ph, pw = shape
     tiling = Tiling("patch", 128, 32, ph, pw, "test")
-    exe = _build(table, tiling, workdir)
-    seen = _check(table, tiling, exe, [1, 100, 128, 129, 128 + 32 * 7 + 5, 128 + 32 * 20, 700])
-    assert seen["p"] > 0 and seen["f"] > 0 and seen["."] > 0
+    masks, why = patch_masks(table, tiling)
+    assert masks is not None, why
+    for t in (tiling, replace(tiling, masks=masks)):
+        exe = _build(table, t, workdir)
+        seen = _check(table, t, exe, [1, 100, 128, 129, 128 + 32 * 7 + 5, 128 + 32 * 20, 700])
+        assert seen["p"] > 0 and seen["f"] > 0 and seen["."] > 0
+    assert seen["m"] > 0
 
 
 @needs_gxx
@@ -266,6 +338,8 @@ def test_host_patch_plan_natten(workdir):
     """NATTEN's windows shift inward at the borders (a grid family with a clamped base)."""
     table = _table("natten2d", {"W": 16, "K": 5})
     tiling = Tiling("patch", 0, 16, 16, 8, "test")
+    masks, why = patch_masks(table, tiling)
+    assert masks is None and "len" in why  # its windows' clamp at the last grid row
     exe = _build(table, tiling, workdir)
     seen = _check(table, tiling, exe, [16 * 5, 16 * 9 + 3, 16 * 64])
     assert seen["p"] > 0 and seen["."] > 0

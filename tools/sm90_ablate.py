@@ -34,6 +34,8 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                 ("        mbar_expect_tx(bar_vfull(stage), C::kTile);\n"
                  "        load(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, wk.j);\n",
                  "        mbar_arrive(bar_vfull(stage));\n")]),
+    "nomask": ("partial tiles are not masked (the tile masks' or spans' cost removed)",
+               [("          if (!is_full) {\n", "          if (false) {\n")]),
     "noepilogue": ("no O stores to global memory (staging, barriers and LSE stay)",
                    [("        if (qrow < len) {\n", "        if (qrow < 0) {\n")]),
 }

@@ -394,6 +394,28 @@ CMC_DEV int cmc_patch_box(const cmc_patch_geo& g, int t, int b) {
   const int u = t - g.nlin, py = u / g.ngx, px = u - py * g.ngx;
   return g.O + (py * g.PH + b) * g.W + px * g.PW;
 }
+// The per-offset tile mask (class) of query patch qt against key patch j, or -1 when there
+// is none: a linear tile on either side, a key patch not wholly below len, or an offset
+// outside [dy_lo, dy_lo + dy_n) x [dx_lo, dx_lo + dx_n) (cmc/tiling.py patch_masks).
+CMC_DEV int cmc_patch_mask_class(const cmc_patch_geo& g, int qt, int j, int len, int dy_lo,
+                                 int dy_n, int dx_lo, int dx_n) {
+  if (qt < g.nlin || j < g.nlin) return -1;
+  const int u = j - g.nlin, ky = u / g.ngx, kx = u - ky * g.ngx;
+  const int v = qt - g.nlin, qy = v / g.ngx, qx = v - qy * g.ngx;
+  if (g.O + ((ky + 1) * g.PH - 1) * g.W + (kx + 1) * g.PW > len) return -1;
+  const int dy = ky - qy - dy_lo, dx = kx - qx - dx_lo;
+  if (dy < 0 || dy >= dy_n || dx < 0 || dx >= dx_n) return -1;
+  return dy * dx_n + dx;
+}
+#if defined(CMC_HOST)
+struct cmc_uint2 {
+  unsigned x, y;
+};
+#define CMC_MASK_TABLE static const cmc_uint2
+#else
+typedef uint2 cmc_uint2;
+#define CMC_MASK_TABLE static __device__ const cmc_uint2
+#endif
 #if defined(CMC_HOST)
 CMC_DEV void cmc_or_word(unsigned* w, unsigned v) { *w |= v; }
 #else

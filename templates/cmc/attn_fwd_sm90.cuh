@@ -802,6 +802,20 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           }
           apply_bits(bits0, bits1);
         };
+        // The per-offset tile mask of key tile j when the tile stage proved one
+        // (H::kPatchMasks): fetched as the walk reaches j, so that the load runs under j's
+        // QK GEMM; mw_ok: the softmax of j applies it instead of the spans.
+        cmc_uint2 mw = {0u, 0u};
+        bool mw_ok = false;
+        auto fetch_mask = [&](int j) {
+          if constexpr (kPatch && H::kPatchMasks != 0) {
+            const int c = cmc_patch_mask_class(g, it.qt, j, len, H::kMaskDyLo, H::kMaskDyN,
+                                               H::kMaskDxLo, H::kMaskDxN);
+            mw_ok = c >= 0;
+            if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
+          }
+          (void)j;
+        };
         int f = 0;
 
         // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
@@ -816,7 +830,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           }
           if (!is_full) {
             if constexpr (kPatch) {
-              if (j >= g.nlin) mask_patch(j);
+              if (mw_ok) apply_bits(mw.x, mw.y);
+              else if (j >= g.nlin) mask_patch(j);
               else mask_linear(j * kBN);
             } else {
               mask_linear(j * kBN);
@@ -866,6 +881,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           }
         };
 
+        fetch_mask(wk.j);
         mbar_wait(bar_kfull(stage), phase);
         turn_wait(cw);
         wg_fence();
@@ -883,6 +899,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         for (;;) {
           wk.next();
           if (wk.j < 0) break;
+          fetch_mask(wk.j);
           const int ns = stage + 1 == S ? 0 : stage + 1;
           const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
           mbar_wait(bar_kfull(ns), nph);      // K(next)
