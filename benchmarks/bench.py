@@ -441,6 +441,30 @@ def summarize(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def markdown(results: list[Result]) -> str:
+    """The docs/benchmarks.md table: TFLOP/s per system, cmc's ratios, cmc's first call."""
+    by: dict[tuple[str, int], dict[str, Result]] = {}
+    for r in results:
+        by.setdefault((r.pattern if r.case.startswith(r.pattern) else r.case, r.length),
+                      {})[r.system] = r
+    systems = ["cmc", "flex-fa4", "flex-triton", "sdpa-cudnn", "fa4"]
+    lines = ["| case | L | cmc | Flex-FA4 | Flex-Triton | cuDNN | FA4 | cmc / Flex-FA4 | "
+             "cmc / Flex-Triton | cmc / FA4 | cmc first call (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = ["causal", "hstu", "hstu_jagged", "shared_prefix", "shared_prefix_jagged", "clear",
+             "clear_text"]
+    for (pat, length), row in sorted(by.items(), key=lambda kv: (
+            order.index(kv[0][0]) if kv[0][0] in order else 99, kv[0][1])):
+        vals = [row[s].tflops if s in row and row[s].tflops else None for s in systems]
+        ours = vals[0]
+        cells = [f"{v:.1f}" if v else "-" for v in vals]
+        ratios = [f"{ours / v:.2f}" if ours and v else "-" for v in (vals[1], vals[2], vals[4])]
+        fc = row["cmc"].first_call_s if "cmc" in row else None
+        first = f"{fc:.3f}" if fc is not None else "-"
+        lines.append(f"| {pat} | {length} | " + " | ".join([*cells, *ratios, first]) + " |")
+    return "\n".join(lines)
+
+
 def plot(results: list[Result], out: Path) -> list[Path]:
     import matplotlib
 
@@ -509,6 +533,7 @@ def main() -> None:
             {"meta": meta_all, "results": [asdict(r) for r in merged]}, indent=2))
         plot(merged, out)
         print(summarize(merged))
+        (out / "bench.md").write_text(markdown(merged) + "\n")
         return
     if args.compile:
         compile_all(Path(args.compile), args.tiling)
