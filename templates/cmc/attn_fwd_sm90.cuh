@@ -918,9 +918,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           turn_pass(cw);
           wg_wait<1>();
           fence_regs<64>(s);
+          release(bar_kempty(ns));
           softmax(wk.j, c0, c1);
           fence_regs<64>(s);
-          release(bar_kempty(ns));
           wg_wait<0>();
           fence_regs<kO>(o);
           fence_regs<32>(p);
