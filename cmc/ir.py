@@ -321,6 +321,12 @@ class Tiling:
     patch_cols: int = TILE
     reason: str = ""
     masks: PatchMasks | None = None  # per-offset tile masks (patch tilings that allow them)
+    min_len: int = 0  # patch tilings: shorter sequences are cut into linear tiles only
+
+    def origin_for(self, length: int) -> int:
+        """The grid origin the kernel uses for one sequence: below min_len the whole
+        sequence is linear tiles (as if the grid began at its end)."""
+        return length if length < self.min_len else self.origin
 
     @property
     def box_rows(self) -> int:
@@ -331,8 +337,9 @@ class Tiling:
         """Tiles of one sequence of `length` tokens (the same for keys)."""
         if self.kind == "linear":
             return -(-length // TILE)
-        lin = -(-min(length, self.origin) // TILE)
-        rows = -(-max(0, length - self.origin) // self.width)
+        origin = self.origin_for(length)
+        lin = -(-min(length, origin) // TILE)
+        rows = -(-max(0, length - origin) // self.width)
         return lin + -(-rows // self.patch_rows) * (self.width // self.patch_cols)
 
     def max_len(self) -> int | None:
@@ -346,7 +353,7 @@ class Tiling:
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "origin": self.origin, "width": self.width,
                 "patch_rows": self.patch_rows, "patch_cols": self.patch_cols,
-                "reason": self.reason,
+                "reason": self.reason, "min_len": self.min_len,
                 "masks": None if self.masks is None else {
                     "classes": self.masks.classes,
                     "dpy": [self.masks.dpy_lo, self.masks.dpy_hi],

@@ -82,8 +82,13 @@ def query_tiles(v: KernelVariant) -> str:
     if t.kind != "patch":
         return f"ceil_div(max_len, {v.block_m})"
     rows = f"ceil_div(max(max_len - {t.origin}, 0), {t.width})"
-    return (f"ceil_div(min(max_len, {t.origin}), {v.block_m}) + "
-            f"ceil_div({rows}, {t.patch_rows}) * {t.width // t.patch_cols}")
+    patch = (f"ceil_div(min(max_len, {t.origin}), {v.block_m}) + "
+             f"ceil_div({rows}, {t.patch_rows}) * {t.width // t.patch_cols}")
+    if t.min_len <= 0:
+        return patch
+    # below min_len the kernel cuts the sequence into linear tiles (Tiling.origin_for)
+    use = f"min(1, max_len / {t.min_len})"
+    return f"ceil_div(max_len, {v.block_m}) * (1 - {use}) + ({patch}) * {use}"
 
 
 def _variant_of(built: BuiltKernels, c: BuiltCubin) -> KernelVariant:
@@ -268,6 +273,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 "width": v.tiling.width,
                 "patch_rows": v.tiling.patch_rows,
                 "patch_cols": v.tiling.patch_cols,
+                "min_len": v.tiling.min_len,
                 "max_len": v.tiling.max_len() or 0,
                 "cubins": [
                     {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}

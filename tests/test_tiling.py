@@ -235,7 +235,7 @@ def _dense(table, length: int) -> np.ndarray:
 def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, int]:
     toks = [len(lengths)]
     for n in lengths:
-        toks += [n, tiling.origin, tiling.width, tiling.patch_rows, tiling.patch_cols]
+        toks += [n, tiling.origin_for(n), tiling.width, tiling.patch_rows, tiling.patch_cols]
     r = subprocess.run([str(exe)], input=" ".join(map(str, toks)), capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
@@ -276,7 +276,7 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
                     assert len(keys) == 128 and blk.all(), f"full tile not all visible: {where}"
         assert (owner >= 0).all(), "a token in no tile"
         assert (owner == tile_ids(tiling, n)).all(), "C and Python tile numbering differ"
-        o = tiling.origin
+        o = tiling.origin_for(n)
         for qq in range(n):
             got = np.array([ch == "1" for ch in lines[pos]], dtype=bool)
             pos += 1
@@ -300,13 +300,14 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
 
 def boxes_of(j: int, nqt: int, tiling: Tiling, n: int) -> list[int]:
     """Box starts of key tile j (cmc_patch_box, in Python)."""
-    nlin = -(-min(n, tiling.origin) // 128)
+    o = tiling.origin_for(n)
+    nlin = -(-min(n, o) // 128)
     if j < nlin:
         return [j * 128 + b * tiling.patch_cols for b in range(tiling.patch_rows)]
     ngx = tiling.width // tiling.patch_cols
     u = j - nlin
     py, px = divmod(u, ngx)
-    return [tiling.origin + (py * tiling.patch_rows + b) * tiling.width + px * tiling.patch_cols
+    return [o + (py * tiling.patch_rows + b) * tiling.width + px * tiling.patch_cols
             for b in range(tiling.patch_rows)]
 
 
@@ -331,6 +332,28 @@ def test_host_patch_plan_clear(shape, workdir):
         seen = _check(table, t, exe, [1, 100, 128, 129, 128 + 32 * 7 + 5, 128 + 32 * 20, 700])
         assert seen["p"] > 0 and seen["f"] > 0 and seen["."] > 0
     assert seen["m"] > 0
+
+
+@needs_gxx
+def test_host_patch_plan_short_sequences_are_linear(workdir):
+    """Below min_len the patch kernel cuts a sequence into linear tiles (its grid origin
+    moves to the sequence's end): the same plan, spans and tile-mask checks, both sides of
+    the threshold."""
+    table = _table("clear", {"TEXT": 128, "W": 32, "R": 5})
+    tiling = Tiling("patch", 128, 32, 8, 16, "test")
+    masks, _ = patch_masks(table, tiling)
+    t = replace(tiling, masks=masks, min_len=128 + 32 * 8)
+    assert t.query_tiles(128 + 32 * 8 - 1) == 3 and t.query_tiles(128 + 32 * 8) == 1 + 2
+    exe = _build(table, t, workdir)
+    seen = _check(table, t, exe, [100, 129, 128 + 32 * 8 - 1, 128 + 32 * 8, 128 + 32 * 17 + 3])
+    assert seen["p"] > 0 and seen["m"] > 0
+
+
+def test_min_len_is_counted_and_recorded():
+    t = choose_tiling(_table("clear"))  # TEXT = 512: text rows dominate short sequences
+    assert t.min_len == 512 + 128 * 16 and "patches from len 2560" in t.reason
+    assert t.query_tiles(2559) == 20 and t.query_tiles(2560) == 4 + 2 * 8
+    assert choose_tiling(_table("clear", {"TEXT": 0})).min_len == 1024
 
 
 @needs_gxx

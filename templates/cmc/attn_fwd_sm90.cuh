@@ -558,8 +558,10 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
 
   const int tid = threadIdx.x;
   const int heads = desc.heads_q, batch = desc.batch;
+  // below kPatchMinLen a sequence is linear tiles only (its grid "begins" at its end)
   auto geo = [](int n) {
-    return cmc_patch_geo_of(n, H::kGridOrigin, H::kGridWidth, kPH, kPW);
+    return cmc_patch_geo_of(n, n < H::kPatchMinLen ? n : H::kGridOrigin, H::kGridWidth, kPH,
+                            kPW);
   };
   Sched sc;
   sc.nqt = kPatch ? geo(desc.max_len).nqt : (desc.max_len + kBM - 1) / kBM;
@@ -767,7 +769,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         // other terms their spans cut to each box.
         auto mask_patch = [&](int j) {
           const int u = j - g.nlin, py = u / g.ngx;
-          const int kb = H::kGridOrigin + py * kPH * H::kGridWidth + (u - py * g.ngx) * kPW;
+          const int kb = g.O + py * kPH * H::kGridWidth + (u - py * g.ngx) * kPW;
           const int khi = kb + (kPH - 1) * H::kGridWidth + kPW;
           unsigned bits0 = 0u, bits1 = 0u;
           auto add = [&](unsigned& bits, int b, int lo, int hi) {
