@@ -72,6 +72,34 @@
 // ===========================================================================================
 
 #if !defined(CMC_HOST)
+// Cycle probe (tools/sm90_probe.py defines CMC_PROBE; timing diagnosis only). Thread 0 of
+// the producer and of each consumer warpgroup adds the clock64 cycles of each wait and stage
+// to its CTA's row of cmc_probe (16 counters each: producer, consumer 0, consumer 1), by
+// fire-and-forget atomics, so the probe holds no counters in registers.
+#if defined(CMC_PROBE)
+extern "C" {
+__device__ unsigned long long cmc_probe[256 * 48];
+}
+#define CMC_PROBE_DECL(row, leader) const long long pr_t0_ = clock64(); \
+  unsigned long long* const pr_row_ = cmc_probe + 48 * (blockIdx.x & 255) + 16 * (row); \
+  const bool pr_lead_ = (leader)
+#define CMC_PROBE_ADD(slot, v) do { if (pr_lead_) atomicAdd(pr_row_ + (slot), \
+  (unsigned long long)(v)); } while (0)
+#define CMC_PROBE(slot, stmt) do { const long long pr_t_ = clock64(); stmt; \
+  CMC_PROBE_ADD(slot, clock64() - pr_t_); } while (0)
+#define CMC_PROBE_COUNT(slot) CMC_PROBE_ADD(slot, 1)
+#define CMC_PROBE_MARK(t) const long long t = clock64()
+#define CMC_PROBE_SINCE(slot, t) CMC_PROBE_ADD(slot, clock64() - (t))
+#define CMC_PROBE_FLUSH() CMC_PROBE_ADD(11, clock64() - pr_t0_)
+#else
+#define CMC_PROBE_DECL(row, leader)
+#define CMC_PROBE(slot, stmt) stmt
+#define CMC_PROBE_COUNT(slot)
+#define CMC_PROBE_MARK(t)
+#define CMC_PROBE_SINCE(slot, t)
+#define CMC_PROBE_FLUSH()
+#endif
+
 namespace cmc_sm90 {
 
 constexpr int kBM = 128;        // query rows per CTA (2 consumer warpgroups x 64)
@@ -148,22 +176,23 @@ CMC_DEV void tma_prefetch_map(const TensorMap& map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
 }
 // A [rows][D] tile of `rows` = 128 tokens from token `tok` (absolute): D / 64 boxes, one per
-// 128-byte column block of the swizzled layout.
+// 128-byte column block of the swizzled layout, lane cb of the loader warp issuing box cb.
 template <int D>
-CMC_DEV void tma_tile(unsigned dst, const TensorMap& map, unsigned bar, int h, int tok) {
-#pragma unroll
-  for (int cb = 0; cb < D / 64; ++cb) tma_load(dst + cb * (128 * 128), map, bar, cb * 64, h, tok);
+CMC_DEV void tma_tile(unsigned dst, const TensorMap& map, unsigned bar, int h, int tok, int lane) {
+  if (lane < D / 64) tma_load(dst + lane * (128 * 128), map, bar, lane * 64, h, tok);
 }
 // The same tile in a patch tiling: box b (PW tokens from sequence token cmc_patch_box) goes
 // to rows b PW .. of every column block (PW >= 8: each box starts on a 1 KiB swizzle atom).
+// The PH x D/64 copies are spread over the loader warp's lanes: one thread issuing them all
+// took about 90 cycles a copy (measured, tools/sm90_probe.py), 2900 per CLEAR key tile.
 template <int D>
 CMC_DEV void tma_tile_boxes(unsigned dst, const TensorMap& map, unsigned bar, int h, int tok0,
-                            const cmc_patch_geo& g, int t) {
-  for (int b = 0; b < g.PH; ++b) {
-    const int tok = tok0 + cmc_patch_box(g, t, b);
-#pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb)
-      tma_load(dst + cb * (128 * 128) + b * g.PW * 128, map, bar, cb * 64, h, tok);
+                            const cmc_patch_geo& g, int t, int lane) {
+  constexpr int kCB = D / 64;
+  for (int x = lane; x < g.PH * kCB; x += 32) {
+    const int b = x / kCB, cb = x - b * kCB;
+    tma_load(dst + cb * (128 * 128) + b * g.PW * 128, map, bar, cb * 64, h,
+             tok0 + cmc_patch_box(g, t, b));
   }
 }
 
@@ -206,8 +235,9 @@ CMC_DEV void wg_bar_sync(int cw) {
   else asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
-// Named barrier of the producer warpgroup (plan building).
-CMC_DEV void producer_bar() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
+// Named barrier of the producer's plan builders (warps 1-3; warp 0 is the loader).
+constexpr int kBuilders = 96;
+CMC_DEV void producer_bar() { asm volatile("bar.sync 3, 96;\n" ::: "memory"); }
 
 // Ping-pong of the two consumer warpgroups (FA3's warp-scheduler barriers): barrier 4 + cw
 // (256 threads) is consumer warpgroup cw's turn to issue wgmma. A warpgroup waits for its
@@ -448,36 +478,36 @@ CMC_DEV void issue_pv(float* o, const unsigned* p, unsigned sv) {
   }
 }
 
-// Tile plan of query rows [qa, qb] into p (8 NT + 2 ints) by the producer warpgroup
-// (ptid < 128; named barrier 3 among its threads).
+// Tile plan of query rows [qa, qb] into p (8 NT + 2 ints) by the plan builders
+// (btid < kBuilders; named barrier 3 among them).
 template <class H>
-CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, int ptid) {
+CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, int btid) {
   constexpr int NT = H::kTerms;
-  for (int i = ptid; i < NT; i += 128) H::term(seq, qa, qb, i, p + 4 * i);
+  for (int i = btid; i < NT; i += kBuilders) H::term(seq, qa, qb, i, p + 4 * i);
   producer_bar();
-  for (int i = ptid; i < NT; i += 128) cmc_plan_place(p, NT, i, kBN);
+  for (int i = btid; i < NT; i += kBuilders) cmc_plan_place(p, NT, i, kBN);
   producer_bar();
-  if (ptid == 0) cmc_plan_merge(p, NT, kBN);
+  if (btid == 0) cmc_plan_merge(p, NT, kBN);
   producer_bar();
 }
 
-// Patch-tiled plan of query tile qt into p (plan_ints<NT, 1>() ints) by the producer
-// warpgroup: the term ranges over the tile's hull of rows [qa, qb] (full ranges, and the
+// Patch-tiled plan of query tile qt into p (plan_ints<NT, 1>() ints) by the plan
+// builders: the term ranges over the tile's hull of rows [qa, qb] (full ranges, and the
 // consumers' test of which terms can touch a key tile), the key tiles touched by some row of
 // the tile (per box of PW consecutive rows, so a grid row of the patch is never widened to
 // the hull) and, of those, the full ones.
 template <class H>
 CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo& g, int qt,
-                              int qa, int qb, int* p, int ptid) {
+                              int qa, int qb, int* p, int btid) {
   constexpr int NT = H::kTerms;
   unsigned* touched = reinterpret_cast<unsigned*>(p + 4 * NT);
   unsigned* full = touched + kMaxKeyWords;
   const int len = seq.len, nw = (g.nqt + 31) >> 5;
-  for (int i = ptid; i < NT; i += 128) H::term(seq, qa, qb, i, p + 4 * i);
-  for (int w = ptid; w < nw; w += 128) { touched[w] = 0u; full[w] = 0u; }
+  for (int i = btid; i < NT; i += kBuilders) H::term(seq, qa, qb, i, p + 4 * i);
+  for (int w = btid; w < nw; w += kBuilders) { touched[w] = 0u; full[w] = 0u; }
   producer_bar();
   const int nbox = qt < g.nlin ? 1 : g.PH;  // a linear tile is its own hull
-  for (int x = ptid; x < NT * nbox; x += 128) {
+  for (int x = btid; x < NT * nbox; x += kBuilders) {
     const int i = x / nbox, b = x - i * nbox;
     if (nbox == 1) {
       cmc_patch_mark(touched, g, p[4 * i], p[4 * i + 1]);
@@ -490,7 +520,7 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
     cmc_patch_mark(touched, g, r4[0], r4[1]);
   }
   producer_bar();
-  for (int t = ptid; t < g.nqt; t += 128)
+  for (int t = btid; t < g.nqt; t += kBuilders)
     if (((touched[t >> 5] >> (t & 31)) & 1u) && cmc_patch_full(g, p, NT, len, t))
       atomicOr(full + (t >> 5), 1u << (t & 31));
   producer_bar();
@@ -591,7 +621,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   if (tid == 0) {
     for (int x = 0; x < 2; ++x) {
       mbar_init(bar_qfull(x), 1);
-      mbar_init(bar_plan(x), 128);
+      mbar_init(bar_plan(x), kBuilders);
       mbar_init(bar_slot(x), 8);
     }
     for (int s = 0; s < S; ++s) {
@@ -612,9 +642,10 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   if (wg == 0) {
     // ======================================================================= producer
     setmaxnreg_dec<Regs<H::kTiling>::kProducer>();
-    const int ptid = tid;
+    const int ptid = tid, lane = tid & 31;
     int stage = 0, n = 0;
     unsigned phase = 0;
+    CMC_PROBE_DECL(0, ptid == 0);
     for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
       Item it;
       it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
@@ -627,36 +658,44 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       const int x = n & 1;
       const unsigned use = (unsigned)(n >> 1) & 1u;
       ++n;
-      mbar_wait(bar_slot(x), use ^ 1u);  // the consumers are done with this slot's last item
       int* plan = plan_of(x);
-      if constexpr (kPatch) build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid);
-      else build_plan<H>(seq, qa, qb, plan, ptid);
-      mbar_arrive(bar_plan(x));
-      if (ptid != 0) continue;  // one thread issues every TMA copy
+      if (ptid >= 32) {  // plan builders: up to two items ahead of the loader (the slots)
+        mbar_wait(bar_slot(x), use ^ 1u);  // the consumers are done with its last item
+        if constexpr (kPatch) build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32);
+        else build_plan<H>(seq, qa, qb, plan, ptid - 32);
+        mbar_arrive(bar_plan(x));
+        continue;
+      }
+      // the loader warp: lane 0 waits and arms the barriers, the lanes issue the copies
+      CMC_PROBE(0, mbar_wait(bar_plan(x), use));  // the plan, so the slot, is ready
+      CMC_PROBE_COUNT(10);
       // token coordinates are int32 (the runtime checks T < 2^31); rows past the sequence
       // belong to the next one (masked: k < len everywhere) or read as zero past T
       const int tok0 = (int)seq.tok0;
       const int hkv = it.h / hpk;
       // a tile of the tiling: one 128-row box per column block, or the patch's boxes
-      auto load = [&](unsigned dst, const TensorMap& map, unsigned bar, int h, int t) {
-        if constexpr (kPatch) tma_tile_boxes<D>(dst, map, bar, h, tok0, g, t);
-        else tma_tile<D>(dst, map, bar, h, tok0 + t * kBM);
+      // (the expect_tx comes before any copy can complete: __syncwarp between them)
+      auto load = [&](unsigned dst, const TensorMap& map, unsigned bar, unsigned bytes, int h,
+                      int t) {
+        if (lane == 0) mbar_expect_tx(bar, bytes);
+        __syncwarp();
+        if constexpr (kPatch) tma_tile_boxes<D>(dst, map, bar, h, tok0, g, t, lane);
+        else tma_tile<D>(dst, map, bar, h, tok0 + t * kBM, lane);
       };
-      mbar_expect_tx(bar_qfull(x), C::kQBytes);
-      load(base + C::kQ + x * C::kQBytes, maps.q, bar_qfull(x), it.h, it.qt);
+      load(base + C::kQ + x * C::kQBytes, maps.q, bar_qfull(x), C::kQBytes, it.h, it.qt);
       WalkT wk;
       start_walk<NT>(wk, plan, g);
       while (wk.j >= 0) {
-        mbar_wait(bar_kempty(stage), phase ^ 1);
-        mbar_expect_tx(bar_kfull(stage), C::kTile);
-        load(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, wk.j);
-        mbar_wait(bar_vempty(stage), phase ^ 1);
-        mbar_expect_tx(bar_vfull(stage), C::kTile);
-        load(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, wk.j);
-        wk.next();
+        CMC_PROBE(2, mbar_wait(bar_kempty(stage), phase ^ 1));
+        CMC_PROBE(4, load(sK + stage * C::kTile, maps.k, bar_kfull(stage), C::kTile, hkv, wk.j));
+        CMC_PROBE(3, mbar_wait(bar_vempty(stage), phase ^ 1));
+        CMC_PROBE(4, load(sV + stage * C::kTile, maps.v, bar_vfull(stage), C::kTile, hkv, wk.j));
+        CMC_PROBE_COUNT(9);
+        CMC_PROBE(5, wk.next());
         if (++stage == S) { stage = 0; phase ^= 1; }
       }
     }
+    CMC_PROBE_FLUSH();
   } else {
     // ======================================================================= consumers
     setmaxnreg_inc<Regs<H::kTiling>::kConsumer>();
@@ -672,6 +711,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       __syncwarp();
       if (lane == 0) mbar_arrive(bar);
     };
+    CMC_PROBE_DECL(1 + cw, ctid == 0);
     if (cw == 1) turn_pass(cw);  // warpgroup 0 issues first
 
     for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
@@ -698,7 +738,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       const unsigned sQx = base + C::kQ + x * C::kQBytes;
       unsigned char* gQx = smem + C::kQ + x * C::kQBytes;
 
-      mbar_wait(bar_plan(x), use);
+      CMC_PROBE_COUNT(10);
+      CMC_PROBE(0, mbar_wait(bar_plan(x), use));
       const int* plan = plan_of(x);
       const int* full = plan + 6 * NT;  // linear: full runs
       const int nfull = kPatch ? 0 : plan[8 * NT + 1];
@@ -710,7 +751,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.f;
       float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
-      mbar_wait(bar_qfull(x), use);  // also before the epilogue reuses the Q slot
+      CMC_PROBE(1, mbar_wait(bar_qfull(x), use));  // also before the epilogue reuses the Q slot
 
       if (wk.j >= 0) {
         float s[64];
@@ -839,12 +880,17 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
               mask_linear(j * kBN);
             }
           }
-          float mx0 = m0, mx1 = m1;
+          // row maxima as 4 independent chains: the exponentials wait on this reduction
+          float a0[4], a1[4];
 #pragma unroll
           for (int n2 = 0; n2 < 16; ++n2) {
-            mx0 = fmaxf(mx0, fmaxf(s[4 * n2], s[4 * n2 + 1]));
-            mx1 = fmaxf(mx1, fmaxf(s[4 * n2 + 2], s[4 * n2 + 3]));
+            const float v0 = fmaxf(s[4 * n2], s[4 * n2 + 1]);
+            const float v1 = fmaxf(s[4 * n2 + 2], s[4 * n2 + 3]);
+            a0[n2 & 3] = n2 < 4 ? v0 : fmaxf(a0[n2 & 3], v0);
+            a1[n2 & 3] = n2 < 4 ? v1 : fmaxf(a1[n2 & 3], v1);
           }
+          float mx0 = fmaxf(fmaxf(fmaxf(a0[0], a0[1]), fmaxf(a0[2], a0[3])), m0);
+          float mx1 = fmaxf(fmaxf(fmaxf(a1[0], a1[1]), fmaxf(a1[2], a1[3])), m1);
           mx0 = quad_max(mx0);
           mx1 = quad_max(mx1);
           // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
@@ -854,18 +900,18 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           c1 = ex2(m1 * sl2 - ms1);
           m0 = mx0;
           m1 = mx1;
-          float ps0 = 0.f, ps1 = 0.f;
+          float ps0[2] = {0.f, 0.f}, ps1[2] = {0.f, 0.f};
 #pragma unroll
           for (int n2 = 0; n2 < 16; ++n2) {
             s[4 * n2 + 0] = ex2(fmaf(s[4 * n2 + 0], sl2, -ms0));
             s[4 * n2 + 1] = ex2(fmaf(s[4 * n2 + 1], sl2, -ms0));
             s[4 * n2 + 2] = ex2(fmaf(s[4 * n2 + 2], sl2, -ms1));
             s[4 * n2 + 3] = ex2(fmaf(s[4 * n2 + 3], sl2, -ms1));
-            ps0 += s[4 * n2 + 0] + s[4 * n2 + 1];
-            ps1 += s[4 * n2 + 2] + s[4 * n2 + 3];
+            ps0[n2 & 1] += s[4 * n2 + 0] + s[4 * n2 + 1];
+            ps1[n2 & 1] += s[4 * n2 + 2] + s[4 * n2 + 3];
           }
-          l0 = l0 * c0 + ps0;
-          l1 = l1 * c1 + ps1;
+          l0 = l0 * c0 + (ps0[0] + ps0[1]);
+          l1 = l1 * c1 + (ps1[0] + ps1[1]);
         };
         auto rescale_o = [&](float c0, float c1) {
 #pragma unroll
@@ -884,13 +930,13 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         };
 
         fetch_mask(wk.j);
-        mbar_wait(bar_kfull(stage), phase);
-        turn_wait(cw);
+        CMC_PROBE(2, mbar_wait(bar_kfull(stage), phase));
+        CMC_PROBE(4, turn_wait(cw));
         wg_fence();
         issue_qk<BF16, D>(s, sq, sK + stage * C::kTile);
         wg_commit();
         turn_pass(cw);
-        wg_wait<0>();
+        CMC_PROBE(5, wg_wait<0>());
         fence_regs<64>(s);
         release(bar_kempty(stage));
         // c0, c1: the rescale of O owed to the last softmax, applied just before the next
@@ -898,15 +944,17 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         float c0, c1;
         softmax(wk.j, c0, c1);
         repack();
+        CMC_PROBE_COUNT(9);
         for (;;) {
           wk.next();
           if (wk.j < 0) break;
+          CMC_PROBE_COUNT(9);
           fetch_mask(wk.j);
           const int ns = stage + 1 == S ? 0 : stage + 1;
           const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
-          mbar_wait(bar_kfull(ns), nph);      // K(next)
-          mbar_wait(bar_vfull(stage), phase);  // V(cur)
-          turn_wait(cw);
+          CMC_PROBE(2, mbar_wait(bar_kfull(ns), nph));      // K(next)
+          CMC_PROBE(3, mbar_wait(bar_vfull(stage), phase));  // V(cur)
+          CMC_PROBE(4, turn_wait(cw));
           wg_fence();
           fence_regs<kO>(o);
           fence_regs<32>(p);
@@ -918,12 +966,12 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
           wg_commit();
           turn_pass(cw);
-          wg_wait<1>();
+          CMC_PROBE(5, wg_wait<1>());
           fence_regs<64>(s);
           release(bar_kempty(ns));
-          softmax(wk.j, c0, c1);
+          CMC_PROBE(8, softmax(wk.j, c0, c1));
           fence_regs<64>(s);
-          wg_wait<0>();
+          CMC_PROBE(6, wg_wait<0>());
           fence_regs<kO>(o);
           fence_regs<32>(p);
           release(bar_vempty(stage));
@@ -931,8 +979,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           stage = ns;
           phase = nph;
         }
-        mbar_wait(bar_vfull(stage), phase);
-        turn_wait(cw);
+        CMC_PROBE(3, mbar_wait(bar_vfull(stage), phase));
+        CMC_PROBE(4, turn_wait(cw));
         rescale_o(c0, c1);
         wg_fence();
         fence_regs<kO>(o);
@@ -940,11 +988,12 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
         wg_commit();
         turn_pass(cw);
-        wg_wait<0>();
+        CMC_PROBE(6, wg_wait<0>());
         fence_regs<kO>(o);
         release(bar_vempty(stage));
         if (++stage == S) { stage = 0; phase ^= 1; }
       }
+      CMC_PROBE_MARK(pr_epi_);
 
       // Epilogue: row sums across the quad, normalise, LSE, O through this warpgroup's own
       // Q rows of the slot (all its wgmma reads of Q are complete) for 16-byte stores.
@@ -983,7 +1032,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       // generic accesses of the Q / O slot before the next TMA (async proxy) write into it
       fence_proxy_async();
       release(bar_slot(x));  // this warp's reads of the slot (plan, Q / O staging) are done
+      CMC_PROBE_SINCE(7, pr_epi_);
     }
+    CMC_PROBE_FLUSH();
   }
 }
 
