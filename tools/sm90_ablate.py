@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADER = ROOT / "templates" / "cmc" / "attn_fwd_sm90.cuh"
 
 LOOP_PV = "          issue_pv<BF16, D>(o, p, sV + stage * C::kTile);\n"
-LOOP_SOFTMAX = "          softmax(wk.j, c0, c1);\n"
+LOOP_SOFTMAX = "          CMC_PROBE(8, softmax(wk.j, c0, c1));\n"
 ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "noexp": ("the 64 exponentials per thread and tile become plain FMAs",
               [(f"s[4 * n2 + {i}] = ex2(fmaf(", f"s[4 * n2 + {i}] = (fmaf(") for i in range(4)]),
@@ -27,13 +27,11 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                   [(LOOP_SOFTMAX, "          c0 = c1 = 1.f;\n")]),
     "nopv": ("no P V GEMM in the steady-state loop (QK, softmax and loads stay)",
              [(LOOP_PV, "")]),
-    "noload": ("the producer copies no K / V (a plain arrive completes each FULL barrier)",
-               [("        mbar_expect_tx(bar_kfull(stage), C::kTile);\n"
-                 "        load(sK + stage * C::kTile, maps.k, bar_kfull(stage), hkv, wk.j);\n",
-                 "        mbar_arrive(bar_kfull(stage));\n"),
-                ("        mbar_expect_tx(bar_vfull(stage), C::kTile);\n"
-                 "        load(sV + stage * C::kTile, maps.v, bar_vfull(stage), hkv, wk.j);\n",
-                 "        mbar_arrive(bar_vfull(stage));\n")]),
+    "noload": ("the loader copies no K / V (a plain arrive completes each FULL barrier)",
+               [("        CMC_PROBE(4, load(sK + stage * C::kTile, maps.k, bar_kfull(stage), C::kTile, hkv, wk.j));\n",
+                 "        if (lane == 0) mbar_arrive(bar_kfull(stage));\n"),
+                ("        CMC_PROBE(4, load(sV + stage * C::kTile, maps.v, bar_vfull(stage), C::kTile, hkv, wk.j));\n",
+                 "        if (lane == 0) mbar_arrive(bar_vfull(stage));\n")]),
     "nomask": ("partial tiles are not masked (the tile masks' or spans' cost removed)",
                [("          if (!is_full) {\n", "          if (false) {\n")]),
     "noepilogue": ("no O stores to global memory (staging, barriers and LSE stay)",

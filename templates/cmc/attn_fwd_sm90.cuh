@@ -37,12 +37,14 @@
 //
 // ------------------------------------------------------------------------------ design
 // CTA = 3 warpgroups (384 threads), __launch_bounds__(384, 1):
-//   WG0 producer (setmaxnreg.dec to 40): builds each item's tile plan (named barrier 3),
-//       then its thread 0 copies the Q tile [128 x D] and, for every walked key tile j (plan
-//       order), K(j) and V(j) into a kStages-deep ring by TMA (one 64 x 1 x 128 box per
-//       128-byte column block). Each FULL barrier (count 1) gets an arrive.expect_tx of the
-//       tile's bytes and completes when the TMA has written them. It waits on the stage's
-//       EMPTY barrier (count 8: lane 0 of each consumer warp) before refilling.
+//   WG0 producer (setmaxnreg.dec to 40): warps 1-3 build each item's tile plan (named
+//       barrier 3, 96 threads) as soon as the item's slot is free, up to two items ahead;
+//       warp 0, the loader, waits for the plan and copies the Q tile [128 x D] and, for every
+//       walked key tile j (plan order), K(j) and V(j) into a kStages-deep ring by TMA (one
+//       64 x 1 x 128 box per 128-byte column block, or a patch's PH boxes per block; the
+//       lanes issue the boxes). Each FULL barrier (count 1) gets an arrive.expect_tx of the
+//       tile's bytes from lane 0 and completes when the TMA has written them. It waits on the
+//       stage's EMPTY barrier (count 8: lane 0 of each consumer warp) before refilling.
 //   WG1, WG2 consumers (setmaxnreg.inc to 232): 64 query rows each (BLOCK_M = 128).
 //       S = Q K^T:  wgmma m64n128k16, A = Q and B = K both from shared memory (K-major,
 //                   128-byte swizzle descriptors), f32 accumulators (64 regs/thread).
