@@ -31,9 +31,10 @@ sys.path.insert(0, str(ROOT))
 HEADER = ROOT / "templates" / "cmc" / "attn_fwd_sm90.cuh"
 ANCHOR = "#if !defined(CMC_HOST)\n// Cycle probe"
 CONSUMER = {"plan": 0, "q": 1, "kfull": 2, "vfull": 3, "turn": 4, "qk": 5, "pv": 6,
-            "epilogue": 7, "softmax": 8, "tiles": 9, "items": 10, "total": 11}
+            "epilogue": 7, "softmax": 8, "tiles": 9, "items": 10, "total": 11,
+            "first_plan": 12, "mask": 13, "fetch_mask": 14, "ctas": 15}
 PRODUCER = {"slot": 0, "plan": 1, "kempty": 2, "vempty": 3, "issue": 4, "walk": 5,
-            "tiles": 9, "items": 10, "total": 11}
+            "bslot": 6, "build": 7, "bitems": 8, "tiles": 9, "items": 10, "total": 11}
 
 
 def build(dest: Path) -> None:
@@ -90,7 +91,9 @@ def run(artifacts: Path, names: list[str], calls: int) -> None:
         ms = ev0.elapsed_time(ev1) / calls
         host = np.zeros(size // 8, dtype=np.uint64)
         cu.cuMemcpyDtoH(host.ctypes.data, ptr, size)
-        rows = host.reshape(-1, 3, 16).astype(np.float64).sum(axis=0)
+        per_cta = host.reshape(-1, 3, 16).astype(np.float64)
+        rows = per_cta.sum(axis=0)
+        ctas = rows[1, 15] / calls  # CTAs per call (a row sums several without persistence)
         prod, cons = rows[0], (rows[1] + rows[2]) / 2
         tiles, items = max(cons[CONSUMER["tiles"]], 1.0), max(cons[CONSUMER["items"]], 1.0)
         per_tile = {k: cons[i] / tiles for k, i in CONSUMER.items()
@@ -105,16 +108,24 @@ def run(artifacts: Path, names: list[str], calls: int) -> None:
               f"{total / tiles:.0f}", flush=True)
         print("  consumer per tile: " + "  ".join(f"{k} {v:.0f}" for k, v in per_tile.items())
               + f"  busy {busy / tiles:.0f}")
-        print("  consumer per item: " + "  ".join(f"{k} {v:.0f}" for k, v in per_item.items()))
+        print("  consumer per item: " + "  ".join(f"{k} {v:.0f}" for k, v in per_item.items())
+              + f"  (first item's plan {cons[12] / max(calls * ctas, 1.0):.0f} per CTA)"
+              + f";  inside the softmax: mask {cons[13] / tiles:.0f} per tile;"
+              + f"  busy: fetch_mask {cons[14] / tiles:.0f} per tile")
         print("  consumer share:    " + "  ".join(
             f"{k} {100 * cons[i] / total:.1f}%" for k, i in CONSUMER.items()
-            if k not in ("tiles", "items", "total")) + f"  busy {100 * busy / total:.1f}%")
+            if k not in ("tiles", "items", "total", "ctas")) + f"  busy {100 * busy / total:.1f}%")
         pt, pi = max(prod[PRODUCER["tiles"]], 1.0), max(prod[PRODUCER["items"]], 1.0)
         print(f"  producer per item: slot {prod[0] / pi:.0f}  plan {prod[1] / pi:.0f};"
               f"  per tile: kempty {prod[2] / pt:.0f}  vempty {prod[3] / pt:.0f}  "
               f"issue {prod[4] / pt:.0f}  walk {prod[5] / pt:.0f}; total share: "
               f"plan {100 * prod[1] / prod[11]:.1f}%  waits "
               f"{100 * (prod[0] + prod[2] + prod[3]) / prod[11]:.1f}%", flush=True)
+        bi = max(prod[PRODUCER["bitems"]], 1.0)
+        print(f"  builders per item: slot wait {prod[6] / bi:.0f}  build {prod[7] / bi:.0f};"
+              f"  per CTA: launch to first build {prod[13] / max(calls * ctas, 1.0):.0f}, first"
+              f" build {prod[12] / max(calls * ctas, 1.0):.0f}, whole {prod[14] / max(calls * ctas, 1.0):.0f}"
+              f" (loader whole {prod[11] / max(calls * ctas, 1.0):.0f})", flush=True)
 
 
 def main() -> None:

@@ -74,9 +74,10 @@
 // ===========================================================================================
 
 #if !defined(CMC_HOST)
-// Cycle probe (tools/sm90_probe.py defines CMC_PROBE; timing diagnosis only). Thread 0 of
-// the producer and of each consumer warpgroup adds the clock64 cycles of each wait and stage
-// to its CTA's row of cmc_probe (16 counters each: producer, consumer 0, consumer 1), by
+// Cycle probe (tools/sm90_probe.py defines CMC_PROBE; timing diagnosis only). Lane 0 of the
+// loader, the first plan builder and thread 0 of each consumer warpgroup add the clock64
+// cycles of each wait and stage to their CTA's row of cmc_probe (16 counters each: producer
+// (loader and builder slots), consumer 0, consumer 1; row = blockIdx.x % 256), by
 // fire-and-forget atomics, so the probe holds no counters in registers.
 #if defined(CMC_PROBE)
 extern "C" {
@@ -95,6 +96,7 @@ __device__ unsigned long long cmc_probe[256 * 48];
 #define CMC_PROBE_FLUSH() CMC_PROBE_ADD(11, clock64() - pr_t0_)
 #else
 #define CMC_PROBE_DECL(row, leader)
+#define CMC_PROBE_ADD(slot, v)
 #define CMC_PROBE(slot, stmt) stmt
 #define CMC_PROBE_COUNT(slot)
 #define CMC_PROBE_MARK(t)
@@ -143,7 +145,6 @@ template <int NT, int TILING> constexpr int plan_ints() {
 template <int D, int NT, int TILING> constexpr int smem_bytes() {
   return (Cfg<D>::kPlan + 2 * plan_ints<NT, TILING>() * 4 + 15) / 16 * 16 + 1024;
 }
-
 // Byte offset of 16-byte chunk c (0 <= c < D/8) of row r in a [rows][D] tile.
 template <int ROWS> CMC_DEV unsigned swz(int r, int c) {
   return (unsigned)((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
@@ -377,8 +378,10 @@ template <bool BF16> CMC_DEV void wgmma_ss_n128(float* d, unsigned long long da,
                  : "l"(da), "l"(db), "r"(scale_d));
   }
 }
-// D[64 x 128] += A[64 x 16] (registers) * B[16 x 128] (shared, MN-major: imm-trans-b 1).
-template <bool BF16> CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, unsigned long long db, int scale_d) {
+// D[64 x 128] (+)= A[64 x 16] (registers) * B[16 x 128] (shared; TB 1: MN-major, V; TB 0:
+// K-major, K).
+template <bool BF16, int TB = 1>
+CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, unsigned long long db, int scale_d) {
   if constexpr (BF16) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -387,7 +390,7 @@ template <bool BF16> CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, uns
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -396,7 +399,7 @@ template <bool BF16> CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, uns
                    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
   } else {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -405,7 +408,7 @@ template <bool BF16> CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, uns
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -414,7 +417,7 @@ template <bool BF16> CMC_DEV void wgmma_rs_n128(float* d, const unsigned* a, uns
                    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
   }
 }
 
@@ -459,14 +462,38 @@ struct BitWalk {
   CMC_DEV void next() { cur &= cur - 1u; seek(); }
 };
 
-// S[64 x 128] = Q_wg[64 x D] K[128 x D]^T for this consumer warpgroup (issue only).
-template <bool BF16, int D>
-CMC_DEV void issue_qk(float* s, unsigned sq, unsigned sk) {
+// S[64 x 128] = Q_wg[64 x D] K[128 x D]^T for this consumer warpgroup (issue only). QR:
+// A = Q from registers (load_q) instead of shared memory. Measured (kernel notes, stage 6):
+// 4-6 % faster for patch tiles (CLEAR), 4-7 % slower for causal, so patch tilings only.
+template <bool BF16, int D, bool QR>
+CMC_DEV void issue_qk(float* s, unsigned sq, const unsigned* q, unsigned sk) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const unsigned long long da = gdesc(sq + (kk >> 2) * (kBM * 128) + (kk & 3) * 32, 16, 1024);
     const unsigned long long db = gdesc(sk + (kk >> 2) * (kBN * 128) + (kk & 3) * 32, 16, 1024);
-    wgmma_ss_n128<BF16>(s, da, db, kk > 0 ? 1 : 0);
+    if constexpr (QR) {
+      wgmma_rs_n128<BF16, 0>(s, q + 4 * kk, db, kk > 0 ? 1 : 0);
+    } else {
+      const unsigned long long da = gdesc(sq + (kk >> 2) * (kBM * 128) + (kk & 3) * 32, 16, 1024);
+      wgmma_ss_n128<BF16>(s, da, db, kk > 0 ? 1 : 0);
+    }
+  }
+}
+// This thread's A fragments of Q_wg[64 x D] (the layout the S accumulator repacks into for
+// P): k-step kk = registers 4kk .. 4kk + 3 = (row r, cols c, c + 1), (r + 8, c ..),
+// (r, c + 8 ..), (r + 8, c + 8 ..), r = 16 warp + lane / 4, c = 16 kk + 2 (lane % 4), read
+// from the swizzled Q slot rows of the warpgroup (sq).
+template <int D>
+CMC_DEV void load_q(unsigned* q, unsigned sq, int warp, int lane) {
+  const int r = warp * 16 + (lane >> 2), cb = 4 * (lane & 3);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const int row = r + 8 * (h & 1), chunk = 2 * (kk & 3) + (h >> 1);
+      const unsigned a = sq + (kk >> 2) * (kBM * 128) + row * 128 +
+                         (((unsigned)chunk ^ (unsigned)(row & 7)) << 4) + cb;
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(q[4 * kk + h]) : "r"(a));
+    }
   }
 }
 // O[64 x D] += P[64 x 128] V[128 x D] (issue only).
@@ -581,6 +608,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   constexpr int NT = H::kTerms;
   constexpr int S = C::kStages;
   constexpr bool kPatch = H::kTiling == 1;
+  constexpr bool kQr = kPatch;  // QK with Q from registers (issue_qk)
   constexpr int kPH = H::kPatchRows, kPW = H::kPatchCols;
   static_assert(!kPatch || (kPH * kPW == kBM && kPW >= 8 && H::kGridOrigin % kBM == 0 &&
                             H::kGridWidth % kPW == 0), "patch shape");
@@ -647,7 +675,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
     const int ptid = tid, lane = tid & 31;
     int stage = 0, n = 0;
     unsigned phase = 0;
-    CMC_PROBE_DECL(0, ptid == 0);
+    CMC_PROBE_DECL(0, ptid == 0 || ptid == 32);  // the loader's lane 0, the first builder
     for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
       Item it;
       it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
@@ -662,9 +690,14 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       ++n;
       int* plan = plan_of(x);
       if (ptid >= 32) {  // plan builders: up to two items ahead of the loader (the slots)
-        mbar_wait(bar_slot(x), use ^ 1u);  // the consumers are done with its last item
+        CMC_PROBE(6, mbar_wait(bar_slot(x), use ^ 1u));  // consumers done with its last item
+        CMC_PROBE_MARK(pr_build_);
+        if (n == 1) CMC_PROBE_ADD(13, pr_build_ - pr_t0_);  // launch to the first build
         if constexpr (kPatch) build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32);
         else build_plan<H>(seq, qa, qb, plan, ptid - 32);
+        CMC_PROBE_SINCE(7, pr_build_);
+        if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
+        CMC_PROBE_COUNT(8);
         mbar_arrive(bar_plan(x));
         continue;
       }
@@ -697,7 +730,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         if (++stage == S) { stage = 0; phase ^= 1; }
       }
     }
-    CMC_PROBE_FLUSH();
+    if (ptid < 32) CMC_PROBE_FLUSH();
+    else CMC_PROBE_ADD(14, clock64() - pr_t0_);  // the first builder's whole time
   } else {
     // ======================================================================= consumers
     setmaxnreg_inc<Regs<H::kTiling>::kConsumer>();
@@ -714,6 +748,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       if (lane == 0) mbar_arrive(bar);
     };
     CMC_PROBE_DECL(1 + cw, ctid == 0);
+    CMC_PROBE_COUNT(15);  // CTAs (a probe row sums several when the grid is not persistent)
     if (cw == 1) turn_pass(cw);  // warpgroup 0 issues first
 
     for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
@@ -741,7 +776,10 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       unsigned char* gQx = smem + C::kQ + x * C::kQBytes;
 
       CMC_PROBE_COUNT(10);
-      CMC_PROBE(0, mbar_wait(bar_plan(x), use));
+      CMC_PROBE_MARK(pr_plan_);
+      mbar_wait(bar_plan(x), use);
+      CMC_PROBE_SINCE(0, pr_plan_);
+      if (n == 1) CMC_PROBE_SINCE(12, pr_plan_);  // the first item's plan (cold start)
       const int* plan = plan_of(x);
       const int* full = plan + 6 * NT;  // linear: full runs
       const int nfull = kPatch ? 0 : plan[8 * NT + 1];
@@ -759,6 +797,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         float s[64];
         unsigned p[32];
         const unsigned sq = sQx + cw * 64 * 128;
+        unsigned qf[kQr ? D / 4 : 1];
+        if constexpr (kQr) load_q<D>(qf, sq, warp, lane);
 
         // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
         // returns the rescale factors of the running O and l.
@@ -873,6 +913,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
             while (f < nfull && full[2 * f + 1] <= j) ++f;
             is_full = f < nfull && full[2 * f] <= j;
           }
+          CMC_PROBE_MARK(pr_mask_);
           if (!is_full) {
             if constexpr (kPatch) {
               if (mw_ok) apply_bits(mw.x, mw.y);
@@ -882,6 +923,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
               mask_linear(j * kBN);
             }
           }
+          CMC_PROBE_SINCE(13, pr_mask_);
           // row maxima as 4 independent chains: the exponentials wait on this reduction
           float a0[4], a1[4];
 #pragma unroll
@@ -935,7 +977,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         CMC_PROBE(2, mbar_wait(bar_kfull(stage), phase));
         CMC_PROBE(4, turn_wait(cw));
         wg_fence();
-        issue_qk<BF16, D>(s, sq, sK + stage * C::kTile);
+        issue_qk<BF16, D, kQr>(s, sq, qf, sK + stage * C::kTile);
         wg_commit();
         turn_pass(cw);
         CMC_PROBE(5, wg_wait<0>());
@@ -951,7 +993,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           wk.next();
           if (wk.j < 0) break;
           CMC_PROBE_COUNT(9);
-          fetch_mask(wk.j);
+          CMC_PROBE(14, fetch_mask(wk.j));
           const int ns = stage + 1 == S ? 0 : stage + 1;
           const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
           CMC_PROBE(2, mbar_wait(bar_kfull(ns), nph));      // K(next)
@@ -960,7 +1002,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           wg_fence();
           fence_regs<kO>(o);
           fence_regs<32>(p);
-          issue_qk<BF16, D>(s, sq, sK + ns * C::kTile);
+          issue_qk<BF16, D, kQr>(s, sq, qf, sK + ns * C::kTile);
           wg_commit();
           rescale_o(c0, c1);
           wg_fence();
