@@ -244,9 +244,12 @@ def run(args: argparse.Namespace) -> list[Result]:
             return call(attn)
 
         if ab_kernels:  # kernel A/B: variants interleaved per round, median over rounds
+            # the order flips every round: a fixed order favoured the first variant by 2-5 %
+            # (identical kernels, docs/bench/ab_qrp.json and ab_msm.json)
             times: dict[str, list[float]] = {n: [] for n in ab_kernels}
-            for _ in range(args.ab_rounds):
-                for n, ks in ab_kernels.items():
+            for rnd in range(args.ab_rounds):
+                order = list(ab_kernels.items())
+                for n, ks in (order if rnd % 2 == 0 else order[::-1]):
                     a = ks[artifact_for(c.pattern)]
                     times[n].append(bench(lambda a=a: call(a)))
             for n, ts in times.items():

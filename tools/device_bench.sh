@@ -17,6 +17,6 @@ if [ -z "${NO_SM90_CHECK:-}" ]; then
   timeout ${T_SM90:-150} python3 tools/sm90_check.py ${SM90_ARGS:-} 2>&1 | tee "$out/sm90.log" | tail -12
 fi
 if [ $# -gt 0 ]; then
-  timeout ${T_BENCH:-400} python3 benchmarks/bench.py --artifacts out/bench --lengths "$@" \
+  timeout ${T_BENCH:-400} python3 benchmarks/bench.py --artifacts ${ARTIFACTS:-out/bench} --lengths "$@" \
     --warmup 10 --rep ${REP:-50} ${BENCH_ARGS:-} --out "$out/bench" 2>&1 | tail -${TAIL:-60}
 fi
