@@ -238,9 +238,13 @@ CMC_DEV void wg_bar_sync(int cw) {
   else asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
-// Named barrier of the producer's plan builders (warps 1-3; warp 0 is the loader).
+// Named barrier of the producer's plan builders (warps 1-3; warp 0 is the loader), or of
+// the builders and both consumer warpgroups (kHelpers threads) for a CTA's first patch
+// plan, which the consumers would otherwise wait for idle.
 constexpr int kBuilders = 96;
+constexpr int kHelpers = kBuilders + 256;
 CMC_DEV void producer_bar() { asm volatile("bar.sync 3, 96;\n" ::: "memory"); }
+CMC_DEV void builders_bar(int n) { asm volatile("bar.sync 3, %0;\n" ::"r"(n) : "memory"); }
 
 // Ping-pong of the two consumer warpgroups (FA3's warp-scheduler barriers): barrier 4 + cw
 // (256 threads) is consumer warpgroup cw's turn to issue wgmma. A warpgroup waits for its
@@ -520,23 +524,25 @@ CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, in
   producer_bar();
 }
 
-// Patch-tiled plan of query tile qt into p (plan_ints<NT, 1>() ints) by the plan
-// builders: the term ranges over the tile's hull of rows [qa, qb] (full ranges, and the
-// consumers' test of which terms can touch a key tile), the key tiles touched by some row of
-// the tile (per box of PW consecutive rows, so a grid row of the patch is never widened to
-// the hull) and, of those, the full ones.
+// Patch-tiled plan of query tile qt into p (plan_ints<NT, 1>() ints) by nb threads
+// (btid < nb; named barrier 3): the term ranges over the tile's hull of rows [qa, qb] (full
+// ranges, and the consumers' test of which terms can touch a key tile), the key tiles
+// touched by some row of the tile (per box of PW consecutive rows, so a grid row of the patch
+// is never widened to the hull) and, of those, the full ones: a touched tile stays full
+// unless one of its boxes (one work item per tile and box) lies past len or outside every
+// full range.
 template <class H>
 CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo& g, int qt,
-                              int qa, int qb, int* p, int btid) {
-  constexpr int NT = H::kTerms;
+                              int qa, int qb, int* p, int btid, int nb) {
+  constexpr int NT = H::kTerms, PH = H::kPatchRows, PW = H::kPatchCols;
   unsigned* touched = reinterpret_cast<unsigned*>(p + 4 * NT);
   unsigned* full = touched + kMaxKeyWords;
   const int len = seq.len, nw = (g.nqt + 31) >> 5;
-  for (int i = btid; i < NT; i += kBuilders) H::term(seq, qa, qb, i, p + 4 * i);
-  for (int w = btid; w < nw; w += kBuilders) { touched[w] = 0u; full[w] = 0u; }
-  producer_bar();
-  const int nbox = qt < g.nlin ? 1 : g.PH;  // a linear tile is its own hull
-  for (int x = btid; x < NT * nbox; x += kBuilders) {
+  for (int i = btid; i < NT; i += nb) H::term(seq, qa, qb, i, p + 4 * i);
+  for (int w = btid; w < nw; w += nb) touched[w] = 0u;
+  builders_bar(nb);
+  const int nbox = qt < g.nlin ? 1 : PH;  // a linear tile is its own hull
+  for (int x = btid; x < NT * nbox; x += nb) {
     const int i = x / nbox, b = x - i * nbox;
     if (nbox == 1) {
       cmc_patch_mark(touched, g, p[4 * i], p[4 * i + 1]);
@@ -545,14 +551,24 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
     const int s = cmc_patch_box(g, qt, b);
     if (s >= len) continue;
     int r4[4];
-    H::term(seq, s, s + g.PW - 1 < len - 1 ? s + g.PW - 1 : len - 1, i, r4);
+    H::term(seq, s, s + PW - 1 < len - 1 ? s + PW - 1 : len - 1, i, r4);
     cmc_patch_mark(touched, g, r4[0], r4[1]);
   }
-  producer_bar();
-  for (int t = btid; t < g.nqt; t += kBuilders)
-    if (((touched[t >> 5] >> (t & 31)) & 1u) && cmc_patch_full(g, p, NT, len, t))
-      atomicOr(full + (t >> 5), 1u << (t & 31));
-  producer_bar();
+  builders_bar(nb);
+  for (int w = btid; w < nw; w += nb) full[w] = touched[w];
+  builders_bar(nb);
+  for (int x = btid; x < g.nqt * PH; x += nb) {
+    const int t = x / PH, b = x - t * PH;
+    if (!((touched[t >> 5] >> (t & 31)) & 1u)) continue;
+    const int s = cmc_patch_box(g, t, b);
+    bool in = s + PW <= len;
+    if (in) {
+      in = false;
+      for (int i = 0; i < NT && !in; ++i) in = p[4 * i + 2] <= s && s + PW <= p[4 * i + 3];
+    }
+    if (!in) atomicAnd(full + (t >> 5), ~(1u << (t & 31)));
+  }
+  builders_bar(nb);
 }
 
 // The persistent schedule. A work unit is a pair of query tiles of one (sequence, head):
@@ -693,7 +709,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         CMC_PROBE(6, mbar_wait(bar_slot(x), use ^ 1u));  // consumers done with its last item
         CMC_PROBE_MARK(pr_build_);
         if (n == 1) CMC_PROBE_ADD(13, pr_build_ - pr_t0_);  // launch to the first build
-        if constexpr (kPatch) build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32);
+        if constexpr (kPatch)
+          build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32,
+                              n == 1 ? kHelpers : kBuilders);
         else build_plan<H>(seq, qa, qb, plan, ptid - 32);
         CMC_PROBE_SINCE(7, pr_build_);
         if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
@@ -777,6 +795,11 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
 
       CMC_PROBE_COUNT(10);
       CMC_PROBE_MARK(pr_plan_);
+      if constexpr (kPatch) {  // the CTA's first plan: help the builders (see builders_bar)
+        if (n == 1)
+          build_plan_patch<H>(seq, g, it.qt, qa, qb, plan_of(x), kBuilders + cw * 128 + ctid,
+                              kHelpers);
+      }
       mbar_wait(bar_plan(x), use);
       CMC_PROBE_SINCE(0, pr_plan_);
       if (n == 1) CMC_PROBE_SINCE(12, pr_plan_);  // the first item's plan (cold start)
