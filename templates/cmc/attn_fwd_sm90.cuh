@@ -38,7 +38,8 @@
 // ------------------------------------------------------------------------------ design
 // CTA = 3 warpgroups (384 threads), __launch_bounds__(384, 1):
 //   WG0 producer (setmaxnreg.dec to 40): warps 1-3 build each item's tile plan (named
-//       barrier 3, 96 threads) as soon as the item's slot is free, up to two items ahead;
+//       barrier 3, 96 threads) as soon as the item's slot is free, up to two items ahead
+//       (a patch tiling's first plan of a CTA: with both consumer warpgroups, 352 threads);
 //       warp 0, the loader, waits for the plan and copies the Q tile [128 x D] and, for every
 //       walked key tile j (plan order), K(j) and V(j) into a kStages-deep ring by TMA (one
 //       64 x 1 x 128 box per 128-byte column block, or a patch's PH boxes per block; the
@@ -47,7 +48,8 @@
 //       stage's EMPTY barrier (count 8: lane 0 of each consumer warp) before refilling.
 //   WG1, WG2 consumers (setmaxnreg.inc to 232): 64 query rows each (BLOCK_M = 128).
 //       S = Q K^T:  wgmma m64n128k16, A = Q and B = K both from shared memory (K-major,
-//                   128-byte swizzle descriptors), f32 accumulators (64 regs/thread).
+//                   128-byte swizzle descriptors), f32 accumulators (64 regs/thread); for
+//                   a patch tiling A = Q from registers (loaded once per item).
 //       O += P V:   wgmma m64nDk16, A = P from registers (the S accumulator layout repacked
 //                   to bf16/fp16 pairs is exactly the A-fragment layout), B = V from shared
 //                   memory as an MN-major (transposed) 128-byte-swizzle descriptor.
