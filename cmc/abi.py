@@ -22,6 +22,10 @@ Kernel grid: the manifest's per-kernel rule. Portable kernel: (ceil(max_len / bl
 heads_q, batch). sm90 kernel (persistent-capable): (min(units, max_ctas), 1, 1) with units =
 ceil(ceil(max_len / block_m) / 2) * heads_q * batch pairs of query tiles, any max_ctas >= 1
 (the launcher's choice: cmc.runtime.loader.persistent_ctas). Block: (threads, 1, 1).
+An sm90 kernel's CTAs take their next work units from the work counter at desc.sched, so a
+persistent grid balances unequal units; the last CTA to finish resets the counter to zero,
+so one counter serves every launch on one stream (two launches in flight at once must not
+share one). With sched = 0 they stride statically (CTA c: units c, c + grid, ...).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ HEADER_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("o", "uint64_t", "device pointer to O (written)"),
     ("lse", "uint64_t", "device pointer to float32 LSE [H, T] (written), or 0"),
     ("cu_seqlens", "uint64_t", "device pointer to int32[batch+1] token offsets"),
+    ("sched", "uint64_t", "sm90: device pointer to a zeroed uint32[2] work counter, one per "
+     "stream (the kernel leaves it zero), or 0 for a static schedule; portable: unused"),
     ("q_stride_tok", "int64_t", "elements between tokens of Q"),
     ("q_stride_head", "int64_t", "elements between heads of Q"),
     ("k_stride_tok", "int64_t", ""),

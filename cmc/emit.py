@@ -84,10 +84,12 @@ SM90_STAGES = {64: 4, 128: 2}
 
 def sm90_plan_ints(n_terms: int, tiling: Tiling = LINEAR) -> int:
     """Ints of one sm90 tile plan (cmc_sm90::plan_ints): linear, the term ranges, touched
-    runs, full runs and two counts; patch, the term ranges and two bit sets of key tiles."""
+    runs, full runs and two counts; patch, the term ranges and two bit sets of key tiles;
+    both then the item header (query tile, head, sequence, the builders' unit word)."""
+    item = 4
     if tiling.kind == "patch":
-        return 4 * n_terms + 2 * (MAX_KEY_TILES // 32)
-    return 8 * n_terms + 2
+        return 4 * n_terms + 2 * (MAX_KEY_TILES // 32) + item
+    return 8 * n_terms + 2 + item
 
 
 def sm90_smem_bytes(head_dim: int, n_terms: int, tiling: Tiling = LINEAR) -> int:

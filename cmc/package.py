@@ -188,6 +188,7 @@ def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
         "threads": v.threads,
         "block": [v.threads, 1, 1],
         "grid": grid_rule(v),
+        "work_counter": v.kernel == "sm90",
         "dynamic_smem": v.smem_bytes,
         "registers": r.registers,
         "shared_static": r.shared_static,

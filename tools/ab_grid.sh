@@ -4,6 +4,8 @@
 # case (benchmarks/bench.py --ab). AB_UNCAPPED="NAME ..." adds NAMEu: NAME with its persistent
 # grid min(units, num_sms) replaced by one CTA per work unit. AB_CAPPED="NAME ..." adds NAMEc:
 # NAME always persistent, max_ctas = ${AB_SMS:-132} whatever the length or layout.
+# AB_STATIC="NAME ..." adds NAMEs: NAME without its work counter (static stride, and the
+# runtime's static persistence rule).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD
@@ -16,6 +18,17 @@ for f in pathlib.Path(sys.argv[1]).rglob("manifest.json"):
     for k in m["kernels"]:
         if k["grid"][0].startswith("min("):
             k["grid"][0] = k["grid"][0][4:].rsplit(",", 1)[0]
+    f.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+PY
+done
+for v in ${AB_STATIC:-}; do
+  rm -rf out/ab/${v}s && cp -r out/ab/$v out/ab/${v}s
+  python3 - out/ab/${v}s <<'PY'
+import json, pathlib, sys
+for f in pathlib.Path(sys.argv[1]).rglob("manifest.json"):
+    m = json.loads(f.read_text())
+    for k in m["kernels"]:
+        k["work_counter"] = False
     f.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
 PY
 done

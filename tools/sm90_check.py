@@ -232,11 +232,18 @@ class Gpu:
 
 
 class Kernel:
-    def __init__(self, gpu, fn, layout, threads, smem, tiling=None):
+    def __init__(self, gpu, fn, layout, threads, smem, tiling=None, dynamic=False):
         from cmc.ir import LINEAR
 
         self.gpu, self.fn, self.layout, self.threads, self.smem = gpu, fn, layout, threads, smem
         self.tiling = tiling or LINEAR
+        # the work counter (desc.sched) the kernel must leave zero; None: static schedule
+        self.counter = (gpu.torch.zeros(2, dtype=gpu.torch.int32, device="cuda")
+                        if dynamic else None)
+
+    def counter_left(self):
+        """The work counter after a launch (synchronised), or None: static."""
+        return None if self.counter is None else self.counter.tolist()
 
     def prepare(self, q, k, v, o, lse, cu_seqlens, max_len, lse_stride, param_ptrs, scale):
         """Packed descriptor bytes and grid for tensors q/k/v/o [T, H, D]."""
@@ -251,6 +258,7 @@ class Kernel:
             "lse_stride_head": lse_stride,
             "batch": cu_seqlens.numel() - 1, "heads_q": q.shape[1], "heads_kv": k.shape[1],
             "max_len": max_len, "scale_log2": scale * math.log2(math.e),
+            "sched": 0 if self.counter is None else self.counter.data_ptr(),
         }
         vals.update(param_ptrs)
         desc = self.layout.pack(vals)
@@ -357,6 +365,9 @@ def run_case(gpu, kern, mask, mask_name, dt, hd, lens, with_lse=True, seed=0):
         die(f"{mask_name} {dt}_d{hd} lens={lens}: kernel failed: {e}")
     del keep
     worst_o, worst_l, bad = 0.0, 0.0, []
+    left = kern.counter_left()
+    if left not in (None, [0, 0]):
+        bad.append(f"work counter left at {left}, not zero")
     for b, n in enumerate(lens):
         t0 = int(cu[b])
         key = (mask_name, n, repr(sorted(per_seq[b].items())))
@@ -474,6 +485,8 @@ def main() -> int:
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--bench-only", action="store_true")
     ap.add_argument("--masks", default=",".join(MASKS))
+    ap.add_argument("--sched", choices=("dynamic", "static", "both"), default="both",
+                    help="the sm90 schedule: the work counter (desc.sched), the static stride")
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
     ap.add_argument("--variants", default="bf16_d64,bf16_d128,fp16_d64,fp16_d128")
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
@@ -481,6 +494,7 @@ def main() -> int:
     t_start = time.perf_counter()
 
     masks = [m for m in args.masks.split(",") if m]
+    modes = ("dynamic", "static") if args.sched == "both" else (args.sched,)
     lengths = [int(x) for x in args.lengths.split(",") if x]
     variants = [(v.split("_d")[0], int(v.split("_d")[1])) for v in args.variants.split(",") if v]
     if args.bench_only:
@@ -547,11 +561,13 @@ def main() -> int:
             for dt, hd in variants:
                 smem = sm90_smem_bytes(hd, n_terms, tiling)
                 fn = gpu.load(built[(m, dt, hd)], sm90_symbol(table.mask.name, dt, hd), smem)
-                kern = Kernel(gpu, fn, layout, THREADS, smem, tiling)
-                cases = [(n, True) for n in lengths]
-                if lengths:
-                    cases.append((lengths[min(3, len(lengths) - 1)], False))  # desc.lse == 0
-                for n, with_lse in cases:
+                kerns = {mode: Kernel(gpu, fn, layout, THREADS, smem, tiling,
+                                      dynamic=mode == "dynamic") for mode in modes}
+                cases = [(n, True, mode) for n in lengths for mode in modes]
+                if lengths:  # desc.lse == 0
+                    cases.append((lengths[min(3, len(lengths) - 1)], False, modes[0]))
+                for n, with_lse, mode in cases:
+                    kern = kerns[mode]
                     lens = jagged(n)
                     try:
                         ok, msg = run_case(gpu, kern, table.mask, m, dt, hd, lens, with_lse)
@@ -559,7 +575,7 @@ def main() -> int:
                         ok, msg = False, f"EXCEPTION {type(e).__name__}: {e}"
                     passed += ok
                     failed += not ok
-                    tag = "" if with_lse else " lse=0"
+                    tag = ("" if with_lse else " lse=0") + f" {mode}"
                     print(f"  {'PASS' if ok else 'FAIL'} {m:15s} {dt}_d{hd:<3d} lens={lens}{tag}: {msg}",
                           flush=True)
                     if not ok and "EXCEPTION" in msg and "illegal" in msg.lower():

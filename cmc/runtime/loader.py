@@ -63,17 +63,56 @@ from .params import (
 
 RESERVED = ("q", "k", "v", "scale", "return_lse", "out", "cu_seqlens", "max_len", "stream")
 DEFAULT_GRID = ("ceil(max_len / block_m)", "heads_q", "batch")
-# Persistent launches (one CTA per SM, each striding over work units) pay off for short
-# sequences of equal length: measured on H200 (docs/kernel-notes.md, 2026-12-02) +6-21 % at
-# L <= 4K, but -5-10 % for jagged batches (a static stride cannot balance unequal units) and
+# Persistent launches (one CTA per SM) pay off when the CTAs take their units from the work
+# counter (desc.sched). With a static stride (artifacts without the field, or no counter)
+# they pay off only for short sequences of equal length: measured on H200
+# (docs/kernel-notes.md, 2026-12-02) +6-21 % at L <= 4K, but -5-10 % for jagged batches and
 # up to -11 % at 32K (uneven unit costs), where one CTA per unit lets the hardware balance.
 PERSISTENT_MAX_LEN = 4096
 
 
-def persistent_ctas(num_sms: int, packed: bool, max_len: int) -> int:
-    """max_ctas of the grid rule: the SM count for an equal-length batch (batch layout) of
-    sequences up to PERSISTENT_MAX_LEN, otherwise unbounded (one CTA per work unit)."""
-    return num_sms if not packed and max_len <= PERSISTENT_MAX_LEN else 2**31 - 1
+def persistent_ctas(num_sms: int, packed: bool, max_len: int, dynamic: bool = False) -> int:
+    """max_ctas of the grid rule: the SM count with a work counter, or for an equal-length
+    batch (batch layout) of sequences up to PERSISTENT_MAX_LEN; otherwise unbounded (one
+    CTA per work unit)."""
+    if dynamic or (not packed and max_len <= PERSISTENT_MAX_LEN):
+        return num_sms
+    return 2**31 - 1
+
+
+class _Counters:
+    """The sm90 kernels' work counters (cmc/abi.py, desc.sched) of one device: 8 zeroed bytes
+    per stream, from chunks allocated outside any graph capture. The kernel leaves its
+    counter zero, so launches in stream order share one; a stream first seen during capture
+    when the chunk is used up gets 0 (the static schedule) rather than an allocation."""
+
+    CHUNK = 256
+
+    def __init__(self, device: int):
+        self.device = device
+        self.lock = threading.Lock()
+        self.by_stream: dict[int, int] = {}
+        self.chunks: list[_Allocation] = []
+        self.free: list[int] = []
+
+    def _grow(self) -> None:
+        a = _Allocation(8 * self.CHUNK, self.device)
+        zeros = np.zeros(2 * self.CHUNK, dtype=np.uint32)
+        with _driver.on_device(self.device):
+            _driver.htod(a.ptr, zeros.ctypes.data, zeros.nbytes)
+        self.chunks.append(a)
+        self.free.extend(a.ptr + 8 * i for i in range(self.CHUNK - 1, -1, -1))
+
+    def for_stream(self, stream: int) -> int:
+        with self.lock:
+            c = self.by_stream.get(stream)
+            if c is None:
+                if not self.free:
+                    if _driver.is_capturing(stream):
+                        return 0
+                    self._grow()
+                c = self.by_stream[stream] = self.free.pop()
+            return c
 _ROLES = {"scalar": (("value", "int32_t"),), "batch": (("per_sequence", "uint64_t"),),
           "segments": (("segment_offsets", "uint64_t"), ("segment_starts", "uint64_t"))}
 
@@ -100,6 +139,7 @@ class KernelEntry:
     tensor_maps: tuple[str, ...] = ()  # tensors whose CUtensorMaps follow the descriptor
     box_rows: int = 128  # tokens per tensor-map box
     max_len: int | None = None  # longest sequence the kernel takes (patch tilings)
+    work_counter: bool = False  # takes its work units from desc.sched (sm90)
 
 
 @dataclass(frozen=True)
@@ -202,6 +242,9 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
     max_len = k.get("max_len")
     if max_len is not None and not (isinstance(max_len, int) and max_len > 0):
         raise ArtifactError(f"manifest: {where}.max_len must be null or a positive int")
+    work_counter = k.get("work_counter", False)
+    if not isinstance(work_counter, bool):
+        raise ArtifactError(f"manifest: {where}.work_counter must be true or false")
     return KernelEntry(
         symbol=_need(k, "symbol", where, str), arch=_need(k, "arch", where, str), file=file,
         sha256=_need(k, "sha256", where, str).lower(), dtype=dtype,
@@ -211,7 +254,7 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         grid=tuple(parse_grid_expr(g) for g in grid_raw),
         dynamic_smem=_need(k, "dynamic_smem", where, int),
         tensor_maps=tuple(t["tensor"] for t in maps),
-        box_rows=rows.pop() if maps else 128, max_len=max_len)
+        box_rows=rows.pop() if maps else 128, max_len=max_len, work_counter=work_counter)
 
 
 def read_manifest(path: str | Path) -> Manifest:
@@ -290,6 +333,9 @@ class _DeviceKernels:
             self.arch = select_arch(cc, [k.arch for k in m.kernels])
             smem_max = _driver.max_optin_smem(device)
             self.num_sms = _driver.sm_count(device)
+            self.counters = _Counters(device)
+            if any(k.work_counter for k in m.kernels if k.arch == self.arch):
+                self.counters.for_stream(0)  # the first chunk, outside any capture
             self.kernels: dict[tuple[str, int], _Kernel] = {}
             for k in m.kernels:
                 if k.arch != self.arch:
@@ -780,7 +826,7 @@ class Attention:
         if not packed:
             seq_ptr = _cached_seqlens(device, batch, mlen, capturing) if batch and mlen else 0
         if geo.tokens and batch and geo.heads_q and mlen:
-            self._run(kern, dk.num_sms, packed, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch,
+            self._run(kern, dk, packed, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch,
                       mlen, slog2, packed_params, uploads)
         if lse is None:
             return out
@@ -818,7 +864,7 @@ class Attention:
         lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens) if return_lse else None
         lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
         if geo.tokens and plan.batch and geo.heads_q and plan.max_len:
-            self._run(kern, dk.num_sms, plan.packed, sh, geo, qi, ki, vi, oi, lse_ptr,
+            self._run(kern, dk, plan.packed, sh, geo, qi, ki, vi, oi, lse_ptr,
                       plan.values["cu_seqlens"], plan.batch, plan.max_len, slog2, (),
                       _Uploads(dk.device), fixed=plan.values)
         if lse is None:
@@ -841,7 +887,7 @@ class Attention:
             for role, arr in zip(roles, p.arrays, strict=True):
                 yield fields[role].name, arr
 
-    def _run(self, kern: _Kernel, num_sms: int, packed: bool, sh: int, geo: Geometry,
+    def _run(self, kern: _Kernel, dk: _DeviceKernels, packed: bool, sh: int, geo: Geometry,
              qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int,
              seq_ptr: int | tuple[str, int],
              batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
@@ -866,9 +912,11 @@ class Attention:
             "heads_kv": geo.heads_kv, "max_len": mlen, "scale_log2": slog2,
         })
         e = kern.entry
+        sched = dk.counters.for_stream(sh) if e.work_counter else 0
+        values["sched"] = sched
         env = {**{n: int(x) for n, x in values.items() if isinstance(x, int)},
                "block_m": e.block_m, "block_n": e.block_n, "threads": e.threads,
-               "max_ctas": persistent_ctas(num_sms, packed, mlen)}
+               "max_ctas": persistent_ctas(dk.num_sms, packed, mlen, dynamic=sched != 0)}
         if e.max_len is not None and mlen > e.max_len:
             raise ParamError("max_len", f"{mlen} tokens: this kernel's tile plan ("
                                         f"{e.symbol}, grid patches) holds sequences of at most "

@@ -139,9 +139,11 @@ constexpr int kMaxKeyTiles = 4096;
 constexpr int kMaxKeyWords = kMaxKeyTiles / 32;
 // Ints of one tile plan. Linear tiling: term ranges [4 NT] | touched runs [2 NT] | full runs
 // [2 NT] | nrun | nfull. Patch tiling: term ranges over the tile's hull of rows [4 NT] |
-// touched key tiles [kMaxKeyWords bits] | full key tiles [kMaxKeyWords bits].
+// touched key tiles [kMaxKeyWords bits] | full key tiles [kMaxKeyWords bits]. Both end with
+// the item header [kItemInts]: qt (-1: no more items), h, b, and the builders' unit word.
+constexpr int kItemInts = 4;
 template <int NT, int TILING> constexpr int plan_ints() {
-  return TILING == 1 ? 4 * NT + 2 * kMaxKeyWords : 8 * NT + 2;
+  return (TILING == 1 ? 4 * NT + 2 * kMaxKeyWords : 8 * NT + 2) + kItemInts;
 }
 // +1024: the kernel aligns its base up to 1 KiB itself (the swizzle atoms need it).
 template <int D, int NT, int TILING> constexpr int smem_bytes() {
@@ -575,16 +577,54 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
 
 // The persistent schedule. A work unit is a pair of query tiles of one (sequence, head):
 // tiles nqt - 1 - p and p (p < ceil(nqt / 2); the middle tile of an odd nqt alone), so every
-// unit of a causal-like mask costs the same (nqt + 1 key tiles) and a static stride balances
-// without atomics. Units are numbered head-major within a sequence, so the CTAs running
-// together share a few heads' K/V in L2. CTA c takes units c, c + gridDim.x, ...; the longer
-// tile of a unit goes first.
+// unit of a causal-like mask costs about the same (nqt + 1 key tiles). Units are numbered
+// head-major within a sequence, so the CTAs running together share a few heads' K/V in L2.
+// CTA c starts with unit c; its next units come from the launch's work counter
+// (desc.sched: gridDim.x + an atomicAdd, so a CTA whose units ran long takes fewer), or
+// with no counter (desc.sched == 0) by a static stride c + gridDim.x, c + 2 gridDim.x, ...
+// The longer tile of a unit goes first. Only the plan builders pick items; the loader and
+// the consumers read each from its plan's item header.
 struct Item {
   int qt, h, b;
 };
+// The item header of a plan slot: false at the end of the CTA's items.
+CMC_DEV bool read_item(const int* item, Item& it) {
+  it.qt = item[0];
+  it.h = item[1];
+  it.b = item[2];
+  return it.qt >= 0;
+}
 struct Sched {
   int nqt, npair, heads;
   CMC_DEV int units(int batch) const { return npair * heads * batch; }
+  // A unit from the counter (the lead builder's reservation; its latency is hidden until
+  // the next call of next()).
+  CMC_DEV static int fetch(unsigned long long counter) {
+    return (int)gridDim.x + (int)atomicAdd(reinterpret_cast<unsigned*>(counter), 1u);
+  }
+  // The unit after u, for every plan builder (word: a shared int; lead: the one builder that
+  // holds the reservation `held` and reserves the next one).
+  CMC_DEV int next(unsigned long long counter, int u, int* word, bool lead, int& held,
+                   int units) const {
+    if (counter == 0) return u + (int)gridDim.x;
+    if (lead) {
+      *word = held;
+      if (held < units) held = fetch(counter);
+    }
+    producer_bar();
+    return *word;
+  }
+  // After the lead builder's last next(): the last CTA to finish leaves the counter zero for
+  // the next launch on its stream (every CTA's fetches are before its count: the fence).
+  CMC_DEV void finish(unsigned long long counter) const {
+    if (counter == 0) return;
+    unsigned* c = reinterpret_cast<unsigned*>(counter);
+    __threadfence();
+    if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
+      atomicExch(c, 0u);
+      atomicExch(c + 1, 0u);
+    }
+  }
   // query tile `half` (0: the long one, 1: the short one) of unit u, or -1 if it has none
   CMC_DEV int tile(int u, int half, int& h, int& b) const {
     const int bh = u / npair, p = u - bh * npair;
@@ -647,6 +687,18 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   sc.heads = heads;
   const int units = sc.units(batch);
   const int hpk = heads / desc.heads_kv;
+  // the CTA's first item, as the builders will pick it, if it is of its first unit
+  auto first_item = [&](Item& f) {
+    const int u = blockIdx.x;
+    for (int half = 0; half < 2 && u < units; ++half) {
+      f.qt = sc.tile(u, half, f.h, f.b);
+      if (f.qt < 0) continue;
+      const typename H::seq_t fs = H::seq(desc, f.b);
+      int fa, fb;
+      if (tile_rows<kPatch>(geo(fs.len), fs.len, f.qt, fa, fb)) return true;
+    }
+    return false;
+  };
 
   // 1 KiB-aligned base (shared-window addresses; the generic pointer moves by the same amount).
   const unsigned raw = smem_u32(cmc_smem_raw);
@@ -694,36 +746,74 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
     int stage = 0, n = 0;
     unsigned phase = 0;
     CMC_PROBE_DECL(0, ptid == 0 || ptid == 32);  // the loader's lane 0, the first builder
-    for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
-      Item it;
-      it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
-      if (it.qt < 0) continue;
-      const typename H::seq_t seq = H::seq(desc, it.b);
-      const int len = seq.len;
-      const cmc_patch_geo g = geo(len);
-      int qa, qb;
-      if (!tile_rows<kPatch>(g, len, it.qt, qa, qb)) continue;  // the consumers skip the same
-      const int x = n & 1;
-      const unsigned use = (unsigned)(n >> 1) & 1u;
-      ++n;
-      int* plan = plan_of(x);
-      if (ptid >= 32) {  // plan builders: up to two items ahead of the loader (the slots)
+    if (ptid >= 32) {
+      // plan builders: they pick the items (Sched::next), up to two ahead of the loader
+      // (the slots), and publish each in its plan's item header
+      int u = blockIdx.x, half = 0;
+      int held = desc.sched != 0 && ptid == 32 ? Sched::fetch(desc.sched) : 0;
+      for (;;) {
+        const int x = n & 1;
+        const unsigned use = (unsigned)(n >> 1) & 1u;
+        ++n;
+        int* plan = plan_of(x);
+        int* item = plan + kPlanInts - kItemInts;
         CMC_PROBE(6, mbar_wait(bar_slot(x), use ^ 1u));  // consumers done with its last item
         CMC_PROBE_MARK(pr_build_);
+        Item it;
+        int qa = 0, qb = 0;
+        bool found = false;
+        typename H::seq_t seq;
+        cmc_patch_geo g;
+        while (!found) {
+          if (half == 2) {
+            u = sc.next(desc.sched, u, item + 3, ptid == 32, held, units);
+            half = 0;
+          }
+          if (u >= units) break;
+          it.qt = sc.tile(u, half++, it.h, it.b);
+          if (it.qt < 0) continue;
+          seq = H::seq(desc, it.b);
+          g = geo(seq.len);
+          found = tile_rows<kPatch>(g, seq.len, it.qt, qa, qb);
+        }
+        if (!found) {
+          if (ptid == 32) {
+            item[0] = -1;
+            sc.finish(desc.sched);
+          }
+          mbar_arrive(bar_plan(x));
+          break;
+        }
         if (n == 1) CMC_PROBE_ADD(13, pr_build_ - pr_t0_);  // launch to the first build
+        // the consumers help with the first plan when it is of the CTA's first unit
+        // (first_item: fetched units are >= gridDim.x)
         if constexpr (kPatch)
           build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32,
-                              n == 1 ? kHelpers : kBuilders);
+                              n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders);
         else build_plan<H>(seq, qa, qb, plan, ptid - 32);
+        if (ptid == 32) {
+          item[0] = it.qt;
+          item[1] = it.h;
+          item[2] = it.b;
+        }
         CMC_PROBE_SINCE(7, pr_build_);
         if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
         CMC_PROBE_COUNT(8);
         mbar_arrive(bar_plan(x));
-        continue;
       }
+    }
+    else for (;;) {
       // the loader warp: lane 0 waits and arms the barriers, the lanes issue the copies
+      const int x = n & 1;
+      const unsigned use = (unsigned)(n >> 1) & 1u;
+      ++n;
+      const int* plan = plan_of(x);
       CMC_PROBE(0, mbar_wait(bar_plan(x), use));  // the plan, so the slot, is ready
+      Item it;
+      if (!read_item(plan + kPlanInts - kItemInts, it)) break;
       CMC_PROBE_COUNT(10);
+      const typename H::seq_t seq = H::seq(desc, it.b);
+      const cmc_patch_geo g = geo(seq.len);
       // token coordinates are int32 (the runtime checks T < 2^31); rows past the sequence
       // belong to the next one (masked: k < len everywhere) or read as zero past T
       const int tok0 = (int)seq.tok0;
@@ -771,18 +861,41 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
     CMC_PROBE_COUNT(15);  // CTAs (a probe row sums several when the grid is not persistent)
     if (cw == 1) turn_pass(cw);  // warpgroup 0 issues first
 
-    for (int w = blockIdx.x * 2; w < units * 2; w += (w & 1) ? 2 * gridDim.x - 1 : 1) {
-      Item it;
-      it.qt = sc.tile(w >> 1, w & 1, it.h, it.b);
-      if (it.qt < 0) continue;
+    // the next item: its slot x, the slot's use parity, and the item from its plan's header
+    // (the loop is rotated so that its only exit is the loop test: a break after the wait
+    // costs ptxas hundreds of spills in the steady loop)
+    int x = 0;
+    unsigned use = 0;
+    Item it;
+    auto take = [&]() {
+      x = n & 1;
+      use = (unsigned)(n >> 1) & 1u;
+      ++n;
+      CMC_PROBE_COUNT(10);
+      CMC_PROBE_MARK(pr_plan_);
+      mbar_wait(bar_plan(x), use);
+      CMC_PROBE_SINCE(0, pr_plan_);
+      if (n == 1) CMC_PROBE_SINCE(12, pr_plan_);  // the first item's plan (cold start)
+      read_item(plan_of(x) + kPlanInts - kItemInts, it);
+    };
+    if constexpr (kPatch) {  // the CTA's first plan: help the builders (see builders_bar)
+      Item f;
+      if (first_item(f)) {
+        const typename H::seq_t fs = H::seq(desc, f.b);
+        const cmc_patch_geo fg = geo(fs.len);
+        int fa, fb;
+        tile_rows<kPatch>(fg, fs.len, f.qt, fa, fb);
+        build_plan_patch<H>(fs, fg, f.qt, fa, fb, plan_of(0), kBuilders + cw * 128 + ctid,
+                            kHelpers);
+      }
+    }
+    for (take(); it.qt >= 0; take()) {
+      const int* plan = plan_of(x);
       const typename H::seq_t seq = H::seq(desc, it.b);
       const int len = seq.len;
       const cmc_patch_geo g = geo(len);
       int qa, qb;
-      if (!tile_rows<kPatch>(g, len, it.qt, qa, qb)) continue;
-      const int x = n & 1;
-      const unsigned use = (unsigned)(n >> 1) & 1u;
-      ++n;
+      tile_rows<kPatch>(g, len, it.qt, qa, qb);
       const cmc_i64 tok0 = seq.tok0;
       // sequence position of local row lr (0 .. 127) of this query tile
       auto qpos = [&](int lr) {
@@ -795,17 +908,6 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       const unsigned sQx = base + C::kQ + x * C::kQBytes;
       unsigned char* gQx = smem + C::kQ + x * C::kQBytes;
 
-      CMC_PROBE_COUNT(10);
-      CMC_PROBE_MARK(pr_plan_);
-      if constexpr (kPatch) {  // the CTA's first plan: help the builders (see builders_bar)
-        if (n == 1)
-          build_plan_patch<H>(seq, g, it.qt, qa, qb, plan_of(x), kBuilders + cw * 128 + ctid,
-                              kHelpers);
-      }
-      mbar_wait(bar_plan(x), use);
-      CMC_PROBE_SINCE(0, pr_plan_);
-      if (n == 1) CMC_PROBE_SINCE(12, pr_plan_);  // the first item's plan (cold start)
-      const int* plan = plan_of(x);
       const int* full = plan + 6 * NT;  // linear: full runs
       const int nfull = kPatch ? 0 : plan[8 * NT + 1];
       const unsigned* fullbits = reinterpret_cast<const unsigned*>(plan + 4 * NT) + kMaxKeyWords;
@@ -1029,9 +1131,6 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           fence_regs<32>(p);
           issue_qk<BF16, D, kQr>(s, sq, qf, sK + ns * C::kTile);
           wg_commit();
-          rescale_o(c0, c1);
-          wg_fence();
-          fence_regs<kO>(o);
           issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
           wg_commit();
           turn_pass(cw);
@@ -1045,12 +1144,12 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           fence_regs<32>(p);
           release(bar_vempty(stage));
           repack();
+          rescale_o(c0, c1);  // FA4's order: after the PV wait, out of the turn window
           stage = ns;
           phase = nph;
         }
         CMC_PROBE(3, mbar_wait(bar_vfull(stage), phase));
         CMC_PROBE(4, turn_wait(cw));
-        rescale_o(c0, c1);
         wg_fence();
         fence_regs<kO>(o);
         fence_regs<32>(p);
