@@ -133,7 +133,7 @@ def test_offsets_and_grid_match_the_manifest(folder, manifest, tmp_path, lang):
 
 def test_static_asserts_catch_a_wrong_layout(folder, tmp_path):
     text = (folder / "demo.h").read_text()
-    bad = text.replace("max_len) == 132", "max_len) == 136")
+    bad = text.replace("max_len) == 140", "max_len) == 144")
     assert bad != text
     (tmp_path / "bad.h").write_text(bad)
     for lang in LANGS:

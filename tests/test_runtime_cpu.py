@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import random
+import shutil
 import struct
 from pathlib import Path
 from types import SimpleNamespace
@@ -1116,25 +1117,51 @@ def test_launch_uses_each_tensors_own_strides(tmp_path, gpu):
 
 
 def test_persistent_grid_is_capped_at_the_sm_count(real_artifacts, gpu):
-    """The sm90 kernel strides over work units (pairs of query tiles): one CTA per SM for an
-    equal-length batch up to PERSISTENT_MAX_LEN, one CTA per unit for packed (possibly jagged)
-    input and for longer sequences."""
+    """An sm90 kernel with a work counter (manifest work_counter) runs one CTA per SM at
+    every length and layout; each launch's desc.sched is its stream's zeroed counter."""
     attn = loader.load(real_artifacts["causal"])
+    assert all(k.work_counter == (k.tensor_maps != ()) for k in attn.manifest.kernels)
     da = DeviceArray((9, 1000, 4, 128), "bf16")
-    attn(da, da, da)
+    _, descs = run_and_decode(gpu, attn, da, da, da)
     assert gpu.launches[-1]["grid"] == (132, 1, 1)  # 4 tile pairs * 4 heads * 9 > 132
     small = DeviceArray((1, 300, 4, 128), "bf16")
-    attn(small, small, small)
+    _, more = run_and_decode(gpu, attn, small, small, small)
     assert gpu.launches[-1]["grid"] == (2 * 4, 1, 1)  # 3 tiles: one pair and one single
     long = DeviceArray((1, loader.PERSISTENT_MAX_LEN + 1, 40, 128), "bf16")
-    attn(long, long, long)
-    assert gpu.launches[-1]["grid"] == (17 * 40, 1, 1)  # 33 tiles: 17 units, uncapped
+    run_and_decode(gpu, attn, long, long, long)
+    assert gpu.launches[-1]["grid"] == (132, 1, 1)  # 33 tiles: 17 units * 40 heads
     packed = DeviceArray((9000, 4, 128), "bf16")
     cu = np.array([0, 1000, 3000, 9000], dtype=np.int32)
-    attn(packed, packed, packed, cu_seqlens=cu, max_len=6000)
-    assert gpu.launches[-1]["grid"] == (24 * 4 * 3, 1, 1)  # 47 tiles: 24 units, uncapped
+    run_and_decode(gpu, attn, packed, packed, packed, cu_seqlens=cu, max_len=6000)
+    assert gpu.launches[-1]["grid"] == (132, 1, 1)  # 47 tiles: 24 units * 4 heads * 3
+    counter = descs[0]["sched"]
+    assert counter != 0 and counter % 8 == 0 and more[0]["sched"] == counter
+    assert ints_at(counter, 2) == [0, 0]
+    other = attn(small, small, small, stream=7)
+    assert other is not None
+    raw = ctypes.string_at(gpu.launches[-1]["desc_ptr"], attn.manifest.layout.size)
+    assert decode(attn.manifest.layout, raw)["sched"] not in (0, counter)  # its own stream's
     assert loader.persistent_ctas(132, False, 4096) == 132
     assert loader.persistent_ctas(132, True, 1024) == 2**31 - 1
+    assert loader.persistent_ctas(132, True, 65536, dynamic=True) == 132
+
+
+def test_without_a_work_counter_the_grid_is_static(real_artifacts, gpu, tmp_path):
+    """Artifacts whose kernels take no counter (work_counter false) keep the static rule:
+    persistent only for the batch layout up to PERSISTENT_MAX_LEN, desc.sched = 0."""
+    d = tmp_path / "causal"
+    shutil.copytree(real_artifacts["causal"], d)
+    m = json.loads((d / "manifest.json").read_text())
+    for k in m["kernels"]:
+        k["work_counter"] = False
+    (d / "manifest.json").write_text(json.dumps(m))
+    attn = loader.load(d)
+    da = DeviceArray((9, 1000, 4, 128), "bf16")
+    _, descs = run_and_decode(gpu, attn, da, da, da)
+    assert gpu.launches[-1]["grid"] == (132, 1, 1) and descs[0]["sched"] == 0
+    long = DeviceArray((1, loader.PERSISTENT_MAX_LEN + 1, 40, 128), "bf16")
+    attn(long, long, long)
+    assert gpu.launches[-1]["grid"] == (17 * 40, 1, 1)  # uncapped: one CTA per unit
 
 
 def test_parameter_uploads_go_through_the_pinned_ring(real_artifacts, gpu):
