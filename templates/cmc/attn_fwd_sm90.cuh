@@ -17,9 +17,9 @@
 // ------------------------------------------------------------------------------ launch
 // Grid (min(units, max_ctas), 1, 1) (cmc/abi.py), units = ceil(tiles / 2) * heads_q * batch
 // work units (pairs of query tiles, struct Sched; tiles = ceil(max_len / 128), or with a
-// patch tiling (H::kTiling == 1) cmc_patch_geo_of(max_len).nqt); every CTA strides over
-// the units, so any max_ctas >= 1 is correct (the SM count: persistent; no cap: one CTA per
-// unit). Block 384 threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>()
+// patch tiling (H::kTiling == 1) cmc_patch_geo_of(max_len).nqt); CTA c starts with unit c
+// and takes the next from the work counter (desc.sched) or by a static stride, so any
+// max_ctas >= 1 is correct (the SM count: persistent; no cap: one CTA per unit). Block 384 threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>()
 // (needs the opt-in cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); at most 227 KiB), no
 // cluster. Two parameters: the descriptor (as the portable kernel) and TensorMaps (Q, K, V
 // tensor maps, cmc/abi.py TENSOR_MAPS), both __grid_constant__.
@@ -29,11 +29,13 @@
 // sequence boundary inside the packed tensor); they are always masked, so P is exactly 0
 // there, but a non-finite V in the next sequence's first rows would still reach O as 0 * inf.
 //
-// Per item (one query tile of a unit) the producer waits for the item's slot (parity of the
-// CTA's item count) to be released, builds the tile plan into the slot's plan buffer, loads
-// Q into the slot's Q buffer and streams K/V through the ring (stage and phase continue
-// across items); the consumers wait for the slot's plan and Q, compute, write O through the
-// slot's Q buffer and release the slot.
+// Per item (one query tile of a unit) the plan builders wait for the item's slot (parity of
+// the CTA's item count) to be released, pick the item (struct Sched: the CTA's first unit,
+// then units from the work counter desc.sched, or a static stride when it is 0), build the
+// tile plan and the item header into the slot's plan buffer; the loader waits for the plan,
+// loads Q into the slot's Q buffer and streams K/V through the ring (stage and phase
+// continue across items); the consumers wait for the slot's plan and Q, compute, write O
+// through the slot's Q buffer and release the slot. A header with qt = -1 ends the CTA.
 //
 // ------------------------------------------------------------------------------ design
 // CTA = 3 warpgroups (384 threads), __launch_bounds__(384, 1):
@@ -53,10 +55,10 @@
 //       O += P V:   wgmma m64nDk16, A = P from registers (the S accumulator layout repacked
 //                   to bf16/fp16 pairs is exactly the A-fragment layout), B = V from shared
 //                   memory as an MN-major (transposed) 128-byte-swizzle descriptor.
-//       Intra-warpgroup pipelining (FA3): iteration t issues S(t+1) = Q K(t+1)^T, rescales
-//       O by the last softmax's factors, issues O += P(t) V(t) (two commit groups), waits
-//       for the first (wait_group 1), masks + softmaxes S(t+1), waits for the second
-//       (wait_group 0) and repacks P(t+1). The two consumer warpgroups take turns to issue
+//       Intra-warpgroup pipelining (FA3): iteration t issues S(t+1) = Q K(t+1)^T and
+//       O += P(t) V(t) (two commit groups), waits for the first (wait_group 1), masks +
+//       softmaxes S(t+1), waits for the second (wait_group 0), repacks P(t+1) and rescales
+//       O by the factors of S(t+1)'s softmax. The two consumer warpgroups take turns to issue
 //       their GEMMs (named barriers 4 and 5, turn_wait / turn_pass), so one's softmax runs
 //       under the other's GEMMs.
 // Key tiles: BLOCK_N = 128 for both head dims. Stages: D = 64: 4, D = 128: 2.
@@ -1110,8 +1112,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         CMC_PROBE(5, wg_wait<0>());
         fence_regs<64>(s);
         release(bar_kempty(stage));
-        // c0, c1: the rescale of O owed to the last softmax, applied just before the next
-        // PV issue, so that after the PV wait only the repack of P remains.
+        // c0, c1: the rescale of O owed to the last softmax, applied after the PV wait
+        // (FA4's place: out of the turn window); O is still zero for the first softmax.
         float c0, c1;
         softmax(wk.j, c0, c1);
         repack();
