@@ -15,11 +15,12 @@
 // H::visible(s, r, k) && k < len per element.
 //
 // ------------------------------------------------------------------------------ launch
-// Grid (min(units, max_ctas), 1, 1) (cmc/abi.py), units = ceil(tiles / 2) * heads_q * batch
-// work units (pairs of query tiles, struct Sched; tiles = ceil(max_len / 128), or with a
-// patch tiling (H::kTiling == 1) cmc_patch_geo_of(max_len).nqt); CTA c starts with unit c
-// and takes the next from the work counter (desc.sched) or by a static stride, so any
-// max_ctas >= 1 is correct (the SM count: persistent; no cap: one CTA per unit). Block 384 threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>()
+// Grid (min(pairs, max_ctas), 1, 1) (cmc/abi.py), pairs = ceil(tiles / 2) * heads_q * batch
+// (tiles = ceil(max_len / 128), or with a patch tiling (H::kTiling == 1)
+// cmc_patch_geo_of(max_len).nqt). The work units (struct Sched: pairs of query tiles, or with
+// a work counter and H::kTileUnits single tiles) are taken from the work counter
+// (desc.sched) or by a static stride; CTA c starts with unit c, so any max_ctas >= 1 is
+// correct (the SM count: persistent; no cap: one CTA per pair). Block 384 threads, dynamic shared memory cmc_sm90::smem_bytes<D, H::kTerms>()
 // (needs the opt-in cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); at most 227 KiB), no
 // cluster. Two parameters: the descriptor (as the portable kernel) and TensorMaps (Q, K, V
 // tensor maps, cmc/abi.py TENSOR_MAPS), both __grid_constant__.
@@ -577,15 +578,20 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
   builders_bar(nb);
 }
 
-// The persistent schedule. A work unit is a pair of query tiles of one (sequence, head):
-// tiles nqt - 1 - p and p (p < ceil(nqt / 2); the middle tile of an odd nqt alone), so every
-// unit of a causal-like mask costs about the same (nqt + 1 key tiles). Units are numbered
-// head-major within a sequence, so the CTAs running together share a few heads' K/V in L2.
-// CTA c starts with unit c; its next units come from the launch's work counter
-// (desc.sched: gridDim.x + an atomicAdd, so a CTA whose units ran long takes fewer), or
-// with no counter (desc.sched == 0) by a static stride c + gridDim.x, c + 2 gridDim.x, ...
-// The longer tile of a unit goes first. Only the plan builders pick items; the loader and
-// the consumers read each from its plan's item header.
+// The persistent schedule. CTA c starts with unit c; with a work counter (desc.sched != 0)
+// it then takes gridDim.x + an atomicAdd on the counter, without one units c + gridDim.x,
+// c + 2 gridDim.x, ... The unit is chosen by the compiler (H::kTileUnits, cmc/tiling.py
+// units_for):
+// - pairs (always without a counter): query tiles nqt - 1 - p and p of one (sequence, head)
+//   (p < ceil(nqt / 2); the middle tile of an odd nqt alone), the longer first, numbered
+//   head-major within a sequence. Every pair of a causal-like mask costs about the same
+//   (nqt + 1 key tiles), so the CTAs running together share a few heads' K/V in L2.
+// - single tiles, for masks with run-time parameters (tile costs the compiler cannot see):
+//   costliest first within groups of (sequence, head)s whose K/V fit in L2 together
+//   (kL2Budget): group by group, tile index descending, then (sequence, head). The units
+//   left at the end are short, so the CTAs finish together (tools/sched_sim.py).
+// Only the plan builders pick items; the loader and the consumers read each from its plan's
+// item header.
 struct Item {
   int qt, h, b;
 };
@@ -597,8 +603,21 @@ CMC_DEV bool read_item(const int* item, Item& it) {
   return it.qt >= 0;
 }
 struct Sched {
-  int nqt, npair, heads;
-  CMC_DEV int units(int batch) const { return npair * heads * batch; }
+  int nqt, npair, heads, nbh, group;
+  bool dyn;  // single tiles in groups (a counter and H::kTileUnits; see above); else pairs
+  // K/V bytes a group of (sequence, head)s may share in L2 (50 MB on an H200)
+  static constexpr long long kL2Budget = 24ll << 20;
+  CMC_DEV void init(int nqt_, int heads_, int batch, int hpk, int max_len, int d, bool dyn_) {
+    nqt = nqt_;
+    npair = (nqt + 1) / 2;
+    heads = heads_;
+    nbh = heads_ * batch;
+    dyn = dyn_;
+    const long long per = (long long)max_len * d * 4 / hpk;  // K + V of one query head
+    const long long gs = per > 0 ? kL2Budget / per : nbh;
+    group = (int)(gs < 1 ? 1 : (gs > nbh ? nbh : gs));
+  }
+  CMC_DEV int units(int batch) const { return (dyn ? nqt : npair) * heads * batch; }
   // A unit from the counter (the lead builder's reservation; its latency is hidden until
   // the next call of next()).
   CMC_DEV static int fetch(unsigned long long counter) {
@@ -627,13 +646,25 @@ struct Sched {
       atomicExch(c + 1, 0u);
     }
   }
-  // query tile `half` (0: the long one, 1: the short one) of unit u, or -1 if it has none
+  // query tile `half` of unit u (pairs: 0 the long one, 1 the short one; single tiles: 0),
+  // or -1 if it has none
   CMC_DEV int tile(int u, int half, int& h, int& b) const {
-    const int bh = u / npair, p = u - bh * npair;
+    int bh, qt;
+    if (dyn) {
+      if (half == 1) return -1;
+      const int g = u / (group * nqt), r = u - g * group * nqt;
+      const int left = nbh - g * group, gsz = left < group ? left : group;
+      qt = nqt - 1 - r / gsz;
+      bh = g * group + r % gsz;
+    } else {
+      bh = u / npair;
+      const int p = u - bh * npair;
+      qt = half == 0 ? nqt - 1 - p : p;
+      if (half == 1 && qt == nqt - 1 - p) return -1;
+    }
     h = bh % heads;
     b = bh / heads;
-    const int qt = half == 0 ? nqt - 1 - p : p;
-    return (half == 1 && qt == nqt - 1 - p) ? -1 : qt;
+    return qt;
   }
 };
 
@@ -683,12 +714,11 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
     return cmc_patch_geo_of(n, n < H::kPatchMinLen ? n : H::kGridOrigin, H::kGridWidth, kPH,
                             kPW);
   };
-  Sched sc;
-  sc.nqt = kPatch ? geo(desc.max_len).nqt : (desc.max_len + kBM - 1) / kBM;
-  sc.npair = (sc.nqt + 1) / 2;
-  sc.heads = heads;
-  const int units = sc.units(batch);
   const int hpk = heads / desc.heads_kv;
+  Sched sc;
+  sc.init(kPatch ? geo(desc.max_len).nqt : (desc.max_len + kBM - 1) / kBM, heads, batch, hpk,
+          desc.max_len, D, desc.sched != 0 && H::kTileUnits != 0);
+  const int units = sc.units(batch);
   // the CTA's first item, as the builders will pick it, if it is of its first unit
   auto first_item = [&](Item& f) {
     const int u = blockIdx.x;
@@ -957,9 +987,31 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
               bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
             }
           };
-          // unrolled by 4: the touched-range loads of 4 terms are in flight together
+          if constexpr (kPatch) {
+            // the grid families give one span per key grid row the tile meets (a grid row
+            // per tile when the grid width is 128 and the origin tile-aligned), instead of
+            // one per instance; the other terms as below
+            const int k1 = (k0 + kBN < len ? k0 + kBN : len) - 1 - H::kGridOrigin;
+            if (k1 >= 0) {
+              const int ky0 = k0 > H::kGridOrigin ? (k0 - H::kGridOrigin) / H::kGridWidth : 0;
+              for (int ky = ky0; ky <= k1 / H::kGridWidth; ++ky) {
+#pragma unroll
+                for (int fm = 0; fm < H::kGridFamilies; ++fm) {
+                  int lo, hi;
+                  H::grid_span(seq, rc0, fm, ky, lo, hi);
+                  bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+                  H::grid_span(seq, rc1, fm, ky, lo, hi);
+                  bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
+                }
+              }
+            }
+#pragma unroll
+            for (int n3 = 0; n3 < H::kOtherTerms; ++n3) add_term(H::other_term(n3));
+          } else {
+            // unrolled by 4: the touched-range loads of 4 terms are in flight together
 #pragma unroll 4
-          for (int i = 0; i < NT; ++i) add_term(i);
+            for (int i = 0; i < NT; ++i) add_term(i);
+          }
           if (exact) {
             apply_bits(bits0, bits1);
           } else {
