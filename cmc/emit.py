@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import jinja2
 
@@ -885,7 +885,7 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR) -> Hooks:
         visible=visible,
         term_blocks=tuple(blocks),
         span_blocks=tuple(spans),
-        tiling=tiling if grid_blocks else LINEAR,
+        tiling=tiling if grid_blocks else replace(LINEAR, units=tiling.units),
         grid_terms=" || ".join(grid_ranges) or "false",
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),

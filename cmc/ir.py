@@ -322,6 +322,7 @@ class Tiling:
     reason: str = ""
     masks: PatchMasks | None = None  # per-offset tile masks (patch tilings that allow them)
     min_len: int = 0  # patch tilings: shorter sequences are cut into linear tiles only
+    units: str = "pairs"  # the work counter's unit: "pairs" of query tiles | single "tiles"
 
     def origin_for(self, length: int) -> int:
         """The grid origin the kernel uses for one sequence: below min_len the whole
@@ -353,7 +354,7 @@ class Tiling:
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "origin": self.origin, "width": self.width,
                 "patch_rows": self.patch_rows, "patch_cols": self.patch_cols,
-                "reason": self.reason, "min_len": self.min_len,
+                "reason": self.reason, "min_len": self.min_len, "units": self.units,
                 "masks": None if self.masks is None else {
                     "classes": self.masks.classes,
                     "dpy": [self.masks.dpy_lo, self.masks.dpy_hi],

@@ -76,7 +76,17 @@ def test_tile_masks_refused_when_grid_rows_read_len(tmp_path):
 
 def test_linear_masks_stay_linear():
     for stem in ("causal", "hstu", "shared_prefix", "document_causal"):
-        assert choose_tiling(_table(stem)) == LINEAR, stem
+        t = choose_tiling(_table(stem))
+        assert (t.kind, t.reason) == ("linear", LINEAR.reason), stem
+
+
+def test_units_are_pairs_unless_tile_costs_depend_on_run_time_parameters():
+    # causal-like pairs (nqt - 1 - p, p) cost the same; a prompt length, segments or target
+    # counts make tile costs invisible to the compiler: single tiles, costliest first
+    assert choose_tiling(_table("causal")).units == "pairs"
+    assert choose_tiling(_table("clear")).units == "pairs"
+    for stem in ("hstu", "shared_prefix", "document_causal"):
+        assert choose_tiling(_table(stem)).units == "tiles", stem
     t = choose_tiling(_table("natten2d"))  # 7 x 7 windows: 128-token patches lose
     assert t.kind == "linear" and "linear tiles" in t.reason
 
