@@ -121,6 +121,10 @@ def run(artifacts: Path, names: list[str], calls: int) -> None:
               f"issue {prod[4] / pt:.0f}  walk {prod[5] / pt:.0f}; total share: "
               f"plan {100 * prod[1] / prod[11]:.1f}%  waits "
               f"{100 * (prod[0] + prod[2] + prod[3]) / prod[11]:.1f}%", flush=True)
+        tot = per_cta[:, 1, CONSUMER["total"]]
+        tot = tot[tot > 0]
+        print(f"  balance: consumer cycles per CTA, mean / max {tot.mean() / tot.max():.3f} "
+              f"over {len(tot)} CTAs", flush=True)
         bi = max(prod[PRODUCER["bitems"]], 1.0)
         print(f"  builders per item: slot wait {prod[6] / bi:.0f}  build {prod[7] / bi:.0f};"
               f"  per CTA: launch to first build {prod[13] / max(calls * ctas, 1.0):.0f}, first"
