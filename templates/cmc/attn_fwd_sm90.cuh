@@ -238,6 +238,11 @@ CMC_DEV void mbar_wait(unsigned bar, unsigned parity) {
   }
 #endif
 }
+// 16-byte global store; plain C++ here was split into four 4-byte stores by ptxas.
+CMC_DEV void st_global_v4(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w) : "memory");
+}
 CMC_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Named barrier of one consumer warpgroup (ids 1, 2; 0 is __syncthreads).
 CMC_DEV void wg_bar_sync(int cw) {
@@ -1241,19 +1246,26 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       wg_bar_sync(cw);
       unsigned short* og = reinterpret_cast<unsigned short*>(desc.o) + tok0 * desc.o_stride_tok +
                            (cmc_i64)it.h * desc.o_stride_head;
-      constexpr int kChunks = D / 8;
+      // The rows go to registers, the slot is released, then the global stores: the fence
+      // before the release (MEMBAR.ALL.CTA) would otherwise wait for the stores to reach L2.
+      constexpr int kChunks = D / 8, kPer = 64 * kChunks / 128;
+      uint4 ov[kPer];
+      int orow[kPer];
 #pragma unroll
-      for (int c = ctid; c < 64 * kChunks; c += 128) {
-        const int rr = cw * 64 + c / kChunks, ch = c % kChunks;
-        const int qrow = qpos(rr);
-        if (qrow < len) {
-          const uint4 v = *reinterpret_cast<const uint4*>(gQx + swz<kBM>(rr, ch));
-          *reinterpret_cast<uint4*>(og + (cmc_i64)qrow * desc.o_stride_tok + ch * 8) = v;
-        }
+      for (int i = 0; i < kPer; ++i) {
+        const int c = ctid + 128 * i;
+        const int rr = cw * 64 + c / kChunks;
+        orow[i] = qpos(rr);
+        ov[i] = *reinterpret_cast<const uint4*>(gQx + swz<kBM>(rr, c % kChunks));
       }
       // generic accesses of the Q / O slot before the next TMA (async proxy) write into it
       fence_proxy_async();
       release(bar_slot(x));  // this warp's reads of the slot (plan, Q / O staging) are done
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int ch = (ctid + 128 * i) % kChunks;
+        if (orow[i] < len) st_global_v4(og + (cmc_i64)orow[i] * desc.o_stride_tok + ch * 8, ov[i]);
+      }
       CMC_PROBE_SINCE(7, pr_epi_);
     }
     CMC_PROBE_FLUSH();
