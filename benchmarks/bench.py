@@ -258,72 +258,83 @@ def run(args: argparse.Namespace) -> list[Result]:
                                       flops / ms / 1e9, None, extra={"ms": ts}))
             continue
 
-        t = time.perf_counter()
+        # every system is first called once (first-call latency), then timed in rounds,
+        # interleaved, the order reversed every round: timed one after the other, a system's
+        # ratio also measured the card's drift (clock, temperature) between them
+        timed: list[tuple[str, Any, float | None, float | None]] = []  # system, fn, first, mask
+        t_first = time.perf_counter()
         ours()
         torch.cuda.synchronize()
-        first = time.perf_counter() - t + load_s[artifact_for(c.pattern)]
-        ms = bench(ours)
-        results.append(Result(name, c.pattern, c.length, "cmc", ms, flops / ms / 1e9, first))
+        timed.append(("cmc", ours, time.perf_counter() - t_first + load_s[artifact_for(c.pattern)],
+                      None))
+        fq = fk = fv = bm = None
+        if not args.only_cmc:
+            # flex (B, H, L, D); jagged: one packed sequence
+            if c.jagged:
+                fq, fk, fv = (x.unsqueeze(0).transpose(1, 2).contiguous() for x in (q, k, v))
+                fb, fl = 1, T
+            else:
+                fq, fk, fv = (x.view(B, c.length, HEADS, HEAD_DIM).transpose(1, 2).contiguous()
+                              for x in (q, k, v))
+                fb, fl = B, c.length
+            mm = flex_mask_mod(c, torch, dev)
+            # a fresh compile per case: dynamo's recompile limit would otherwise send later
+            # cases to the unfused eager path (it materialises the L x L scores)
+            torch._dynamo.reset()
+            flex = torch.compile(flex_attention, dynamic=False)
+            t_first = time.perf_counter()
+            bm = create_block_mask(mm, fb, None, fl, fl, device=dev)
+            torch.cuda.synchronize()
+            mask_ms = (time.perf_counter() - t_first) * 1e3
+            peers: list[tuple[str, Any]] = []
+            for system, opts in (("flex-triton", None), ("flex-fa4", {"BACKEND": "FLASH"})):
+                if system == "flex-fa4" and not have_fa4:
+                    continue
 
-        if args.only_cmc:
-            continue
-        # flex (B, H, L, D); jagged: one packed sequence
-        if c.jagged:
-            fq, fk, fv = (x.unsqueeze(0).transpose(1, 2).contiguous() for x in (q, k, v))
-            fb, fl = 1, T
-        else:
-            fq, fk, fv = (x.view(B, c.length, HEADS, HEAD_DIM).transpose(1, 2).contiguous()
-                          for x in (q, k, v))
-            fb, fl = B, c.length
-        mm = flex_mask_mod(c, torch, dev)
-        # a fresh compile per case: dynamo's recompile limit would otherwise send later cases
-        # to the unfused eager path (it materialises the L x L scores)
-        torch._dynamo.reset()
-        flex = torch.compile(flex_attention, dynamic=False)
-        t = time.perf_counter()
-        bm = create_block_mask(mm, fb, None, fl, fl, device=dev)
-        torch.cuda.synchronize()
-        mask_ms = (time.perf_counter() - t) * 1e3
-        for system, opts in (("flex-triton", None), ("flex-fa4", {"BACKEND": "FLASH"})):
-            if system == "flex-fa4" and not have_fa4:
-                continue
-            try:
-                def peer(opts: Any = opts) -> Any:
+                def peer(opts: Any = opts, bm: Any = bm) -> Any:
                     return flex(fq, fk, fv, block_mask=bm, kernel_options=opts)
 
-                t = time.perf_counter()
-                peer()
-                torch.cuda.synchronize()
-                first = time.perf_counter() - t
-                ms = bench(peer)
-                results.append(Result(name, c.pattern, c.length, system, ms, flops / ms / 1e9,
-                                      first, mask_ms))
-            except Exception as e:  # noqa: BLE001
-                results.append(Result(name, c.pattern, c.length, system, None, None,
-                                      note=f"failed: {type(e).__name__}: {str(e)[:160]}"))
-        if c.pattern == "causal":
-            from torch.nn.attention import SDPBackend, sdpa_kernel
+                peers.append((system, peer))
+            if c.pattern == "causal":
+                from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            def cudnn() -> Any:
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    return torch.nn.functional.scaled_dot_product_attention(fq, fk, fv,
-                                                                            is_causal=True)
+                def cudnn() -> Any:
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        return torch.nn.functional.scaled_dot_product_attention(
+                            fq, fk, fv, is_causal=True)
 
-            try:
-                ms = bench(cudnn)
-                results.append(Result(name, c.pattern, c.length, "sdpa-cudnn", ms,
-                                      flops / ms / 1e9))
-            except Exception as e:  # noqa: BLE001
-                results.append(Result(name, c.pattern, c.length, "sdpa-cudnn", None, None,
-                                      note=f"failed: {e!r}"[:160]))
-            if have_fa4:
-                bq, bk, bv = (x.view(B, c.length, HEADS, HEAD_DIM) for x in (q, k, v))
+                peers.append(("sdpa-cudnn", cudnn))
+                if have_fa4:
+                    bq, bk, bv = (x.view(B, c.length, HEADS, HEAD_DIM) for x in (q, k, v))
+                    peers.append(("fa4", lambda: flash_attn_func(bq, bk, bv, causal=True)))
+            for system, fn in peers:
                 try:
-                    ms = bench(lambda: flash_attn_func(bq, bk, bv, causal=True))
-                    results.append(Result(name, c.pattern, c.length, "fa4", ms, flops / ms / 1e9))
+                    t_first = time.perf_counter()
+                    fn()
+                    torch.cuda.synchronize()
+                    timed.append((system, fn, time.perf_counter() - t_first,
+                                  mask_ms if system.startswith("flex") else None))
                 except Exception as e:  # noqa: BLE001
-                    results.append(Result(name, c.pattern, c.length, "fa4", None, None,
-                                          note=f"failed: {e!r}"[:160]))
+                    results.append(Result(name, c.pattern, c.length, system, None, None,
+                                          note=f"failed: {type(e).__name__}: {str(e)[:160]}"))
+        rounds: dict[str, list[float]] = {sysname: [] for sysname, *_ in timed}
+        failed: dict[str, str] = {}
+        for rnd in range(args.rounds):
+            for system, fn, *_ in (timed if rnd % 2 == 0 else timed[::-1]):
+                if system in failed:
+                    continue
+                try:
+                    rounds[system].append(bench(fn))
+                except Exception as e:  # noqa: BLE001
+                    failed[system] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+        for system, _, first, mask in timed:
+            if system in failed:
+                results.append(Result(name, c.pattern, c.length, system, None, None,
+                                      note=failed[system]))
+                continue
+            ms = float(np.median(rounds[system]))
+            results.append(Result(name, c.pattern, c.length, system, ms, flops / ms / 1e9,
+                                  first, mask, extra={"ms": rounds[system]}))
         for r in results[-6:]:
             if r.case == name:
                 print(f"{name:28s} {r.system:12s} "
@@ -517,6 +528,8 @@ def main() -> None:
                     help="kernel A/B: time these artifact folders (as made by --compile) "
                          "interleaved, cmc only")
     ap.add_argument("--ab-rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="timing rounds per case, systems interleaved (median reported)")
     ap.add_argument("--check", action="store_true",
                     help="first check every system against a float32 reference")
     ap.add_argument("--merge", nargs="*", help="merge bench.json files, print and plot them")
