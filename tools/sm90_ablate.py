@@ -35,7 +35,7 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "nomask": ("partial tiles are not masked (the tile masks' or spans' cost removed)",
                [("          if (!is_full) {\n", "          if (false) {\n")]),
     "noepilogue": ("no O stores to global memory (staging, barriers and LSE stay)",
-                   [("        if (qrow < len) {\n", "        if (qrow < 0) {\n")]),
+                   [("        if (orow[i] < len) st_global_v4(", "        if (orow[i] < 0) st_global_v4(")]),
 }
 
 
