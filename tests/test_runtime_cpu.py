@@ -1264,3 +1264,95 @@ def test_plan_launches_during_graph_capture(tmp_path, gpu):
         attn(qp, qp, qp, cu_seqlens=[0, 6, 16], max_len=10, n_targets=[6, 10])
     attn(qp, qp, qp, plan=plan)
     assert len(gpu.launches) == 1
+
+
+# --------------------------------------------------------------------------- replayed launches
+
+
+def _count_checks(monkeypatch) -> list[int]:
+    calls = [0]
+    real = loader.check_tensors
+
+    def counting(*a, **kw):
+        calls[0] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(loader, "check_tensors", counting)
+    return calls
+
+
+@pytest.mark.parametrize("source", ["hstu", "causal"])
+def test_a_planned_call_is_replayed_with_only_the_output_pointer_changed(
+        source, tmp_path, gpu, real_artifacts, monkeypatch):
+    if source == "hstu":  # the portable kernel, a per-sequence parameter in the plan
+        attn = loader.load(write_artifact(tmp_path))
+        q = k = v = gpu.array((16, 2, 64))
+        plan = attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])
+    else:  # the sm90 kernel: tensor maps and a work counter
+        attn = loader.load(real_artifacts["causal"])
+        q, k, v = (DeviceArray((2, 300, 2, 128), "bf16") for _ in range(3))
+        plan = attn.plan(batch=2, seq_len=300)
+    checks = _count_checks(monkeypatch)
+    out1, (d1,) = run_and_decode(gpu, attn, q, k, v, plan=plan, scale=0.3)
+    first = dict(gpu.launches[-1])
+    maps1 = getattr(gpu, "launched_maps", None)
+    assert checks[0] == 1
+    out2, (d2,) = run_and_decode(gpu, attn, q, k, v, plan=plan, scale=0.3)
+    assert checks[0] == 1  # replayed: nothing checked again
+    ptr = lambda a: describe(a, "out", 0).ptr  # noqa: E731
+    assert out2 is not out1 and ptr(out2) != ptr(out1)
+    assert (d1["o"], d2["o"]) == (ptr(out1), ptr(out2))
+    assert {n: x for n, x in d1.items() if n != "o"} == {n: x for n, x in d2.items() if n != "o"}
+    for key in ("symbol", "grid", "block", "smem", "stream", "seqlens"):
+        assert gpu.launches[-1][key] == first[key]
+    assert getattr(gpu, "launched_maps", None) == maps1
+    assert (describe(out2, "out", 0).shape, describe(out2, "out", 0).dtype) == \
+        (describe(q, "q", 0).shape, describe(q, "q", 0).dtype)
+
+
+def test_what_is_not_replayed(tmp_path, gpu, monkeypatch):
+    attn = loader.load(write_artifact(tmp_path))
+    q, q2 = gpu.array((16, 2, 64)), gpu.array((16, 2, 64))
+    plan = attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])
+    checks = _count_checks(monkeypatch)
+    attn(q, q, q, plan=plan)
+    attn(q, q, q, plan=plan)
+    assert checks[0] == 1
+    n = 1
+    for call in (
+        lambda: attn(q2, q, q, plan=plan),  # another q
+        lambda: attn(q, q2, q, plan=plan),  # another k
+        lambda: attn(q, q, q, plan=plan, scale=0.5),  # another scale
+        lambda: attn(q, q, q, plan=plan, stream=0x55),  # another stream
+        lambda: attn(q, q, q, plan=attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])),
+        lambda: attn(q, q, q, plan=plan, out=gpu.array((16, 2, 64))),  # the caller's out
+        lambda: attn(q, q, q, plan=plan, return_lse=True),
+        lambda: attn(q, q, q, plan=plan, scale=np.float32(0.5)),  # not a Python number
+        lambda: attn(q, q, q, plan=plan, scale=np.float32(0.5)),
+    ):
+        call()
+        n += 1
+        assert checks[0] == n
+    attn(q, q, q, plan=plan, scale=0.5)  # each of those that made a record replays
+    attn(q, q, q, plan=plan, stream=0x55)
+    assert checks[0] == n
+    wrong = gpu.array((12, 2, 64))
+    with pytest.raises(ParamError, match="T = 16 tokens"):  # a new geometry is checked
+        attn(wrong, wrong, wrong, plan=plan)
+
+
+def test_replay_records_are_bounded_and_do_not_outlive_their_plan(tmp_path, gpu, monkeypatch):
+    attn = loader.load(write_artifact(tmp_path))
+    q = gpu.array((16, 2, 64))
+    checks = _count_checks(monkeypatch)
+    plan = attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])
+    for i in range(loader._LAUNCH_CACHE_SIZE + 5):
+        attn(q, q, q, plan=plan, scale=0.01 * (i + 1))
+    assert len(attn._launches) == loader._LAUNCH_CACHE_SIZE
+    key, rec = next(reversed(attn._launches.items()))
+    del plan
+    plan = attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])
+    attn._launches[(id(plan), *key[1:])] = rec  # as if the new plan reused the old one's id()
+    before = checks[0]
+    attn(q, q, q, plan=plan, scale=key[2])
+    assert rec.plan() is None and checks[0] == before + 1

@@ -496,6 +496,36 @@ def test_plan_gives_the_unplanned_result_and_replays_in_a_graph():
     assert compare(torch, o, lse, ref_o, ref_lse) < TOL
 
 
+@pytest.mark.parametrize("name", ["causal", "hstu"])
+def test_replayed_planned_calls_read_the_new_inputs_and_write_fresh_outputs(name):
+    from cmc.runtime import load
+
+    attn = load(artifact(name))
+    mask = mask_of(name)
+    b, n, h, d = 3, 700, 4, 128
+    params = {"n_targets": [5, 0, 700]} if name == "hstu" else {}
+    plan = attn.plan(batch=b, seq_len=n, **params)
+    q = torch.randn((b, n, h, d), device="cuda").bfloat16()
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    first = attn(q, k, v, plan=plan)  # checked and recorded
+    outs = []
+    for _ in range(2):  # replayed: same pointers, new contents
+        q.copy_(torch.randn_like(q))
+        qq = q.clone()
+        poison_allocator(q.numel() * 2)
+        outs.append((qq, attn(q, k, v, plan=plan)))
+    torch.cuda.synchronize()
+    assert outs[0][1].data_ptr() != outs[1][1].data_ptr() != first.data_ptr()
+    per_seq = [{p: vals[i] for p, vals in params.items()} for i in range(b)]
+    fns = oracle_masks(torch, mask, [n] * b, per_seq, "cuda")
+    for qq, o in outs:
+        qp = qq.reshape(b * n, h, d)
+        ref_o, ref_lse = reference(torch, qp, k.reshape(b * n, h, d), v.reshape(b * n, h, d),
+                                   [n] * b, fns, 1 / math.sqrt(d))
+        assert compare(torch, o.reshape(b * n, h, d), None, ref_o, ref_lse) < TOL
+    assert torch.equal(attn(q, k, v, plan=plan, out=torch.empty_like(q)), outs[1][1])
+
+
 # --------------------------------------------------------------------------- the C sample
 
 
