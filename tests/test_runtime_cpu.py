@@ -11,6 +11,7 @@ import math
 import random
 import shutil
 import struct
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -1335,7 +1336,12 @@ def test_what_is_not_replayed(tmp_path, gpu, monkeypatch):
         assert checks[0] == n
     attn(q, q, q, plan=plan, scale=0.5)  # each of those that made a record replays
     attn(q, q, q, plan=plan, stream=0x55)
+    attn(q, q, q, plan=plan, return_lse=True)
     assert checks[0] == n
+    out = gpu.array((16, 2, 64))
+    attn(q, q, q, plan=plan, out=out)
+    attn(q, q, q, plan=plan, out=out)
+    assert checks[0] == n + 1
     wrong = gpu.array((12, 2, 64))
     with pytest.raises(ParamError, match="T = 16 tokens"):  # a new geometry is checked
         attn(wrong, wrong, wrong, plan=plan)
@@ -1356,3 +1362,34 @@ def test_replay_records_are_bounded_and_do_not_outlive_their_plan(tmp_path, gpu,
     before = checks[0]
     attn(q, q, q, plan=plan, scale=key[2])
     assert rec.plan() is None and checks[0] == before + 1
+
+
+def test_replay_with_the_callers_out_and_with_lse(tmp_path, gpu, monkeypatch):
+    attn = loader.load(write_artifact(tmp_path))
+    q = gpu.array((3, 40, 2, 64))
+    plan = attn.plan(batch=3, seq_len=40, n_targets=[0, 7, 40])
+    checks = _count_checks(monkeypatch)
+    out = gpu.array((3, 40, 2, 64))
+    r1, (d1,) = run_and_decode(gpu, attn, q, q, q, plan=plan, out=out)
+    r2, (d2,) = run_and_decode(gpu, attn, q, q, q, plan=plan, out=out)
+    assert checks[0] == 1 and r1 is out and r2 is out and d1 == d2
+    (o1, l1), (e1,) = run_and_decode(gpu, attn, q, q, q, plan=plan, return_lse=True)
+    (o2, l2), (e2,) = run_and_decode(gpu, attn, q, q, q, plan=plan, return_lse=True)
+    assert checks[0] == 2
+    ptr = lambda a: describe(a, "x", 0).ptr  # noqa: E731
+    assert ptr(l2) != ptr(l1) and (e1["lse"], e2["lse"]) == (ptr(l1), ptr(l2))
+    assert (e1["o"], e2["o"]) == (ptr(o1), ptr(o2))
+    assert {n: x for n, x in e1.items() if n not in ("o", "lse")} == \
+        {n: x for n, x in e2.items() if n not in ("o", "lse")}
+    assert l1.shape == l2.shape == (3, 2, 40)  # the batch layout's [B, H, L] view
+    pq = gpu.array((16, 2, 64))
+    pplan = attn.plan(cu_seqlens=[0, 6, 16], n_targets=[6, 10])
+    for _ in range(2):
+        _, lse = attn(pq, pq, pq, plan=pplan, return_lse=True)
+        assert lse.shape == (2, 16)  # packed: [H, T]
+    assert checks[0] == 3
+    ro = loader.DeviceArray((3, 40, 2, 64), "fp16", ptr=ptr(out))
+    monkeypatch.setattr(loader, "describe", lambda a, n, s: replace(describe(a, n, s),
+                        readonly=True) if a is ro else describe(a, n, s))
+    with pytest.raises(ParamError):  # the same memory, read-only: not the recorded key
+        attn(q, q, q, plan=plan, out=ro)

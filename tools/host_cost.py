@@ -49,6 +49,8 @@ def back_to_back_us(fn: Callable[[], object], calls: int, torch) -> float:
 
 def calls_of(attn, name: str, torch, b: int, n: int, h: int, d: int
              ) -> dict[str, Callable[[], object]]:
+    import numpy as np
+
     params = {"hstu": {"n_targets": [n // 8] * b},
               "shared_prefix": {"prompt_len": [n // 4] * b,
                                 "responses": [[n // 4, n // 2, 3 * n // 4]] * b}}.get(name, {})
@@ -56,9 +58,12 @@ def calls_of(attn, name: str, torch, b: int, n: int, h: int, d: int
     k, v = torch.randn_like(q), torch.randn_like(q)
     plan = attn.plan(batch=b, seq_len=n, **params)
     out = torch.empty_like(q)
+    checked = np.float32(1 / d ** 0.5)  # a scale that is not a Python number: never replayed
     return {
         "plan (replayed)": lambda: attn(q, k, v, plan=plan),
-        "plan, out= (checked)": lambda: attn(q, k, v, plan=plan, out=out),
+        "plan, out= (replayed)": lambda: attn(q, k, v, plan=plan, out=out),
+        "plan, lse (replayed)": lambda: attn(q, k, v, plan=plan, return_lse=True),
+        "plan (checked)": lambda: attn(q, k, v, plan=plan, scale=checked),
         "no plan (checked)": lambda: attn(q, k, v, **params),
         "torch.empty_like alone": lambda: torch.empty_like(q),
     }
@@ -84,7 +89,7 @@ def main() -> None:
         for label in queued:
             queued[label]()
             small[label]()
-            print(f"  {name:10s} {label:24s} queued {queued_us(queued[label], args.batches, torch):8.1f}"
+            print(f"  {name:14s} {label:24s} queued {queued_us(queued[label], args.batches, torch):8.1f}"
                   f"   back to back {back_to_back_us(small[label], 400, torch):8.1f}", flush=True)
 
 

@@ -549,8 +549,8 @@ def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens:
 @dataclass(frozen=True)
 class _Launch:
     """One checked launch of a plan, replayed when the same plan meets the same q, k, v
-    (pointers, shapes, strides, dtype), stream and scale again with a fresh output: every
-    check and every descriptor field but the output pointer is a function of those."""
+    (and out, when given), stream, scale and return_lse again: every check and every
+    descriptor field but the pointers of a fresh output and LSE is a function of those."""
 
     plan: weakref.ref[Plan]
     device: int
@@ -561,9 +561,12 @@ class _Launch:
     stream: int
     desc: bytes
     o_offset: int
+    lse_offset: int
     maps: Any  # the tensor map block (kept alive here) or None
     maps_at: int
     symbol: str
+    heads_q: int = 0  # the LSE's [H, T] and, for the batch layout, its [B, H, L] view
+    tokens: int = 0
 
 
 _LAUNCH_CACHE_SIZE = 64
@@ -574,14 +577,17 @@ def _plain_scale(scale: Any) -> bool:
     return scale is None or type(scale) in (int, float)
 
 
-def _replay_key(plan: Plan, stream: int, scale: Any, *arrays: ArrayInfo) -> tuple[Any, ...] | None:
-    """What a replayed launch must match: the plan, stream, scale and each input's pointer,
-    geometry, dtype and device; None when it cannot be replayed (an input that carries a CAI
-    stream to order after)."""
+def _replay_key(plan: Plan, stream: int, scale: Any, return_lse: bool, q: ArrayInfo,
+                k: ArrayInfo, v: ArrayInfo, out: ArrayInfo | None) -> tuple[Any, ...] | None:
+    """What a replayed launch must match: the plan, stream, scale, return_lse and each
+    array's pointer, geometry, dtype, device and writability (out: None when the call
+    allocates it); None when it cannot be replayed (an array that carries a CAI stream to
+    order after)."""
+    arrays = (q, k, v) if out is None else (q, k, v, out)
     if any(a.cai_stream is not None for a in arrays):
         return None
-    return (id(plan), stream, scale, *((a.ptr, a.shape, a.strides, a.dtype, a.device)
-                                       for a in arrays))
+    return (id(plan), stream, scale, return_lse, out is None,
+            *((a.ptr, a.shape, a.strides, a.dtype, a.device, a.readonly) for a in arrays))
 
 
 # --------------------------------------------------------------------------- Attention
@@ -783,10 +789,12 @@ class Attention:
         if qi.device is None:
             qi = replace(qi, device=_driver.pointer_device(qi.ptr)) if qi.ptr else \
                 replace(qi, device=_driver.current_device())
-        if plan is not None and out is None and not return_lse and _plain_scale(scale):
+        if plan is not None and _plain_scale(scale):
             assert qi.device is not None
-            key = _replay_key(plan, sh, scale, qi, *(
-                self._resolve(describe(x, n, sh), qi.device) for n, x in (("k", k), ("v", v))))
+            ki, vi, oi = (None if x is None else self._resolve(describe(x, n, sh), qi.device)
+                          for n, x in (("k", k), ("v", v), ("out", out)))
+            assert ki is not None and vi is not None
+            key = _replay_key(plan, sh, scale, return_lse, qi, ki, vi, oi)
             rec = None
             if key is not None:
                 with self._lock:
@@ -794,7 +802,7 @@ class Attention:
                     if rec is not None:
                         self._launches.move_to_end(key)
             if rec is not None and rec.plan() is plan:
-                return self._replay(rec, q, qi, lib)
+                return self._replay(rec, plan, q, qi, lib, out, return_lse)
         assert qi.device is not None
         device = qi.device
         dk = self._kernels(device)
@@ -802,10 +810,15 @@ class Attention:
             return self._launch(dk, lib, sh, q, qi, k, v, out, scale, return_lse,
                                 cu_seqlens, max_len, params, plan)
 
-    def _replay(self, rec: _Launch, q: Any, qi: ArrayInfo, lib: str) -> Any:
-        out = _empty_like_q(q, qi, lib)
+    def _replay(self, rec: _Launch, plan: Plan, q: Any, qi: ArrayInfo, lib: str, out: Any,
+                return_lse: bool) -> Any:
         desc = bytearray(rec.desc)
-        struct.pack_into("<Q", desc, rec.o_offset, describe(out, "out", rec.stream).ptr)
+        if out is None:  # else the key holds out's pointer, and the descriptor has it
+            out = _empty_like_q(q, qi, lib)
+            struct.pack_into("<Q", desc, rec.o_offset, describe(out, "out", rec.stream).ptr)
+        lse = _empty_lse(q, qi, lib, rec.heads_q, rec.tokens) if return_lse else None
+        if lse is not None:
+            struct.pack_into("<Q", desc, rec.lse_offset, describe(lse, "lse", rec.stream).ptr)
         buf = ctypes.create_string_buffer(bytes(desc), len(desc))
         if rec.maps is not None:
             argv = (ctypes.c_void_p * 2)(ctypes.addressof(buf), rec.maps_at)
@@ -815,7 +828,7 @@ class Attention:
             _driver.call(f"cuLaunchKernel({rec.symbol})", cu.cuLaunchKernel(
                 rec.function, *rec.grid, *rec.block, rec.smem, _driver.stream(rec.stream),
                 ctypes.addressof(argv), 0))
-        return out
+        return out if lse is None else (out, self._lse_result(lse, plan, rec.heads_q))
 
     def _resolve(self, a: ArrayInfo, device: int) -> ArrayInfo:
         if a.device is not None:
@@ -936,18 +949,19 @@ class Attention:
             rec = self._run(kern, dk, plan.packed, sh, geo, qi, ki, vi, oi, lse_ptr,
                             plan.values["cu_seqlens"], plan.batch, plan.max_len, slog2, (),
                             _Uploads(dk.device), fixed=plan.values, plan=plan)
-            key = _replay_key(plan, sh, scale, qi, ki, vi)
-            if rec is not None and fresh_out and lse is None and key is not None \
-                    and _plain_scale(scale):
+            key = _replay_key(plan, sh, scale, return_lse, qi, ki, vi,
+                              None if fresh_out else oi)
+            if rec is not None and key is not None and _plain_scale(scale):
+                rec = replace(rec, heads_q=geo.heads_q, tokens=geo.tokens)
                 with self._lock:
                     self._launches[key] = rec
                     if len(self._launches) > _LAUNCH_CACHE_SIZE:
                         self._launches.popitem(last=False)
-        if lse is None:
-            return out
-        if not plan.packed:
-            lse = lse_batch_view(lse, plan.batch, geo.heads_q, plan.max_len)
-        return out, lse
+        return out if lse is None else (out, self._lse_result(lse, plan, geo.heads_q))
+
+    @staticmethod
+    def _lse_result(lse: Any, plan: Plan, heads: int) -> Any:
+        return lse if plan.packed else lse_batch_view(lse, plan.batch, heads, plan.max_len)
 
     def _param_slots(self, packed_params: Sequence[PackedParam]
                      ) -> Iterator[tuple[str, int | np.ndarray | ArrayInfo]]:
@@ -1034,8 +1048,8 @@ class Attention:
             return None
         return _Launch(weakref.ref(plan), dk.device, kern.function,
                        (grid[0], grid[1], grid[2]), (e.block[0], e.block[1], e.block[2]),
-                       e.dynamic_smem, sh, desc, self.manifest.layout.field("o").offset, maps,
-                       maps_at, e.symbol)
+                       e.dynamic_smem, sh, desc, self.manifest.layout.field("o").offset,
+                       self.manifest.layout.field("lse").offset, maps, maps_at, e.symbol)
 
 
 def _host_param_name(packed_params: Sequence[PackedParam], uploads: _Uploads) -> str:

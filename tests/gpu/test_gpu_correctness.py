@@ -507,23 +507,30 @@ def test_replayed_planned_calls_read_the_new_inputs_and_write_fresh_outputs(name
     plan = attn.plan(batch=b, seq_len=n, **params)
     q = torch.randn((b, n, h, d), device="cuda").bfloat16()
     k, v = torch.randn_like(q), torch.randn_like(q)
-    first = attn(q, k, v, plan=plan)  # checked and recorded
-    outs = []
-    for _ in range(2):  # replayed: same pointers, new contents
-        q.copy_(torch.randn_like(q))
-        qq = q.clone()
-        poison_allocator(q.numel() * 2)
-        outs.append((qq, attn(q, k, v, plan=plan)))
-    torch.cuda.synchronize()
-    assert outs[0][1].data_ptr() != outs[1][1].data_ptr() != first.data_ptr()
+    given = torch.empty_like(q)
+    calls = {  # each checked and recorded once here, then replayed below
+        "fresh": lambda: (attn(q, k, v, plan=plan), None),
+        "lse": lambda: attn(q, k, v, plan=plan, return_lse=True),
+        "out=": lambda: (attn(q, k, v, plan=plan, out=given), None),
+    }
+    for call in calls.values():
+        call()
     per_seq = [{p: vals[i] for p, vals in params.items()} for i in range(b)]
     fns = oracle_masks(torch, mask, [n] * b, per_seq, "cuda")
-    for qq, o in outs:
-        qp = qq.reshape(b * n, h, d)
-        ref_o, ref_lse = reference(torch, qp, k.reshape(b * n, h, d), v.reshape(b * n, h, d),
-                                   [n] * b, fns, 1 / math.sqrt(d))
-        assert compare(torch, o.reshape(b * n, h, d), None, ref_o, ref_lse) < TOL
-    assert torch.equal(attn(q, k, v, plan=plan, out=torch.empty_like(q)), outs[1][1])
+    for _ in range(2):  # replayed: same pointers, new contents
+        for label, call in calls.items():
+            q.copy_(torch.randn_like(q))
+            given.fill_(float("nan"))
+            poison_allocator(q.numel() * 2)
+            o, lse = call()
+            torch.cuda.synchronize()
+            assert (o is given) == (label == "out=")
+            assert (o.data_ptr() == given.data_ptr()) == (label == "out=")
+            qp, kp, vp = (x.reshape(b * n, h, d) for x in (q, k, v))
+            ref_o, ref_lse = reference(torch, qp, kp, vp, [n] * b, fns, 1 / math.sqrt(d))
+            got_lse = None if lse is None else lse.permute(1, 0, 2).reshape(h, b * n)
+            assert compare(torch, o.reshape(b * n, h, d), got_lse, ref_o, ref_lse) < TOL, label
+    assert torch.equal(attn(q, k, v, plan=plan, out=torch.empty_like(q)), calls["fresh"]()[0])
 
 
 # --------------------------------------------------------------------------- the C sample
