@@ -52,7 +52,7 @@ from .artifacts import (
     EmittedSource,
     KernelVariant,
 )
-from .cubin import Cubin, parse_ptxas_log, read_cubin
+from .cubin import Cubin, parse_ptxas_log, read_cubin, wgmma_pipeline_notes
 from .errors import ArtifactError, BuildError, UsageError
 
 BASE_OPTIONS = ("-std=c++17", "-default-device", "--ptxas-options=-v")
@@ -366,6 +366,13 @@ def _build_one(
                 repro=repro_command(path, options),
             )
         data, log = res.cubin, res.log
+    if notes := wgmma_pipeline_notes(log):
+        raise BuildError(
+            f"{where}: ptxas did not keep the kernel's wgmma pipeline ({notes[0].split(':')[0]}); "
+            "the kernel would run correctly but serialised or with waits the source did not ask "
+            "for",
+            log=log,
+        )
     try:
         cub = read_cubin(data)
     except ArtifactError as e:

@@ -306,6 +306,18 @@ _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 
 
+# ptxas notes that it gave up the asynchronous wgmma pipeline (C7515, C7520: every wgmma waits
+# for the one before) or injected a warpgroup.arrive / wait of its own (C7517, C7519: a wait
+# at a place the kernel did not choose). The kernel then still computes the right result.
+_WGMMA_NOTE = re.compile(r"\((C751[0-9]|C752[0-9])\)\s*(.*)")
+
+
+def wgmma_pipeline_notes(log: str) -> list[str]:
+    """ptxas's notes that a kernel's wgmma pipeline is not what its source asked for."""
+    return [f"{m.group(1)}: {m.group(2).strip()}" for m in map(_WGMMA_NOTE.search, log.splitlines())
+            if m]
+
+
 def parse_ptxas_log(log: str) -> dict[str, PtxasFunction]:
     """Per-entry facts from `--ptxas-options=-v` output (spills live only here)."""
     out: dict[str, PtxasFunction] = {}

@@ -23,7 +23,7 @@ from cmc.build import (
     nvrtc_compile,
     nvrtc_version,
 )
-from cmc.cubin import EM_CUDA, parse_ptxas_log, read_cubin
+from cmc.cubin import EM_CUDA, parse_ptxas_log, read_cubin, wgmma_pipeline_notes
 from cmc.errors import ArtifactError, BuildError, UsageError
 
 from .handmade import VARIANTS, emitted, source_text
@@ -335,3 +335,42 @@ def test_parse_ptxas_log():
     assert (got["a"].registers, got["a"].spill_stores, got["a"].spill_loads) == (40, 8, 4)
     assert (got["a"].stack_frame, got["a"].shared) == (16, 2048)
     assert (got["b"].registers, got["b"].shared) == (8, 0)
+
+
+def test_wgmma_pipeline_notes():
+    serial = (
+        "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+        "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
+        "between start and end of the pipeline stage in the function 'k'\n"
+        "ptxas info    : (C7519) warpgroup.arrive is injected in around line 4135 by compiler to "
+        "allow use of registers in GMMA in function 'k'\n"
+    )
+    notes = wgmma_pipeline_notes(serial + "ptxas info    : Used 168 registers, used 6 barriers\n")
+    assert [n.split(":")[0] for n in notes] == ["C7515", "C7519"]
+    assert "serialized" in notes[0]
+    assert wgmma_pipeline_notes("ptxas info    : Used 168 registers, used 6 barriers\n") == []
+
+
+def test_a_kernel_whose_wgmma_pipeline_ptxas_gives_up_is_rejected():
+    text = (
+        "#if defined(CMC_VARIANT_bf16_d64)\n"
+        'extern "C" __global__ void __launch_bounds__(128) cmc_demo_fwd_bf16_d64(float* x) {\n'
+        "  __shared__ __align__(1024) unsigned short t[64 * 16 + 8 * 16];\n"
+        "  const unsigned a = (unsigned)__cvta_generic_to_shared(t);\n"
+        "  const unsigned long long da = ((a & 0x3FFFF) >> 4) | (8ull << 32);\n"
+        "  const unsigned long long db = (((a + 2048) & 0x3FFFF) >> 4) | (8ull << 32);\n"
+        "  float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;\n"
+        '  asm volatile("wgmma.fence.sync.aligned;\\n");\n'
+        '  asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, '
+        '%4, %5, 1, 1, 1, 0, 0;\\n" : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3) : "l"(da), '
+        '"l"(db));\n'
+        '  asm volatile("wgmma.commit_group.sync.aligned;\\n");\n'
+        "  d0 = d0 + x[1];  // a plain instruction reads an accumulator of the running wgmma\n"
+        '  asm volatile("wgmma.wait_group.sync.aligned 0;\\n" ::: "memory");\n'
+        "  x[threadIdx.x] = d0 + d1 + d2 + d3;\n"
+        "}\n#endif\n"
+    )
+    v = dataclasses.replace(VARIANTS[0], archs=("sm_90a",))
+    with pytest.raises(BuildError, match=r"did not keep the kernel's wgmma pipeline \(C75") as exc:
+        build(emitted((v,), text=text), cache=False)
+    assert "injected" in exc.value.log or "serialized" in exc.value.log

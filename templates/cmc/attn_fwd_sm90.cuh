@@ -297,6 +297,10 @@ CMC_DEV unsigned long long gdesc(unsigned saddr, unsigned lbo, unsigned sbo) {
          ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
+// The descriptor of the tile d describes, moved by `bytes` (a multiple of 16 inside the same
+// shared memory window): one add to its address field, where gdesc of the moved address
+// costs ptxas four uniform instructions per wgmma in the issue window.
+CMC_DEV unsigned long long gdesc_at(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }
 
 // D[64 x 64] (+)= A[64 x 16] (shared, K-major) * B[16 x 64] (shared, K-major).
 template <bool BF16> CMC_DEV void wgmma_ss_n64(float* d, unsigned long long da, unsigned long long db, int scale_d) {
@@ -483,9 +487,10 @@ struct BitWalk {
 // 4-6 % faster for patch tiles (CLEAR), 4-7 % slower for causal, so patch tilings only.
 template <bool BF16, int D, bool QR>
 CMC_DEV void issue_qk(float* s, unsigned sq, const unsigned* q, unsigned sk) {
+  const unsigned long long dk = gdesc(sk, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const unsigned long long db = gdesc(sk + (kk >> 2) * (kBN * 128) + (kk & 3) * 32, 16, 1024);
+    const unsigned long long db = gdesc_at(dk, (kk >> 2) * (kBN * 128) + (kk & 3) * 32);
     if constexpr (QR) {
       wgmma_rs_n128<BF16, 0>(s, q + 4 * kk, db, kk > 0 ? 1 : 0);
     } else {
@@ -515,9 +520,10 @@ CMC_DEV void load_q(unsigned* q, unsigned sq, int warp, int lane) {
 // O[64 x D] += P[64 x 128] V[128 x D] (issue only).
 template <bool BF16, int D>
 CMC_DEV void issue_pv(float* o, const unsigned* p, unsigned sv) {
+  const unsigned long long dv = gdesc(sv, kBN * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < kBN / 16; ++kk) {
-    const unsigned long long db = gdesc(sv + kk * 2048, kBN * 128, 1024);
+    const unsigned long long db = gdesc_at(dv, kk * 2048);
     if constexpr (D == 128) wgmma_rs_n128<BF16>(o, p + 4 * kk, db, 1);
     else wgmma_rs_n64<BF16>(o, p + 4 * kk, db, 1);
   }
@@ -705,6 +711,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   constexpr int S = C::kStages;
   constexpr bool kPatch = H::kTiling == 1;
   constexpr bool kQr = kPatch;  // QK with Q from registers (issue_qk)
+  // FA4's lazy rescale of O (softmax): patch tilings only, where it measured +1.2 % (every
+  // tile masked, a longer softmax); the linear ones measured -0.5 % (kernel notes, stage 11)
+  constexpr bool kLazy = kPatch;
   constexpr int kPH = H::kPatchRows, kPW = H::kPatchCols;
   static_assert(!kPatch || (kPH * kPW == kBM && kPW >= 8 && H::kGridOrigin % kBM == 0 &&
                             H::kGridWidth % kPW == 0), "patch shape");
@@ -1088,6 +1097,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           (void)j;
         };
         int f = 0;
+        bool grow = true;  // the last softmax moved the offsets: O owes the rescale c0, c1
 
         // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
         // returns the rescale factors of the running O and l.
@@ -1123,13 +1133,20 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           float mx1 = fmaxf(fmaxf(fmaxf(a1[0], a1[1]), fmaxf(a1[2], a1[3])), m1);
           mx0 = quad_max(mx0);
           mx1 = quad_max(mx1);
+          // kLazy: the offsets (and O) stay while no row of the warp has a max more than
+          // 2^kLazyLog2 above its offset; P <= 2^kLazyLog2 then, exact in the end (O / l and
+          // the LSE use the same offset). A row still at -inf grows by +inf.
+          constexpr float kLazyLog2 = 8.f;
+          if constexpr (kLazy)
+            grow = __any_sync(0xffffffffu, (mx0 - m0) * sl2 > kLazyLog2 || (mx1 - m1) * sl2 > kLazyLog2);
+          const float mn0 = grow ? mx0 : m0, mn1 = grow ? mx1 : m1;
           // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
-          const float ms0 = mx0 == neg_inf() ? 0.f : mx0 * sl2;
-          const float ms1 = mx1 == neg_inf() ? 0.f : mx1 * sl2;
-          c0 = ex2(m0 * sl2 - ms0);
-          c1 = ex2(m1 * sl2 - ms1);
-          m0 = mx0;
-          m1 = mx1;
+          const float ms0 = mn0 == neg_inf() ? 0.f : mn0 * sl2;
+          const float ms1 = mn1 == neg_inf() ? 0.f : mn1 * sl2;
+          c0 = grow ? ex2(m0 * sl2 - ms0) : 1.f;
+          c1 = grow ? ex2(m1 * sl2 - ms1) : 1.f;
+          m0 = mn0;
+          m1 = mn1;
           float ps0[2] = {0.f, 0.f}, ps1[2] = {0.f, 0.f};
 #pragma unroll
           for (int n2 = 0; n2 < 16; ++n2) {
@@ -1203,7 +1220,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           fence_regs<32>(p);
           release(bar_vempty(stage));
           repack();
-          rescale_o(c0, c1);  // FA4's order: after the PV wait, out of the turn window
+          if (grow) rescale_o(c0, c1);  // FA4's place: after the PV wait, out of the turn window
           stage = ns;
           phase = nph;
         }
