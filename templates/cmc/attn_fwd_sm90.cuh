@@ -784,7 +784,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   }
   __syncthreads();  // publishes the mbarrier inits
 
-  const int wg = tid >> 7;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for ptxas (uniform registers)
   if (wg == 0) {
     // ======================================================================= producer
     setmaxnreg_dec<Regs<H::kTiling>::kProducer>();
@@ -1243,8 +1243,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       // Q rows of the slot (all its wgmma reads of Q are complete) for 16-byte stores.
       l0 = quad_sum(l0);
       l1 = quad_sum(l1);
-      const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-      const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+      auto rcp = [](float v) { float r; asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(v)); return r; };
+      const float inv0 = l0 > 0.f ? rcp(l0) : 0.f;
+      const float inv1 = l1 > 0.f ? rcp(l1) : 0.f;
       if (desc.lse != 0 && (lane & 3) == 0) {
         float* lse = reinterpret_cast<float*>(desc.lse) + (cmc_i64)it.h * desc.lse_stride_head + tok0;
         constexpr float kLn2 = 0.6931471805599453f;
