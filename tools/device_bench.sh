@@ -8,6 +8,10 @@ export PYTHONUNBUFFERED=1
 out=$1; shift
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+# the FA4 archive in two parts (tools/fa4_split.sh): part one copied to /tmp by an earlier call
+if [ ! -d /tmp/fa4site ] && [ -f /tmp/fa4_part_aa ] && [ -f .fa4c/part_ab ]; then
+  mkdir -p /tmp/fa4site && cat /tmp/fa4_part_aa .fa4c/part_ab | tar -xJ -C /tmp/fa4site
+fi
 if [ -d /tmp/fa4site ] && [ -d .fa4b ] && [ ! -e /tmp/site/.fa4 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fa4b/*.whl >/dev/null 2>&1 \
     && cp -r /tmp/fa4site/* /tmp/site/ && touch /tmp/site/.fa4
