@@ -43,3 +43,8 @@ def test_patch_order_is_a_permutation_of_patches():
     vis[0, 255] = True
     ident = np.arange(256)
     assert pc.tile_counts(vis, ident, ident) == (1, 0)
+    # 64-token tiles: the same pair is one of 16 tiles of 64 x 64, and 8 x 8 patches exist
+    vis[:64, :64] = True
+    assert pc.tile_counts(vis, ident, ident, 64) == (2, 1)
+    assert pc.patch_order(4096, 0, 64, 8, 8, tile=64) is not None
+    assert pc.patch_order(4096 + 100, 100, 64, 8, 8, tile=64) is None  # text not tile-aligned

@@ -1,6 +1,6 @@
 """Computed pairs per visible pair of 2D-patch tilings of a grid mask (the 2D-tiling design input).
 
-A tiling puts 128 query tokens and 128 key tokens in one tile. The sm90 kernel today takes
+A tiling puts 128 query tokens and 128 key tokens in one tile (--tile N: N and N). The sm90 kernel today takes
 128 consecutive tokens; a patch tiling takes a py x px patch of the token grid (width W,
 starting at token OFF). The kernel computes every pair of every tile that holds a visible
 pair, so the ratio computed / visible is the work a tiling wastes. Counted exactly from
@@ -8,6 +8,7 @@ the dense mask of the interval table (cmc.tiles.dense_from_table), on one sequen
 
     python tools/patch_cost.py samples/clear.mask -D TEXT=0 --width 128 --length 8192
     python tools/patch_cost.py samples/natten2d.mask --width 64 --length 8192
+    python tools/patch_cost.py samples/clear.mask -D TEXT=0 --width 128 --length 32768 --tile 64
 """
 
 from __future__ import annotations
@@ -24,21 +25,23 @@ sys.path.insert(0, str(ROOT))
 TILE = 128
 
 
-def patch_order(length: int, offset: int, width: int, py: int, px: int) -> np.ndarray | None:
+def patch_order(length: int, offset: int, width: int, py: int, px: int,
+                tile: int = TILE) -> np.ndarray | None:
     """Token order in which consecutive runs of 128 are py x px patches of the grid (tokens
     before `offset` stay in order first); None if the grid does not split into patches."""
     grid = length - offset
-    if offset % TILE or grid % (width * py) or width % px:
+    if offset % tile or grid % (width * py) or width % px:
         return None
     rows = grid // width
     t = np.arange(grid).reshape(rows // py, py, width // px, px)  # (patch row, y, patch col, x)
     return np.concatenate([np.arange(offset), offset + t.transpose(0, 2, 1, 3).reshape(-1)])
 
 
-def tile_counts(vis: np.ndarray, q_order: np.ndarray, k_order: np.ndarray) -> tuple[int, int]:
+def tile_counts(vis: np.ndarray, q_order: np.ndarray, k_order: np.ndarray,
+                tile: int = TILE) -> tuple[int, int]:
     """(tiles holding a visible pair, tiles with every pair visible)."""
     n = vis.shape[0]
-    v = vis[q_order][:, k_order].reshape(n // TILE, TILE, n // TILE, TILE)
+    v = vis[q_order][:, k_order].reshape(n // tile, tile, n // tile, tile)
     return int(v.any(axis=(1, 3)).sum()), int(v.all(axis=(1, 3)).sum())
 
 
@@ -52,13 +55,15 @@ def main() -> None:
     ap.add_argument("--width", type=int, required=True, help="grid width W in tokens")
     ap.add_argument("--offset", type=int, default=0, help="first grid token (text before it)")
     ap.add_argument("--length", type=int, default=8192)
+    ap.add_argument("--tile", type=int, default=TILE, help="tokens per query and key tile")
     a = ap.parse_args()
     defines = {k: int(v) for k, v in (d.split("=", 1) for d in a.D)}
     table = front(a.mask, defines)
     vis = dense_from_table(table, a.length, {})
     visible = int(vis.sum())
-    shapes = [(TILE // px, px) for px in (128, 64, 32, 16, 8, 4) if TILE % px == 0]
-    orders = {s: patch_order(a.length, a.offset, a.width, *s) for s in shapes}
+    tile = a.tile
+    shapes = [(tile // px, px) for px in (128, 64, 32, 16, 8, 4) if px <= tile and tile % px == 0]
+    orders = {s: patch_order(a.length, a.offset, a.width, *s, tile=tile) for s in shapes}
     print(f"{Path(a.mask).name} {defines} L={a.length} W={a.width}: {visible} visible pairs "
           f"({visible / a.length:.1f} per row)")
     print("computed / visible pairs (full tiles among the computed ones)")
@@ -70,8 +75,8 @@ def main() -> None:
             if qo is None or ko is None:
                 cells.append(f"{'-':>16}")
                 continue
-            touched, full = tile_counts(vis, qo, ko)
-            cells.append(f"{touched * TILE * TILE / visible:9.2f} ({full / touched:3.0%})")
+            touched, full = tile_counts(vis, qo, ko, tile)
+            cells.append(f"{touched * tile * tile / visible:9.2f} ({full / touched:3.0%})")
         print(f"{f'{qs[0]}x{qs[1]}':>22}  " + "".join(cells))
 
 
