@@ -124,6 +124,12 @@ def nvrtc_compile(text: str, name: str, define: str, arch: str = ARCH, extra=())
             print(f"NVRTC FAILED for {name} {define} ({res}); source saved to {path}\n"
                   f"---- compile log ----\n{log}\n---------------------", flush=True)
             raise RuntimeError(f"NVRTC failed: {name} {define}")
+        from cmc.cubin import wgmma_pipeline_notes
+
+        if notes := wgmma_pipeline_notes(log):  # cmc's build rejects these too
+            print(f"ptxas did not keep the wgmma pipeline of {name} {define}:\n  "
+                  + "\n  ".join(notes), flush=True)
+            raise RuntimeError(f"wgmma pipeline given up: {name} {define}")
         _, n = nvrtc.nvrtcGetCUBINSize(prog)
         cubin = b" " * n
         nvrtc.nvrtcGetCUBIN(prog, cubin)
