@@ -59,9 +59,12 @@
 //       Intra-warpgroup pipelining (FA3): iteration t issues S(t+1) = Q K(t+1)^T and
 //       O += P(t) V(t) (two commit groups), waits for the first (wait_group 1), masks +
 //       softmaxes S(t+1), waits for the second (wait_group 0), repacks P(t+1) and rescales
-//       O by the factors of S(t+1)'s softmax. The two consumer warpgroups take turns to issue
-//       their GEMMs (named barriers 4 and 5, turn_wait / turn_pass), so one's softmax runs
-//       under the other's GEMMs.
+//       O by the factors of S(t+1)'s softmax (patch tilings: only when a row max of the warp
+//       grew by more than 2^8, FA4's lazy rescale). The two consumer warpgroups take turns to
+//       issue their GEMMs (named barriers 4 and 5, turn_wait / turn_pass), so one's softmax
+//       runs under the other's GEMMs. The descriptors of a turn's 16 wgmmas are warp-uniform
+//       (uniform registers), made before the turn: a vector chain in front of each wgmma
+//       costs 1.5-3 % (kernel notes, stage 11).
 // Key tiles: BLOCK_N = 128 for both head dims. Stages: D = 64: 4, D = 128: 2.
 // Shared memory (1 KiB-aligned base): Q[2 slots] | K[kStages] | V[kStages] | mbarriers |
 // plan ints [2 slots].  A [rows][D] tile is stored as D/64 column blocks of [rows][64]
