@@ -1,11 +1,16 @@
-"""The public benchmark suite: cmc beside FlexAttention (Triton and FA4 backends), SDPA/cuDNN
-and FA4 native, in one process, on the same inputs. Prints a table last, writes JSON and PNGs.
+"""The benchmark: cmc beside FlexAttention (Triton and FA4 backends), cuDNN flex (interval
+masks), SDPA/cuDNN and FA4 native, in one process, on the same inputs, forward and backward.
+Prints a table last, writes JSON (after every case) and PNGs.
 
     python benchmarks/bench.py --artifacts out/bench --out results/   (on a GPU machine)
 
 Artifacts come from `python benchmarks/bench.py --compile out/bench` (CPU is enough).
-Effective TFLOP/s = 4 * B * H * D * visible pairs / time. Timing: triton.testing.do_bench
-(median; it clears the L2 between runs), warm-up excluded; first-call latency measured apart.
+Two suites: `public` (the masks cmc's samples ship) and `generality` (masks a user would write,
+benchmarks/generality/*.mask, that the samples do not tune to).
+Effective TFLOP/s = 4 * B * H * D * visible pairs / time (forward); backward = 2.5 x those FLOPs
+/ (time of forward+backward - time of forward); training step = 3.5 x / time of forward+backward.
+Timing: triton.testing.do_bench (median; it clears the L2 between runs), warm-up excluded;
+first-call latency measured apart.
 """
 
 from __future__ import annotations
@@ -22,40 +27,67 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import masks  # noqa: E402
 
 TOKENS = 32768
 HEADS = 16
 HEAD_DIM = 128
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
-
-# mask file, -D overrides, artifact folder name
-ARTIFACTS = {
-    "causal": ("samples/causal.mask", {}),
-    "hstu": ("samples/hstu.mask", {}),
-    "shared_prefix": ("samples/shared_prefix.mask", {}),
-    "clear": ("samples/clear.mask", {"TEXT": 0}),
-    "clear_text": ("samples/clear.mask", {"TEXT": 512}),
-}
+GEN_LENGTHS = (4096, 16384)
+CHECK_LEN = 1024
 
 
-def compile_all(dest: Path, tiling: str = "auto") -> None:
+def _sp_params(rng: Any, n: int) -> dict[str, Any]:
+    r = (n - n // 4) // 4
+    return {"prompt_len": n // 4, "responses": [n // 4 + i * r for i in range(4)]}
+
+
+PUBLIC: tuple[masks.Spec, ...] = (
+    masks.Spec("causal", "public", "samples/causal.mask", {}, masks.causal),
+    masks.Spec("hstu", "public", "samples/hstu.mask", {}, masks.hstu,
+               lambda rng, n: {"n_targets": n // 8}),
+    masks.Spec("shared_prefix", "public", "samples/shared_prefix.mask", {}, masks.shared_prefix,
+               _sp_params),
+    masks.Spec("clear", "public", "samples/clear.mask", {"TEXT": 0}, masks.grid(0, 128, 16)),
+    masks.Spec("clear_text", "public", "samples/clear.mask", {"TEXT": 512},
+               masks.grid(512, 128, 16)),
+)
+# cases that reuse another case's artifact
+ALIASES = {"hstu_jagged": "hstu", "shared_prefix_jagged": "shared_prefix"}
+
+
+def all_specs() -> list[masks.Spec]:
+    return [*PUBLIC, *masks.GENERALITY]
+
+
+SPECS = {s.key: s for s in all_specs()}
+# mask file, -D overrides, per artifact folder name
+ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
+
+
+def compile_all(dest: Path, tiling: str = "auto", suite: str = "all") -> None:
     from cmc.driver import compile_file
 
-    for key, (mask, defines) in ARTIFACTS.items():
+    for spec in all_specs():
+        if suite != "all" and spec.suite != suite:
+            continue
         t = time.perf_counter()
-        path = compile_file(ROOT / mask, dest / key, archs=["sm_90a"], dtypes=["bf16"],
-                            head_dims=[HEAD_DIM], defines=defines, jobs=2, tiling=tiling)
-        print(f"compiled {key} -> {path} in {time.perf_counter() - t:.1f} s")
+        path = compile_file(ROOT / spec.mask, dest / spec.key, archs=["sm_90a"], dtypes=["bf16"],
+                            head_dims=[HEAD_DIM], defines=spec.defines, jobs=2, tiling=tiling)
+        print(f"compiled {spec.key} -> {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
 @dataclass
 class Case:
-    pattern: str  # causal | hstu | shared_prefix | clear | hstu_jagged | shared_prefix_jagged | clear_text
+    pattern: str  # a Spec key, or an ALIASES key
     length: int
     lengths: list[int]  # per sequence (packed when jagged)
     params: list[dict[str, Any]]  # per sequence, host values (cmc's show/oracle form)
     jagged: bool
     visible_pairs: int = 0
+    suite: str = "public"
 
 
 @dataclass
@@ -71,26 +103,32 @@ class Result:
     max_err: float | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    fwdbwd_ms: float | None = None
+    bwd_tflops: float | None = None  # 2.5 x forward FLOPs / (fwd+bwd - fwd)
+    step_tflops: float | None = None  # 3.5 x forward FLOPs / (fwd+bwd)
+    bwd_note: str = ""
 
 
-def make_cases(rng: Any, lengths: tuple[int, ...]) -> list[Case]:
+def _jagged_lengths(rng: Any, L: int) -> list[int]:
+    """Lengths in [L/2, L] packed into at most TOKENS tokens."""
+    lens: list[int] = []
+    while True:
+        n = int(rng.integers(L // 2, L + 1))
+        if sum(lens) + n > TOKENS:
+            return lens
+        lens.append(n)
+
+
+def make_cases(rng: Any, lengths: tuple[int, ...], suite: str = "public",
+               gen_lengths: tuple[int, ...] = GEN_LENGTHS) -> list[Case]:
     cases = []
-    for L in lengths:
+    for L in lengths if suite in ("public", "all") else ():
         B = TOKENS // L
         cases.append(Case("causal", L, [L] * B, [{}] * B, False))
         cases.append(Case("hstu", L, [L] * B, [{"n_targets": L // 8}] * B, False))
-        r = (L - L // 4) // 4
-        starts = [L // 4 + i * r for i in range(4)]
-        cases.append(Case("shared_prefix", L, [L] * B,
-                          [{"prompt_len": L // 4, "responses": starts}] * B, False))
+        cases.append(Case("shared_prefix", L, [L] * B, [_sp_params(rng, L)] * B, False))
         cases.append(Case("clear", L, [L] * B, [{}] * B, False))
-        # jagged: lengths in [L/2, L] packed into at most TOKENS tokens
-        lens: list[int] = []
-        while True:
-            n = int(rng.integers(L // 2, L + 1))
-            if sum(lens) + n > TOKENS:
-                break
-            lens.append(n)
+        lens = _jagged_lengths(rng, L)
         cases.append(Case("hstu_jagged", L, lens, [{"n_targets": n // 8} for n in lens], True))
         sp: list[dict[str, Any]] = []
         for _ in range(B):
@@ -100,71 +138,81 @@ def make_cases(rng: Any, lengths: tuple[int, ...]) -> list[Case]:
         cases.append(Case("shared_prefix_jagged", L, [L] * B, sp, False))
         if L > 512:
             cases.append(Case("clear_text", L, [L] * B, [{}] * B, False))
+    for L in gen_lengths if suite in ("generality", "all") else ():
+        for spec in masks.GENERALITY:
+            lens = _jagged_lengths(rng, L) if spec.jagged else [L] * (TOKENS // L)
+            params = [spec.make_params(rng, n) for n in lens]
+            if not spec.jagged:  # one draw for the batch: equal rows, like the public suite
+                params = [params[0]] * len(lens)
+            cases.append(Case(spec.key, L, lens, params, spec.jagged, suite="generality"))
     return cases
 
 
 def artifact_for(pattern: str) -> str:
-    return {"hstu_jagged": "hstu", "shared_prefix_jagged": "shared_prefix"}.get(pattern, pattern)
+    return ALIASES.get(pattern, pattern)
 
 
-# --------------------------------------------------------------------------- flex mask_mods
+def spec_for(pattern: str) -> masks.Spec:
+    return SPECS[artifact_for(pattern)]
 
 
-def flex_mask_mod(case: Case, torch: Any, device: str) -> Any:
-    """The same mask as a FlexAttention mask_mod, over one packed sequence (B = 1) when
-    jagged, else per batch (b indexes per-sequence tensors)."""
-    pat = case.pattern
-    lens = torch.tensor(case.lengths, device=device, dtype=torch.int32)
-    if case.jagged:
-        offs = torch.zeros(len(case.lengths) + 1, device=device, dtype=torch.int32)
-        offs[1:] = torch.cumsum(lens, 0)
-        # padded past T with the last document: a backend may evaluate mask_mod on the
-        # padding rows of its last tile (FA4's flex path does), which must not read out of bounds
-        doc = torch.repeat_interleave(
-            torch.arange(len(case.lengths), device=device, dtype=torch.int32), lens)
-        doc = torch.cat([doc, doc[-1:].expand(256)])
-        nt = torch.tensor([p["n_targets"] for p in case.params], device=device,
-                          dtype=torch.int32)
+def cmc_params(c: Case) -> dict[str, Any]:
+    """Host values in the runtime's form: int[batch] and segments as per-sequence lists, an
+    int param as one value."""
+    scalars = spec_for(c.pattern).scalars
+    out: dict[str, Any] = {}
+    for name in c.params[0] if c.params else ():
+        out[name] = (int(c.params[0][name]) if name in scalars
+                     else [p[name] for p in c.params])
+    return out
 
-        def jag(b: Any, h: Any, q: Any, k: Any) -> Any:
-            d = doc[q]
-            lq, lk = q - offs[d], k - offs[d]
-            hist = lens[d] - nt[d]
-            return (doc[k] == d) & (((lk <= lq) & (lk < hist)) | (lk == lq))
 
-        return jag
-    if pat == "causal":
-        return lambda b, h, q, k: k <= q
-    if pat == "hstu":
-        nt = torch.tensor([p["n_targets"] for p in case.params], device=device)
-        L = case.length
-        return lambda b, h, q, k: ((k <= q) & (k < L - nt[b])) | (k == q)
-    if pat.startswith("shared_prefix"):
-        L = case.length
-        pl = torch.tensor([p["prompt_len"] for p in case.params], device=device)
-        seg = torch.full((len(case.params), L), -1, device=device, dtype=torch.int32)
-        for i, p in enumerate(case.params):
-            for j, s in enumerate(p["responses"]):
-                seg[i, s:] = j
-        return lambda b, h, q, k: (k <= q) & ((k < pl[b]) | (seg[b, q] == seg[b, k]))
-    if pat.startswith("clear"):
-        text = 512 if pat == "clear_text" else 0
-        W, R = 128, 16
+def estimate(cases: list[Case], rounds: int, rep: int, bwd: bool) -> str:
+    """A rough time estimate. The per-case costs are assumptions from runs 8-10 (forward) and
+    the cuDNN flex bundle notes; bench.json records the measured first-call times to correct
+    them."""
+    compile_s = 2 * (6.0 + (10.0 if bwd else 0.0)) + 4.0 * (2 if bwd else 1)  # flex x2, cuDNN
+    per_bench_s = (25 + rep) / 1e3 + 0.15
+    systems = 5
+    timing_s = rounds * systems * (2 if bwd else 1) * per_bench_s
+    total = len(cases) * (compile_s + timing_s + 1.0)
+    return (f"estimate: {len(cases)} cases x ({compile_s:.0f} s compiles + {timing_s:.0f} s "
+            f"timing) = {total / 60:.1f} min (assumed costs; see bench.py estimate())")
 
-        def clear(b: Any, h: Any, q: Any, k: Any) -> Any:
-            qq, kk = q - text, k - text
-            dy = qq // W - kk // W
-            dx = qq % W - kk % W
-            return (q < text) | (k < text) | ((q >= text) & (k >= text) & (dy * dy + dx * dx < R * R))
 
-        return clear
-    raise ValueError(pat)
+# --------------------------------------------------------------------------- cuDNN endpoints
+
+
+def cudnn_endpoints(c: Case, mod: Any, torch: Any, device: str) -> Any:
+    """int32 [1, nfunc, total_q] for cuDNN flex, from the same mask_mod the Flex peers run,
+    evaluated densely on the GPU in row chunks; the layout is masks.endpoints_from_edges."""
+    import numpy as np
+
+    rows_all, cols_all = [], []
+    q0 = 0
+    for i, n in enumerate(c.lengths):
+        off = q0 if c.jagged else 0
+        b = 0 if c.jagged else i
+        k = torch.arange(n, device=device, dtype=torch.int32)[None, :] + off
+        chunk = max(1, (1 << 26) // n)
+        for r0 in range(0, n, chunk):
+            r1 = min(n, r0 + chunk)
+            q = torch.arange(r0, r1, device=device, dtype=torch.int32)[:, None] + off
+            vis = torch.broadcast_to(mod(b, 0, q, k), (r1 - r0, n)).to(torch.bool)
+            pad = torch.zeros((r1 - r0, 1), device=device, dtype=torch.bool)
+            change = torch.cat([vis, pad], 1) != torch.cat([pad, vis], 1)
+            r, col = torch.nonzero(change, as_tuple=True)
+            rows_all.append((r + q0 + r0).cpu().numpy())
+            cols_all.append(col.cpu().numpy())
+        q0 += n
+    ends = masks.endpoints_from_edges(np.concatenate(rows_all), np.concatenate(cols_all), q0)
+    return torch.from_numpy(ends).to(device).unsqueeze(0).contiguous()
 
 
 # --------------------------------------------------------------------------- runner
 
 
-def run(args: argparse.Namespace) -> list[Result]:
+def run(args: argparse.Namespace, sink: Any = None) -> list[Result]:
     import numpy as np
     import torch
     import triton
@@ -175,21 +223,30 @@ def run(args: argparse.Namespace) -> list[Result]:
 
     dev = "cuda"
     rng = np.random.default_rng(20261202)
-    cases = make_cases(rng, tuple(args.lengths))
+    cases = make_cases(rng, tuple(args.lengths), args.suite, tuple(args.gen_lengths))
     if args.patterns:
         cases = [c for c in cases if c.pattern in args.patterns]
-    tables = {key: front(ROOT / m, d) for key, (m, d) in ARTIFACTS.items()}
+    with_bwd = not args.no_bwd
+    print(estimate(cases, args.rounds, args.rep, with_bwd), flush=True)
+    keys = sorted({artifact_for(c.pattern) for c in cases})
+    tables = {key: front(ROOT / ARTIFACTS[key][0], ARTIFACTS[key][1]) for key in keys}
     for c in cases:
         t = tables[artifact_for(c.pattern)]
         c.visible_pairs = sum(visible_pairs(t, n, p) for n, p in zip(c.lengths, c.params))
 
-    kernels, load_s = {}, {}
-    for key in ARTIFACTS:
+    kernels: dict[str, Any] = {}
+    load_s: dict[str, float] = {}
+    load_err: dict[str, str] = {}
+    for key in keys:
         t0 = time.perf_counter()
-        kernels[key] = load(_artifact_dir(Path(args.artifacts), key))
+        try:
+            kernels[key] = load(_artifact_dir(Path(args.artifacts), key))
+        except (Exception, SystemExit) as e:  # noqa: BLE001
+            load_err[key] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+            print(f"cmc {key}: {load_err[key]}", flush=True)
         load_s[key] = time.perf_counter() - t0
 
-    ab_kernels = {Path(d).name: {key: load(_artifact_dir(Path(d), key)) for key in ARTIFACTS}
+    ab_kernels = {Path(d).name: {key: load(_artifact_dir(Path(d), key)) for key in keys}
                   for d in (args.ab or [])}
 
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -200,15 +257,33 @@ def run(args: argparse.Namespace) -> list[Result]:
     except Exception as e:  # noqa: BLE001
         have_fa4 = False
         print(f"flash-attn-4 not available: {e!r}")
+    have_cudnn_flex = True
+    try:
+        from cudnn.flex_attention import create_mask_plan, flex_attn_func
+    except Exception as e:  # noqa: BLE001
+        have_cudnn_flex = False
+        print(f"cuDNN flex not available: {e!r}")
 
     results: list[Result] = []
+
+    def flush() -> None:
+        if sink is not None:
+            sink(results)
+
     if args.check:
         results += check_peers(cases, tables, kernels, have_fa4, flex_attention,
                                create_block_mask)
+        flush()
+    if have_cudnn_flex:
+        results += check_endpoints(cases, tables, torch, dev)
+        flush()
 
-    def bench(fn: Any) -> float:
+    def bench(fn: Any, grads: list[Any] | None = None) -> float:
         return float(triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep,
-                                             return_mode="median"))
+                                             grad_to_none=grads, return_mode="median"))
+
+    def out_of(o: Any) -> Any:
+        return o[0] if isinstance(o, tuple) else o
 
     for c in cases:
         T = sum(c.lengths)
@@ -217,12 +292,15 @@ def run(args: argparse.Namespace) -> list[Result]:
         q = torch.randn(T, HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
         k = torch.randn_like(q)
         v = torch.randn_like(q)
+        do = torch.randn_like(q)
         flops = 4.0 * HEADS * HEAD_DIM * c.visible_pairs
         name = f"{c.pattern}/{c.length}"
-        attn = kernels[artifact_for(c.pattern)]
+        key = artifact_for(c.pattern)
+        attn = kernels.get(key)
         cu = torch.zeros(B + 1, dtype=torch.int32, device=dev)
         cu[1:] = torch.cumsum(torch.tensor(c.lengths, device=dev, dtype=torch.int32), 0)
-        kw = _cmc_params(c)
+        kw = cmc_params(c)
+        shape = (B, c.length, HEADS, HEAD_DIM)
 
         # equal lengths go in the batch layout [B, L, H, D] (the runtime may then launch
         # persistently); jagged ones packed with cu_seqlens. Lengths and mask parameters go
@@ -230,18 +308,14 @@ def run(args: argparse.Namespace) -> list[Result]:
         # is built once, outside the timing)
         plans: dict[int, Any] = {}
 
-        def call(a: Any) -> Any:
+        def call(a: Any, q: Any = q, k: Any = k, v: Any = v) -> Any:
             p = plans.get(id(a))
             if p is None:
                 p = plans[id(a)] = (a.plan(cu_seqlens=cu, max_len=max(c.lengths), **kw)
                                     if c.jagged else a.plan(batch=B, seq_len=c.length, **kw))
             if c.jagged:
                 return a(q, k, v, plan=p)
-            shape = (B, c.length, HEADS, HEAD_DIM)
             return a(q.view(shape), k.view(shape), v.view(shape), plan=p)
-
-        def ours() -> Any:
-            return call(attn)
 
         if ab_kernels:  # kernel A/B: variants interleaved per round, median over rounds
             # the order flips every round: a fixed order favoured the first variant by 2-5 %
@@ -250,109 +324,225 @@ def run(args: argparse.Namespace) -> list[Result]:
             for rnd in range(args.ab_rounds):
                 order = list(ab_kernels.items())
                 for n, ks in (order if rnd % 2 == 0 else order[::-1]):
-                    a = ks[artifact_for(c.pattern)]
+                    a = ks[key]
                     times[n].append(bench(lambda a=a: call(a)))
             for n, ts in times.items():
                 ms = float(np.median(ts))
                 results.append(Result(name, c.pattern, c.length, f"cmc:{n}", ms,
                                       flops / ms / 1e9, None, extra={"ms": ts}))
+            flush()
             continue
 
-        # every system is first called once (first-call latency), then timed in rounds,
-        # interleaved, the order reversed every round: timed one after the other, a system's
-        # ratio also measured the card's drift (clock, temperature) between them
-        timed: list[tuple[str, Any, float | None, float | None]] = []  # system, fn, first, mask
-        t_first = time.perf_counter()
-        ours()
-        torch.cuda.synchronize()
-        timed.append(("cmc", ours, time.perf_counter() - t_first + load_s[artifact_for(c.pattern)],
-                      None))
+        # A system: fwd() under no_grad, and fwdbwd() (None where it has no backward) on
+        # inputs that require grad. Every system is first called once (first-call latency),
+        # then timed in rounds, interleaved, the order reversed every round: timed one after
+        # the other, a system's ratio also measured the card's drift (clock, temperature)
+        @dataclass
+        class System:
+            name: str
+            fwd: Any
+            fwdbwd: Any = None
+            grads: list[Any] = field(default_factory=list)
+            first_s: float | None = None
+            mask_ms: float | None = None
+            bwd_first_s: float | None = None
+            bwd_note: str = ""
+            extra: dict[str, Any] = field(default_factory=dict)
+
+        def grad_inputs(*xs: Any) -> list[Any]:
+            return [x.detach().clone().requires_grad_(True) for x in xs]
+
+        def make_fwdbwd(fn: Any, xs: list[Any], dout: Any) -> Any:
+            def fb() -> None:
+                out_of(fn(*xs)).backward(dout)
+            return fb
+
+        candidates: list[System] = []
+        if attn is None:
+            results.append(Result(name, c.pattern, c.length, "cmc", None, None,
+                                  note=load_err.get(key, "no artifact")))
+        else:
+            s = System("cmc", lambda: call(attn))
+            if with_bwd and getattr(attn, "has_backward", False):
+                gq, gk, gv = grad_inputs(q, k, v)
+                s.fwdbwd = make_fwdbwd(lambda a, b_, c_: call(attn, a, b_, c_), [gq, gk, gv],
+                                       do if c.jagged else do.view(shape))
+                s.grads = [gq, gk, gv]
+            elif with_bwd:
+                s.bwd_note = "no backward in this cmc"
+            s.extra["load_s"] = load_s[key]
+            candidates.append(s)
         fq = fk = fv = bm = None
         if not args.only_cmc:
             # flex (B, H, L, D); jagged: one packed sequence
             if c.jagged:
                 fq, fk, fv = (x.unsqueeze(0).transpose(1, 2).contiguous() for x in (q, k, v))
+                fdo = do.unsqueeze(0).transpose(1, 2).contiguous()
                 fb, fl = 1, T
             else:
-                fq, fk, fv = (x.view(B, c.length, HEADS, HEAD_DIM).transpose(1, 2).contiguous()
-                              for x in (q, k, v))
+                fq, fk, fv = (x.view(shape).transpose(1, 2).contiguous() for x in (q, k, v))
+                fdo = do.view(shape).transpose(1, 2).contiguous()
                 fb, fl = B, c.length
-            mm = flex_mask_mod(c, torch, dev)
+            mm = masks.mask_mod(spec_for(c.pattern).pred, c.lengths, c.params, c.jagged,
+                                lambda a: torch.as_tensor(a, device=dev))
             # a fresh compile per case: dynamo's recompile limit would otherwise send later
             # cases to the unfused eager path (it materialises the L x L scores)
             torch._dynamo.reset()
             flex = torch.compile(flex_attention, dynamic=False)
-            t_first = time.perf_counter()
-            bm = create_block_mask(mm, fb, None, fl, fl, device=dev)
-            torch.cuda.synchronize()
-            mask_ms = (time.perf_counter() - t_first) * 1e3
-            peers: list[tuple[str, Any]] = []
-            for system, opts in (("flex-triton", None), ("flex-fa4", {"BACKEND": "FLASH"})):
-                if system == "flex-fa4" and not have_fa4:
+            mask_ms = None
+            try:
+                t_first = time.perf_counter()
+                bm = create_block_mask(mm, fb, None, fl, fl, device=dev)
+                torch.cuda.synchronize()
+                mask_ms = (time.perf_counter() - t_first) * 1e3
+            except Exception as e:  # noqa: BLE001
+                for sysname in ("flex-triton", "flex-fa4"):
+                    results.append(Result(name, c.pattern, c.length, sysname, None, None,
+                                          note=f"block mask failed: {type(e).__name__}: "
+                                               f"{str(e)[:140]}"))
+            flex_backends = (("flex-triton", None), ("flex-fa4", {"BACKEND": "FLASH"}))
+            for sysname, opts in flex_backends if bm is not None else ():
+                if sysname == "flex-fa4" and not have_fa4:
                     continue
 
-                def peer(opts: Any = opts, bm: Any = bm) -> Any:
-                    return flex(fq, fk, fv, block_mask=bm, kernel_options=opts)
+                def peer(a: Any = fq, b_: Any = fk, c_: Any = fv, opts: Any = opts,
+                         bm: Any = bm) -> Any:
+                    return flex(a, b_, c_, block_mask=bm, kernel_options=opts)
 
-                peers.append((system, peer))
+                s = System(sysname, peer, mask_ms=mask_ms)
+                if with_bwd:
+                    xs = grad_inputs(fq, fk, fv)
+                    s.fwdbwd, s.grads = make_fwdbwd(peer, xs, fdo), xs
+                candidates.append(s)
+            if have_cudnn_flex:
+                try:
+                    t0 = time.perf_counter()
+                    mf = cudnn_endpoints(c, mm, torch, dev)
+                    torch.cuda.synchronize()
+                    ends_ms = (time.perf_counter() - t0) * 1e3
+                    cq, ck, cv = (x if c.jagged else x.view(shape) for x in (q, k, v))
+                    varlen = ({"cu_seqlens_q": cu, "cu_seqlens_k": cu,
+                               "max_seqlen_q": max(c.lengths), "max_seqlen_k": max(c.lengths)}
+                              if c.jagged else {})
+                    t0 = time.perf_counter()
+                    plan = create_mask_plan(mf, cq, ck, cv, build_backward=with_bwd, **varlen)
+                    torch.cuda.synchronize()
+                    plan_ms = (time.perf_counter() - t0) * 1e3
+
+                    def cudnn_flex(a: Any = cq, b_: Any = ck, c_: Any = cv,
+                                   plan: Any = plan) -> Any:
+                        return flex_attn_func(a, b_, c_, mask_plan=plan)
+
+                    s = System("cudnn-flex", cudnn_flex, mask_ms=plan_ms,
+                               extra={"nfunc": int(mf.shape[1]), "endpoints_ms": ends_ms})
+                    if with_bwd:
+                        xs = grad_inputs(cq, ck, cv)
+                        s.fwdbwd, s.grads = make_fwdbwd(cudnn_flex, xs,
+                                                        do if c.jagged else do.view(shape)), xs
+                    candidates.append(s)
+                except Exception as e:  # noqa: BLE001
+                    results.append(Result(name, c.pattern, c.length, "cudnn-flex", None, None,
+                                          note=f"plan failed: {type(e).__name__}: "
+                                               f"{str(e)[:160]}"))
             if c.pattern == "causal":
                 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-                def cudnn() -> Any:
+                def cudnn_sdpa(a: Any = fq, b_: Any = fk, c_: Any = fv) -> Any:
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                         return torch.nn.functional.scaled_dot_product_attention(
-                            fq, fk, fv, is_causal=True)
+                            a, b_, c_, is_causal=True)
 
-                peers.append(("sdpa-cudnn", cudnn))
+                s = System("sdpa-cudnn", cudnn_sdpa)
+                if with_bwd:
+                    xs = grad_inputs(fq, fk, fv)
+                    s.fwdbwd, s.grads = make_fwdbwd(cudnn_sdpa, xs, fdo), xs
+                candidates.append(s)
                 if have_fa4:
-                    bq, bk, bv = (x.view(B, c.length, HEADS, HEAD_DIM) for x in (q, k, v))
-                    peers.append(("fa4", lambda: flash_attn_func(bq, bk, bv, causal=True)))
-            for system, fn in peers:
+                    bq, bk, bv = (x.view(shape) for x in (q, k, v))
+
+                    def fa4(a: Any = bq, b_: Any = bk, c_: Any = bv) -> Any:
+                        return flash_attn_func(a, b_, c_, causal=True)
+
+                    s = System("fa4", fa4)
+                    if with_bwd:
+                        xs = grad_inputs(bq, bk, bv)
+                        s.fwdbwd, s.grads = make_fwdbwd(fa4, xs, do.view(shape)), xs
+                    candidates.append(s)
+        timed: list[System] = []
+        for s in candidates:
+            try:
+                t_first = time.perf_counter()
+                with torch.no_grad():
+                    s.fwd()
+                torch.cuda.synchronize()
+                s.first_s = time.perf_counter() - t_first
+                if s.name == "cmc":
+                    s.first_s += load_s[key]
+                timed.append(s)
+            except Exception as e:  # noqa: BLE001
+                results.append(Result(name, c.pattern, c.length, s.name, None, None,
+                                      note=f"failed: {type(e).__name__}: {str(e)[:160]}"))
+                continue
+            if s.fwdbwd is not None:
                 try:
                     t_first = time.perf_counter()
-                    fn()
+                    s.fwdbwd()
                     torch.cuda.synchronize()
-                    timed.append((system, fn, time.perf_counter() - t_first,
-                                  mask_ms if system.startswith("flex") else None))
+                    s.bwd_first_s = time.perf_counter() - t_first
                 except Exception as e:  # noqa: BLE001
-                    results.append(Result(name, c.pattern, c.length, system, None, None,
-                                          note=f"failed: {type(e).__name__}: {str(e)[:160]}"))
-        rounds: dict[str, list[float]] = {sysname: [] for sysname, *_ in timed}
+                    s.fwdbwd = None
+                    s.bwd_note = f"backward failed: {type(e).__name__}: {str(e)[:160]}"
+        fwd_ms: dict[str, list[float]] = {s.name: [] for s in timed}
+        fb_ms: dict[str, list[float]] = {s.name: [] for s in timed}
         failed: dict[str, str] = {}
         for rnd in range(args.rounds):
-            for system, fn, *_ in (timed if rnd % 2 == 0 else timed[::-1]):
-                if system in failed:
+            for s in (timed if rnd % 2 == 0 else timed[::-1]):
+                if s.name in failed:
                     continue
                 try:
-                    rounds[system].append(bench(fn))
+                    with torch.no_grad():
+                        fwd_ms[s.name].append(bench(s.fwd))
                 except Exception as e:  # noqa: BLE001
-                    failed[system] = f"failed: {type(e).__name__}: {str(e)[:160]}"
-        for system, _, first, mask in timed:
-            if system in failed:
-                results.append(Result(name, c.pattern, c.length, system, None, None,
-                                      note=failed[system]))
+                    failed[s.name] = f"failed: {type(e).__name__}: {str(e)[:160]}"
+                    continue
+                if s.fwdbwd is not None:
+                    try:
+                        fb_ms[s.name].append(bench(s.fwdbwd, s.grads))
+                    except Exception as e:  # noqa: BLE001
+                        s.fwdbwd = None
+                        s.bwd_note = f"backward failed: {type(e).__name__}: {str(e)[:160]}"
+        for s in timed:
+            if s.name in failed:
+                results.append(Result(name, c.pattern, c.length, s.name, None, None,
+                                      note=failed[s.name]))
                 continue
-            ms = float(np.median(rounds[system]))
-            results.append(Result(name, c.pattern, c.length, system, ms, flops / ms / 1e9,
-                                  first, mask, extra={"ms": rounds[system]}))
-        for r in results[-6:]:
+            ms = float(np.median(fwd_ms[s.name]))
+            r = Result(name, c.pattern, c.length, s.name, ms, flops / ms / 1e9, s.first_s,
+                       s.mask_ms, extra={"ms": fwd_ms[s.name], **s.extra}, bwd_note=s.bwd_note)
+            if s.fwdbwd is not None and fb_ms[s.name]:
+                r.fwdbwd_ms = float(np.median(fb_ms[s.name]))
+                r.step_tflops = 3.5 * flops / r.fwdbwd_ms / 1e9
+                if r.fwdbwd_ms > ms:
+                    r.bwd_tflops = 2.5 * flops / (r.fwdbwd_ms - ms) / 1e9
+                r.extra.update(fwdbwd_ms=fb_ms[s.name], bwd_first_call_s=s.bwd_first_s)
+            results.append(r)
+        for r in results:
             if r.case == name:
+                bwd = f"{r.bwd_tflops:7.1f}" if r.bwd_tflops else "      -"
                 print(f"{name:28s} {r.system:12s} "
-                      f"{'-' if r.tflops is None else f'{r.tflops:7.1f}'} TFLOP/s {r.note}",
-                      flush=True)
-        del q, k, v, fq, fk, fv, bm
+                      f"{'-' if r.tflops is None else f'{r.tflops:7.1f}'} fwd {bwd} bwd TFLOP/s "
+                      f"{r.note} {r.bwd_note}", flush=True)
+        del q, k, v, do, fq, fk, fv, bm, candidates, timed
         torch.cuda.empty_cache()
-        if args.partial:
-            Path(args.partial).write_text(json.dumps([asdict(r) for r in results], indent=1))
+        flush()
     return results
 
 
-def check_peers(cases: list[Case], tables: dict[str, Any], kernels: dict[str, Any],
-                have_fa4: bool, flex_attention: Any, create_block_mask: Any) -> list[Result]:
-    """Every system against one float32 reference per pattern on a small case (L = 1024 or
-    the case's own jagged lengths cut to 2 sequences). The reference mask comes from cmc's
-    interval table, so the check also proves each peer's mask_mod is the same mask."""
-    import torch
+def check_endpoints(cases: list[Case], tables: dict[str, Any], torch: Any,
+                    device: str) -> list[Result]:
+    """cuDNN flex's endpoints (from the Flex peers' mask_mod, on the GPU) against cmc's dense
+    oracle of the .mask file, once per pattern at a small length; mismatches printed."""
+    import numpy as np
 
     from cmc.tiles import dense_from_table
 
@@ -362,9 +552,57 @@ def check_peers(cases: list[Case], tables: dict[str, Any], kernels: dict[str, An
         if c.pattern in seen:
             continue
         seen.add(c.pattern)
-        lens = c.lengths[:2] if c.jagged else [1024, 1024]
-        params = c.params[:2] if c.jagged else [_small_params(c, 1024)] * 2
-        small = Case(c.pattern, 1024, lens, params, c.jagged)
+        spec = spec_for(c.pattern)
+        if c.jagged:
+            lens = [min(n, CHECK_LEN + 77 * i) for i, n in enumerate(c.lengths[:2])]
+            params = c.params[:2]
+        else:
+            lens = [CHECK_LEN] * 2
+            params = [spec.make_params(np.random.default_rng(5), CHECK_LEN)] * 2
+        small = Case(c.pattern, CHECK_LEN, lens, params, c.jagged)
+        mm = masks.mask_mod(spec.pred, lens, params, c.jagged,
+                            lambda a: torch.as_tensor(a, device=device))
+        try:
+            ends = cudnn_endpoints(small, mm, torch, device)[0].cpu().numpy()
+        except Exception as e:  # noqa: BLE001
+            out.append(Result(f"check/{c.pattern}", c.pattern, CHECK_LEN, "cudnn-flex", None,
+                              None, note=f"endpoints failed: {type(e).__name__}: {str(e)[:120]}"))
+            continue
+        table = tables[artifact_for(c.pattern)]
+        bad, q0 = 0, 0
+        for n, p in zip(lens, params):
+            want = dense_from_table(table, n, p)
+            bad += int((masks.dense_from_endpoints(ends[:, q0:q0 + n], n) != want).sum())
+            q0 += n
+        print(f"check {c.pattern:24s} cudnn-flex endpoints vs cmc oracle: {bad} mismatches "
+              f"(nfunc {ends.shape[0]})", flush=True)
+        out.append(Result(f"check/{c.pattern}", c.pattern, CHECK_LEN, "cudnn-flex", None, None,
+                          note=f"endpoint mismatches vs cmc oracle: {bad}",
+                          extra={"mismatches": bad, "nfunc": int(ends.shape[0])}))
+    return out
+
+
+def check_peers(cases: list[Case], tables: dict[str, Any], kernels: dict[str, Any],
+                have_fa4: bool, flex_attention: Any, create_block_mask: Any) -> list[Result]:
+    """Every system against one float32 reference per pattern on a small case (L = 1024 or
+    the case's own jagged lengths cut to 2 sequences). The reference mask comes from cmc's
+    interval table, so the check also proves each peer's mask_mod is the same mask."""
+    import numpy as np
+    import torch
+
+    from cmc.tiles import dense_from_table
+
+    out: list[Result] = []
+    seen: set[str] = set()
+    for c in cases:
+        if c.pattern in seen or artifact_for(c.pattern) not in kernels:
+            continue
+        seen.add(c.pattern)
+        spec = spec_for(c.pattern)
+        lens = c.lengths[:2] if c.jagged else [CHECK_LEN, CHECK_LEN]
+        params = (c.params[:2] if c.jagged
+                  else [spec.make_params(np.random.default_rng(5), CHECK_LEN)] * 2)
+        small = Case(c.pattern, CHECK_LEN, lens, params, c.jagged)
         T, H = sum(lens), 4
         torch.manual_seed(1)
         q, k, v = (torch.randn(T, H, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
@@ -382,100 +620,107 @@ def check_peers(cases: list[Case], tables: dict[str, Any], kernels: dict[str, An
             t0 += n
         cu = torch.tensor([0, lens[0], T], device="cuda", dtype=torch.int32)
         got = {"cmc": kernels[artifact_for(c.pattern)](q, k, v, cu_seqlens=cu, max_len=max(lens),
-                                                       **_cmc_params(small))}
+                                                       **cmc_params(small))}
         if c.jagged:
             fq, fk, fv = (x.unsqueeze(0).transpose(1, 2).contiguous() for x in (q, k, v))
             fb, fl = 1, T
         else:
-            fq, fk, fv = (x.view(2, 1024, H, HEAD_DIM).transpose(1, 2).contiguous()
+            fq, fk, fv = (x.view(2, CHECK_LEN, H, HEAD_DIM).transpose(1, 2).contiguous()
                           for x in (q, k, v))
-            fb, fl = 2, 1024
-        bm = create_block_mask(flex_mask_mod(small, torch, "cuda"), fb, None, fl, fl,
-                               device="cuda")
+            fb, fl = 2, CHECK_LEN
+        mm = masks.mask_mod(spec.pred, lens, params, c.jagged,
+                            lambda a: torch.as_tensor(a, device="cuda"))
+        bm = create_block_mask(mm, fb, None, fl, fl, device="cuda")
         for system, opts in (("flex-triton", None), ("flex-fa4", {"BACKEND": "FLASH"})):
             if system == "flex-fa4" and not have_fa4:
                 continue
             torch._dynamo.reset()
             try:
                 o = torch.compile(flex_attention)(fq, fk, fv, block_mask=bm, kernel_options=opts)
-                got[system] = (o.transpose(1, 2).reshape(T, H, HEAD_DIM) if c.jagged
-                               else o.transpose(1, 2).reshape(T, H, HEAD_DIM))
+                got[system] = o.transpose(1, 2).reshape(T, H, HEAD_DIM)
             except Exception as e:  # noqa: BLE001
-                out.append(Result(f"check/{c.pattern}", c.pattern, 1024, system, None, None,
+                out.append(Result(f"check/{c.pattern}", c.pattern, CHECK_LEN, system, None, None,
                                   note=f"check failed: {type(e).__name__}: {str(e)[:120]}"))
         for system, o in got.items():
             err = float(((o.float() - ref).norm() / ref.norm()).item())
-            out.append(Result(f"check/{c.pattern}", c.pattern, 1024, system, None, None,
+            out.append(Result(f"check/{c.pattern}", c.pattern, CHECK_LEN, system, None, None,
                               max_err=err, note="rel err vs float32 reference (L=1024)"))
             print(f"check {c.pattern:24s} {system:12s} rel err {err:.2e}", flush=True)
     return out
 
 
-def _small_params(c: Case, n: int) -> dict[str, Any]:
-    if c.pattern.startswith("hstu"):
-        return {"n_targets": n // 8}
-    if c.pattern.startswith("shared_prefix"):
-        r = (n - n // 4) // 4
-        return {"prompt_len": n // 4, "responses": [n // 4 + i * r for i in range(4)]}
-    return {}
-
-
 def _artifact_dir(root: Path, key: str) -> Path:
     sub = root / key
-    inner = [p for p in sub.iterdir() if (p / "manifest.json").exists()]
+    inner = [p for p in sub.iterdir() if (p / "manifest.json").exists()] if sub.is_dir() else []
     if len(inner) != 1:
         raise SystemExit(f"expected one artifact under {sub}; run --compile first")
     return inner[0]
 
 
-def _cmc_params(c: Case) -> dict[str, Any]:
-    if c.pattern.startswith("hstu"):
-        return {"n_targets": [p["n_targets"] for p in c.params]}
-    if c.pattern.startswith("shared_prefix"):
-        return {"prompt_len": [p["prompt_len"] for p in c.params],
-                "responses": [p["responses"] for p in c.params]}
-    return {}
+PEERS = ["flex-fa4", "flex-triton", "cudnn-flex", "sdpa-cudnn", "fa4"]
+TITLES = {"cmc": "cmc", "flex-fa4": "Flex-FA4", "flex-triton": "Flex-Triton",
+          "cudnn-flex": "cuDNN flex", "sdpa-cudnn": "cuDNN SDPA", "fa4": "FA4"}
+ORDER = ["causal", "hstu", "hstu_jagged", "shared_prefix", "shared_prefix_jagged", "clear",
+         "clear_text", *(s.key for s in masks.GENERALITY)]
+
+
+def _ratio(ours: float | None, peers: list[float | None]) -> str:
+    best = max((v for v in peers if v), default=None)
+    return f"{ours / best:.2f}" if ours and best else "-"
+
+
+def _rows(results: list[Result]) -> list[tuple[str, int, dict[str, Result]]]:
+    by: dict[tuple[str, int], dict[str, Result]] = {}
+    for r in results:
+        if r.case.startswith("check/"):
+            continue
+        by.setdefault((r.pattern, r.length), {})[r.system] = r
+    return [(pat, length, row) for (pat, length), row in sorted(by.items(), key=lambda kv: (
+        ORDER.index(kv[0][0]) if kv[0][0] in ORDER else 99, kv[0][1]))]
 
 
 def summarize(results: list[Result]) -> str:
-    by: dict[str, dict[str, Result]] = {}
-    for r in results:
-        by.setdefault(r.case, {})[r.system] = r
-    systems = ["cmc", "flex-fa4", "flex-triton", "sdpa-cudnn", "fa4"]
-    head = f"{'case':28s}" + "".join(f"{s:>12s}" for s in systems) + "   cmc/flexfa4  cmc/flextri  cmc/best"
-    lines = [head]
-    for case, row in by.items():
-        vals = [row[s].tflops if s in row and row[s].tflops else None for s in systems]
-        cells = "".join(f"{v:12.1f}" if v else f"{'-':>12s}" for v in vals)
-        ours = vals[0]
-        ratios = []
-        for v in (vals[1], vals[2], max([x for x in vals[1:] if x] or [0]) or None):
-            ratios.append(f"{ours / v:12.2f}" if ours and v else f"{'-':>12s}")
-        lines.append(f"{case:28s}{cells} " + " ".join(ratios))
+    systems = ["cmc", *PEERS]
+    lines = [f"{'case':30s}" + "".join(f"{s:>12s}" for s in systems)
+             + "  cmc/best fwd  cmc/best bwd"]
+    for pat, length, row in _rows(results):
+        fwd = [row[s].tflops if s in row else None for s in systems]
+        bwd = [row[s].bwd_tflops if s in row else None for s in systems]
+        cells = "".join(f"{v:12.1f}" if v else f"{'-':>12s}" for v in fwd)
+        lines.append(f"{pat + '/' + str(length):30s}{cells}  {_ratio(fwd[0], fwd[1:]):>12s}"
+                     f"  {_ratio(bwd[0], bwd[1:]):>12s}")
     return "\n".join(lines)
 
 
 def markdown(results: list[Result]) -> str:
-    """The docs/benchmarks.md table: TFLOP/s per system, cmc's ratios, cmc's first call."""
-    by: dict[tuple[str, int], dict[str, Result]] = {}
-    for r in results:
-        by.setdefault((r.pattern if r.case.startswith(r.pattern) else r.case, r.length),
-                      {})[r.system] = r
-    systems = ["cmc", "flex-fa4", "flex-triton", "sdpa-cudnn", "fa4"]
-    lines = ["| case | L | cmc | Flex-FA4 | Flex-Triton | cuDNN | FA4 | cmc / Flex-FA4 | "
-             "cmc / Flex-Triton | cmc / FA4 | cmc first call (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = ["causal", "hstu", "hstu_jagged", "shared_prefix", "shared_prefix_jagged", "clear",
-             "clear_text"]
-    for (pat, length), row in sorted(by.items(), key=lambda kv: (
-            order.index(kv[0][0]) if kv[0][0] in order else 99, kv[0][1])):
-        vals = [row[s].tflops if s in row and row[s].tflops else None for s in systems]
-        ours = vals[0]
-        cells = [f"{v:.1f}" if v else "-" for v in vals]
-        ratios = [f"{ours / v:.2f}" if ours and v else "-" for v in (vals[1], vals[2], vals[4])]
+    """docs/benchmarks.md's table: forward and backward TFLOP/s per system, cmc over the best
+    peer per point, first calls and mask/plan builds; then every peer's failure, as a result."""
+    systems = ["cmc", *PEERS]
+    head = (["case", "L"] + [f"{TITLES[s]} fwd" for s in systems] + ["cmc / best fwd"]
+            + [f"{TITLES[s]} bwd" for s in systems] + ["cmc / best bwd", "cmc step",
+                                                       "first call (s): cmc / best-peer"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    notes: list[str] = []
+    for pat, length, row in _rows(results):
+        fwd = [row[s].tflops if s in row else None for s in systems]
+        bwd = [row[s].bwd_tflops if s in row else None for s in systems]
+        best = max((s for s in PEERS if s in row and row[s].tflops),
+                   key=lambda s: row[s].tflops or 0.0, default=None)
         fc = row["cmc"].first_call_s if "cmc" in row else None
-        first = f"{fc:.3f}" if fc is not None else "-"
-        lines.append(f"| {pat} | {length} | " + " | ".join([*cells, *ratios, first]) + " |")
+        pc = row[best].first_call_s if best else None
+        step = row["cmc"].step_tflops if "cmc" in row else None
+        cells = ([pat, str(length)] + [f"{v:.1f}" if v else "-" for v in fwd]
+                 + [_ratio(fwd[0], fwd[1:])] + [f"{v:.1f}" if v else "-" for v in bwd]
+                 + [_ratio(bwd[0], bwd[1:]), f"{step:.1f}" if step else "-",
+                    f"{fc:.2f} / {pc:.2f} ({TITLES[best]})" if fc is not None and pc is not None
+                    and best else "-"])
+        lines.append("| " + " | ".join(cells) + " |")
+        for s in systems:
+            if s in row and (row[s].note or row[s].bwd_note):
+                notes.append(f"- {pat} {length}: {s}: {(row[s].note + ' ' + row[s].bwd_note).strip()}")
+    if notes:
+        lines += ["", "Not measured (each is a result: the system could not express, build or "
+                      "run this point):", *notes]
     return "\n".join(lines)
 
 
@@ -485,44 +730,51 @@ def plot(results: list[Result], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = []
-    patterns = sorted({r.pattern for r in results})
-    fig, axes = plt.subplots(math.ceil(len(patterns) / 3), 3, figsize=(15, 4 * math.ceil(len(patterns) / 3)))
+    rows = [r for r in results if not r.case.startswith("check/")]
+    patterns = [p for p in ORDER if any(r.pattern == p for r in rows)]
+    ncol = 4
+    nrow = max(1, math.ceil(len(patterns) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 4 * nrow), squeeze=False)
     for ax, pat in zip(axes.flat, patterns):
-        for system, color in (("cmc", "C0"), ("flex-fa4", "C1"), ("flex-triton", "C2"),
-                              ("sdpa-cudnn", "C3"), ("fa4", "C4")):
-            pts = sorted((r.length, r.tflops) for r in results
-                         if r.pattern == pat and r.system == system and r.tflops)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=system,
-                        color=color)
+        for i, system in enumerate(["cmc", *PEERS]):
+            for attr, style in (("tflops", "-"), ("bwd_tflops", ":")):
+                pts = sorted((r.length, getattr(r, attr)) for r in rows
+                             if r.pattern == pat and r.system == system and getattr(r, attr))
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o",
+                            color=f"C{i}",
+                            label=f"{TITLES[system]} {'fwd' if attr == 'tflops' else 'bwd'}")
         ax.set_xscale("log", base=2)
         ax.set_title(pat)
         ax.set_xlabel("sequence length")
         ax.set_ylabel("effective TFLOP/s")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(patterns):]:
         ax.axis("off")
     fig.tight_layout()
     p = out / "bench.png"
-    fig.savefig(p, dpi=90)
-    paths.append(p)
-    return paths
+    fig.savefig(p, dpi=80)
+    return [p]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compile", metavar="DIR", help="only compile the artifacts into DIR")
     ap.add_argument("--tiling", choices=("auto", "linear"), default="auto",
                     help="with --compile: the tile stage's choice, or linear tiles everywhere")
+    ap.add_argument("--suite", choices=("public", "generality", "all"), default="all",
+                    help="which masks to compile and run")
     ap.add_argument("--artifacts", default="out/bench")
     ap.add_argument("--out", default="results")
-    ap.add_argument("--lengths", type=int, nargs="*", default=list(LENGTHS))
-    ap.add_argument("--patterns", nargs="*")
+    ap.add_argument("--lengths", type=int, nargs="*", default=list(LENGTHS),
+                    help="lengths of the public suite")
+    ap.add_argument("--gen-lengths", type=int, nargs="*", default=list(GEN_LENGTHS),
+                    help="lengths of the generality suite")
+    ap.add_argument("--patterns", nargs="*", help="only these cases (names as in the table)")
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--rep", type=int, default=100)
-    ap.add_argument("--partial", help="rewrite this JSON file after every case")
+    ap.add_argument("--no-bwd", action="store_true", help="forward only")
     ap.add_argument("--only-cmc", action="store_true", help="time cmc alone")
     ap.add_argument("--ab", nargs="*", metavar="DIR",
                     help="kernel A/B: time these artifact folders (as made by --compile) "
@@ -533,6 +785,7 @@ def main() -> None:
     ap.add_argument("--check", action="store_true",
                     help="first check every system against a float32 reference")
     ap.add_argument("--merge", nargs="*", help="merge bench.json files, print and plot them")
+    ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
     if args.merge:
         merged: list[Result] = []
@@ -547,19 +800,19 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps(
             {"meta": meta_all, "results": [asdict(r) for r in merged]}, indent=2))
-        plot(merged, out)
+        if not args.no_plot:
+            plot(merged, out)
         print(summarize(merged))
         (out / "bench.md").write_text(markdown(merged) + "\n")
         return
     if args.compile:
-        compile_all(Path(args.compile), args.tiling)
+        compile_all(Path(args.compile), args.tiling, args.suite)
         return
     import torch
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = run(args)
-    meta = {
+    meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -567,15 +820,24 @@ def main() -> None:
         "tokens": TOKENS, "heads": HEADS, "head_dim": HEAD_DIM,
         "command": " ".join(sys.argv),
     }
-    try:
-        import flash_attn  # type: ignore[import-not-found]
+    for mod, dist in (("flash_attn", "flash-attn-4"), ("cudnn", "nvidia-cudnn-frontend"),
+                      ("triton", "triton")):
+        try:
+            from importlib.metadata import version
 
-        meta["flash_attn"] = getattr(flash_attn, "__version__", "?")
-    except Exception:  # noqa: BLE001
-        pass
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]},
-                                               indent=2))
-    plot(results, out)
+            meta[mod] = version(dist)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def sink(results: list[Result]) -> None:
+        (out / "bench.json").write_text(json.dumps(
+            {"meta": meta, "results": [asdict(r) for r in results]}, indent=2))
+
+    results = run(args, sink)
+    sink(results)
+    (out / "bench.md").write_text(markdown(results) + "\n")
+    if not args.no_plot:
+        plot(results, out)
     print(json.dumps(meta))
     print(summarize(results))
 
