@@ -168,10 +168,11 @@ def cmc_params(c: Case) -> dict[str, Any]:
 
 
 def estimate(cases: list[Case], rounds: int, rep: int, bwd: bool) -> str:
-    """A rough time estimate. The per-case costs are assumptions from runs 8-10 (forward) and
-    the cuDNN flex bundle notes; bench.json records the measured first-call times to correct
-    them."""
-    compile_s = 2 * (6.0 + (10.0 if bwd else 0.0)) + 4.0 * (2 if bwd else 1)  # flex x2, cuDNN
+    """A rough time estimate. The per-case costs are assumptions: run 10 took about 6 s a
+    case forward only (two Flex compiles), a backward compile is taken as twice a forward,
+    cuDNN flex's first call as the bundle notes' 4 s; bench.json records the measured
+    first-call times to correct them."""
+    compile_s = 2 * (2.5 + (5.0 if bwd else 0.0)) + 4.0 * (2 if bwd else 1)  # flex x2, cuDNN
     per_bench_s = (25 + rep) / 1e3 + 0.15
     systems = 5
     timing_s = rounds * systems * (2 if bwd else 1) * per_bench_s

@@ -2,7 +2,11 @@
 # One device call: sm90 correctness + timing, then the benchmark over the given lengths.
 # Usage (on the device, repo root): bash tools/device_bench.sh OUTDIR LEN...
 # Needs .whl (lark) and out/bench (python benchmarks/bench.py --compile out/bench); uses FA4
-# when an earlier call on this machine unpacked .fa4a into /tmp/fa4site and .fa4b is carried.
+# when an earlier call on this machine copied .fa4a/part_aa to /tmp and .fa4c, .fa4b are
+# carried, and cuDNN flex (cudnn.flex_attention) when .cudnnfe is carried too (it needs the
+# FA4 bundle's cutlass-dsl and tvm-ffi, so it is installed after them).
+# LEN... are the public suite's lengths; BENCH_ARGS adds knobs (--suite, --gen-lengths,
+# --patterns, --rounds, --no-bwd); bench.py rewrites $OUT/bench/bench.json after every case.
 set -u
 export PYTHONUNBUFFERED=1
 out=$1; shift
@@ -15,6 +19,10 @@ fi
 if [ -d /tmp/fa4site ] && [ -d .fa4b ] && [ ! -e /tmp/site/.fa4 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fa4b/*.whl >/dev/null 2>&1 \
     && cp -r /tmp/fa4site/* /tmp/site/ && touch /tmp/site/.fa4
+fi
+if [ -e /tmp/site/.fa4 ] && [ -d .cudnnfe ] && [ ! -e /tmp/site/.cudnnfe ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .cudnnfe/*.whl >/dev/null 2>&1 \
+    && touch /tmp/site/.cudnnfe
 fi
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
 if [ -z "${NO_SM90_CHECK:-}" ]; then
