@@ -15,6 +15,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -43,7 +44,9 @@ def _swap(node: object) -> object:
 
 def transpose_mask(mask: ir.Mask) -> ir.Mask:
     """visibleT(q, k) = visible(k, q): the same mask (name, params) with q and k swapped."""
-    return dataclasses.replace(mask, allows=_swap(mask.allows), denies=_swap(mask.denies))
+    allows = tuple(cast(ir.Pred, _swap(p)) for p in mask.allows)
+    denies = tuple(cast(ir.Pred, _swap(p)) for p in mask.denies)
+    return dataclasses.replace(mask, allows=allows, denies=denies)
 
 
 def hooks_text(source_text: str) -> str:
