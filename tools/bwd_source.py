@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from cmc import ir  # noqa: E402
+from cmc.artifacts import EmittedSource  # noqa: E402
 from cmc.emit import emit  # noqa: E402
 from cmc.lower import lower  # noqa: E402
 
@@ -109,7 +110,7 @@ class BwdSource:
     text: str
     struct: str  # the descriptor struct's name
     variants: tuple[BwdVariant, ...]
-    fwd: object  # the forward EmittedSource (its variants, layout)
+    fwd: EmittedSource  # the forward source (its variants, layout)
 
 
 def assemble(table: ir.IntervalTable, dtypes=("bf16", "fp16"), head_dims=(64, 128),
