@@ -190,6 +190,7 @@ def run_case(name, dtype, d, built, table) -> list[tuple[str, bool, str]]:
     qt, kt, vt, o, lse = kc.make_inputs(pb, 1234 + d)
     keep: list = []
     vals = kc.descriptor_values(mask, pb, qt, kt, vt, o, lse, per_seq, keep)
+    vals.setdefault("sched", 0)  # kernel_check predates the work-counter field
     desc = _LAYOUTS[(name, dtype, d)].pack(vals)
     ffunc = get_func(fcub, fsym, fsmem)
     launch(ffunc, (-(-max(LENS) // fbm), hq, len(LENS)), fthreads, fsmem, [desc])
@@ -249,6 +250,7 @@ def timing(bwd: Bwd, layout, table, dtype: str) -> list[str]:
     lse.fill_(20.0)  # any finite LSE: timing only
     keep: list = []
     vals = kc.descriptor_values(table.mask, pb, qt, kt, vt, o, lse, [{} for _ in range(B)], keep)
+    vals.setdefault("sched", 0)
     desc = layout.pack(vals)
     total = L * B
     do = torch.randn_like(qt)
