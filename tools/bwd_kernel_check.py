@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""GPU check of the portable backward (templates/cmc/attn_bwd_portable.cuh), issue 21.
+
+Run on the GPU machine from the repository root:  python3 tools/bwd_kernel_check.py
+(--no-timing skips the causal timing). For each case: the source from tools/bwd_source.py,
+NVRTC for the device's arch (builds in parallel processes first), the portable forward of the
+same .cu for O and LSE, then pre -> kv -> post (non-deterministic) and pre -> kv -> dq
+(deterministic, twice: bitwise equal), against float64 torch autograd of masked softmax
+attention on the dense mask of cmc.oracle. Outputs and workspaces are NaN-poisoned first.
+Checks: no NaN, relative error (Frobenius) < 1e-2 for dq, dk, dv, dK = dV = 0 exactly for
+keys no query sees, dQ = 0 exactly for rows that see nothing. A table at the end; exit 1 on
+any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import math
+import os
+import struct
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import bwd_source as bs  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from cuda.bindings import driver as cu  # noqa: E402
+
+
+def _load_kernel_check():
+    spec = importlib.util.spec_from_file_location("kernel_check", ROOT / "tools" / "kernel_check.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["kernel_check"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+kc = _load_kernel_check()  # seq_params, dense_mask, descriptor_values, _ok, device_arch
+
+LOG2E = 1.4426950408889634
+REL_TOL = 1e-2
+RESIDUAL = "mask residual\nallow k <= q and (q * k) % 7 != 3\n"
+MASKS = {  # name -> (sample path or mask text, defines)
+    "causal": ("samples/causal.mask", {}),
+    "hstu": ("samples/hstu.mask", {}),
+    "shared_prefix": ("samples/shared_prefix.mask", {}),
+    "document_causal": ("samples/document_causal.mask", {}),
+    "clear": ("samples/clear.mask", {"TEXT": 64, "W": 32, "R": 5}),
+    "residual": (RESIDUAL, {}),
+}
+# (mask, dtype, head dim) variants to build; every case runs GQA 4/2 on a jagged batch.
+VARIANTS = [
+    ("causal", "bf16", 64), ("causal", "bf16", 128), ("causal", "fp16", 64), ("causal", "fp16", 128),
+    ("hstu", "bf16", 128), ("hstu", "fp16", 64),
+    ("shared_prefix", "bf16", 64), ("shared_prefix", "fp16", 128),
+    ("document_causal", "bf16", 128),
+    ("clear", "bf16", 64), ("clear", "fp16", 128),
+    ("residual", "bf16", 128), ("residual", "fp16", 64),
+]
+LENS = [1, 17, 130, 600]
+
+
+def table_of(name: str):
+    from cmc.check import check
+    from cmc.driver import front
+    from cmc.lower import lower
+    from cmc.parse import parse
+
+    src, defines = MASKS[name]
+    if src.endswith(".mask"):
+        return front(ROOT / src, defines)
+    return lower(check(parse(src, f"{name}.mask"), defines))
+
+
+def build_variant(name: str, dtype: str, d: int, arch: str):
+    """Worker: (fwd cubin, fwd variant fields, bwd cubin, bwd resources, n_terms, n_terms_t)."""
+    from cmc.build import BASE_OPTIONS, nvrtc_compile
+
+    src = bs.assemble(table_of(name), dtypes=(dtype,), head_dims=(d,), archs=(arch,))
+    fv = src.fwd.variants[0]
+    res = nvrtc_compile(src.text, src.filename, [f"-arch={arch}", *BASE_OPTIONS, f"-D{fv.define}"])
+    if not res.ok:
+        raise RuntimeError(f"forward build failed: {res.log[:3000]}")
+    bcub, bres = bs.build(src, src.variants[0], arch)
+    return (res.cubin, (fv.symbol, fv.threads, fv.smem_bytes, fv.block_m), bcub, bres,
+            bs.n_terms(src.text), bs.n_terms(src.text, "cmc_hooks_t"))
+
+
+_MODULES: list = []
+
+
+def get_func(cubin: bytes, symbol: str, smem: int):
+    mod = kc._ok(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+    _MODULES.append(mod)
+    f = kc._ok(cu.cuModuleGetFunction(mod, symbol.encode()), f"cuModuleGetFunction {symbol}")
+    kc._ok(cu.cuFuncSetAttribute(
+        f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+        "cuFuncSetAttribute")
+    return f
+
+
+def launch(func, grid, threads: int, smem: int, params: list[bytes]) -> None:
+    bufs = [ctypes.create_string_buffer(p, len(p)) for p in params]
+    argv = (ctypes.c_void_p * len(bufs))(*[ctypes.addressof(b) for b in bufs])
+    stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+    kc._ok(cu.cuLaunchKernel(func, grid[0], grid[1], grid[2], threads, 1, 1, smem, stream,
+                             ctypes.addressof(argv), 0), "cuLaunchKernel")
+
+
+def pack_args(do, dq, dk, dv, acc, dsum, total: int, deterministic: bool) -> bytes:
+    b = struct.pack("<6Q8q2i", do.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                    acc.data_ptr(), dsum.data_ptr(), do.stride(0), do.stride(1), dq.stride(0),
+                    dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), total,
+                    1 if deterministic else 0)
+    assert len(b) == 120
+    return b
+
+
+class Bwd:
+    """The four backward kernels of one variant and their launch shapes."""
+
+    def __init__(self, name: str, dtype: str, d: int, bcub: bytes, nt: int, ntt: int):
+        v = bs.BwdVariant(dtype, d)
+        self.d = d
+        self.smem_kv, self.smem_dq = bs.smem_kv(d, ntt), bs.smem_dq(d, nt)
+        self.pre = get_func(bcub, v.symbol(name, "pre"), 0)
+        self.kv = get_func(bcub, v.symbol(name, "kv"), self.smem_kv)
+        self.dq = get_func(bcub, v.symbol(name, "dq"), self.smem_dq)
+        self.post = get_func(bcub, v.symbol(name, "post"), 0)
+
+    def run(self, desc: bytes, args: bytes, max_len: int, hq: int, hk: int, batch: int,
+            deterministic: bool) -> None:
+        pre_grid = (-(-max_len // 64), hq, batch)
+        launch(self.pre, pre_grid, 256, 0, [desc, args])
+        launch(self.kv, (-(-max_len // 64), hk, batch), 128, self.smem_kv, [desc, args])
+        if deterministic:
+            launch(self.dq, (-(-max_len // 64), hq, batch), 128, self.smem_dq, [desc, args])
+        else:
+            launch(self.post, pre_grid, 256, 0, [desc, args])
+
+
+def reference(lens, q, k, v, do, masks, scale):
+    """float64 autograd of masked softmax attention: (dq, dk, dv) [T, H, D]."""
+    hq, hk = q.shape[1], k.shape[1]
+    qd, kd, vd = (x.double().detach().requires_grad_(True) for x in (q, k, v))
+    outs, t0 = [], 0
+    for n, m in zip(lens, masks, strict=True):
+        qs = qd[t0:t0 + n].transpose(0, 1)
+        ks = kd[t0:t0 + n].transpose(0, 1).repeat_interleave(hq // hk, 0)
+        vs = vd[t0:t0 + n].transpose(0, 1).repeat_interleave(hq // hk, 0)
+        mt = torch.from_numpy(m).to(q.device)
+        s = torch.where(mt, (qs @ ks.transpose(1, 2)) * scale, torch.full_like(qs[..., :1], -1e30))
+        mx = s.amax(-1, keepdim=True).detach()
+        p = torch.exp(s - mx) * mt
+        lsum = p.sum(-1, keepdim=True)
+        o = (p @ vs) / torch.where(lsum > 0, lsum, torch.ones_like(lsum))
+        outs.append(o.transpose(0, 1))
+        t0 += n
+    out = torch.cat(outs, 0)
+    (out * do.double()).sum().backward()
+    return qd.grad, kd.grad, vd.grad
+
+
+def rel(got, ref) -> float:
+    return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-12))
+
+
+def run_case(name, dtype, d, built, table) -> list[tuple[str, bool, str]]:
+    fcub, (fsym, fthreads, fsmem, fbm), bcub, _, nt, ntt = built
+    mask = table.mask
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    hq, hk = 4, 2
+    pb = kc.Problem(LENS, hq, hk, d, tdt)
+    per_seq = [kc.seq_params(mask, n, b) for b, n in enumerate(LENS)]
+    for ps in per_seq[1:]:  # scalar params: one value per launch
+        for p in mask.params:
+            if p.kind == "scalar":
+                ps[p.name] = per_seq[0][p.name]
+    masks = [kc.dense_mask(mask, n, ps) for n, ps in zip(LENS, per_seq, strict=True)]
+    total = sum(LENS)
+    qt, kt, vt, o, lse = kc.make_inputs(pb, 1234 + d)
+    keep: list = []
+    vals = kc.descriptor_values(mask, pb, qt, kt, vt, o, lse, per_seq, keep)
+    vals.setdefault("sched", 0)  # kernel_check predates the work-counter field
+    desc = _LAYOUTS[(name, dtype, d)].pack(vals)
+    ffunc = get_func(fcub, fsym, fsmem)
+    launch(ffunc, (-(-max(LENS) // fbm), hq, len(LENS)), fthreads, fsmem, [desc])
+    g = torch.Generator(device="cuda").manual_seed(99)
+    do = torch.randn(total, hq, d, device="cuda", generator=g).to(tdt)
+    bwd = Bwd(name, dtype, d, bcub, nt, ntt)
+    ref = reference(LENS, qt, kt, vt, do, masks, 1.0 / math.sqrt(d))
+
+    seen_k = np.concatenate([m.any(0) for m in masks])  # keys some query sees
+    sees_q = np.concatenate([m.any(1) for m in masks])  # rows that see some key
+    results = []
+    det_runs = []
+    for mode in ("atomic", "det", "det"):
+        deterministic = mode == "det"
+        dq = torch.full((total, hq, d), float("nan"), device="cuda", dtype=tdt)
+        dk = torch.full((total, hk, d), float("nan"), device="cuda", dtype=tdt)
+        dv = torch.full((total, hk, d), float("nan"), device="cuda", dtype=tdt)
+        acc = torch.full((total, hq, d), float("nan"), device="cuda", dtype=torch.float32)
+        dsum = torch.full((hq, total), float("nan"), device="cuda", dtype=torch.float32)
+        args = pack_args(do, dq, dk, dv, acc, dsum, total, deterministic)
+        bwd.run(desc, args, max(LENS), hq, hk, len(LENS), deterministic)
+        kc._ok(cu.cuCtxSynchronize(), f"backward {name} {mode}")
+        msgs = []
+        for what, got, r in (("dq", dq, ref[0]), ("dk", dk, ref[1]), ("dv", dv, ref[2])):
+            if torch.isnan(got).any():
+                msgs.append(f"{what} NaN")
+                continue
+            e = rel(got, r)
+            if e >= REL_TOL:
+                msgs.append(f"{what} rel {e:.2e}")
+        dead = torch.from_numpy(~seen_k).to("cuda")
+        if dead.any() and ((dk[dead] != 0).any() or (dv[dead] != 0).any()):
+            msgs.append("unseen keys: dK/dV not 0")
+        blind = torch.from_numpy(~sees_q).to("cuda")
+        if blind.any() and (dq[blind] != 0).any():
+            msgs.append("blind rows: dQ not 0")
+        errs = " ".join(f"{rel(x, r):.1e}" for x, r in zip((dq, dk, dv), ref, strict=True)
+                        if not torch.isnan(x).any())
+        results.append((mode, not msgs, "; ".join(msgs) or f"rel dq/dk/dv {errs}"))
+        if deterministic:
+            det_runs.append((dq.clone(), dk.clone(), dv.clone()))
+    same = all(torch.equal(a, b) for a, b in zip(det_runs[0], det_runs[1], strict=True))
+    results.append(("det bitwise", same, "two runs equal" if same else "runs differ"))
+    return results
+
+
+_LAYOUTS: dict = {}  # (mask, dtype, head dim) -> the descriptor layout (cmc.abi)
+
+
+def timing(bwd: Bwd, layout, table, dtype: str) -> list[str]:
+    """Causal L=4096, B=8, H=16, D=128: backward TFLOP/s (2.5 x forward effective FLOPs)."""
+    L, B, H, D = 4096, 8, 16, 128
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    pb = kc.Problem([L] * B, H, H, D, tdt, pad=0)
+    qt, kt, vt, o, lse = kc.make_inputs(pb, 7)
+    o.normal_()
+    lse.fill_(20.0)  # any finite LSE: timing only
+    keep: list = []
+    vals = kc.descriptor_values(table.mask, pb, qt, kt, vt, o, lse, [{} for _ in range(B)], keep)
+    vals.setdefault("sched", 0)
+    desc = layout.pack(vals)
+    total = L * B
+    do = torch.randn_like(qt)
+    dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
+    acc = torch.empty(total, H, D, device="cuda", dtype=torch.float32)
+    dsum = torch.empty(H, total, device="cuda", dtype=torch.float32)
+    flops = 2.5 * 4 * B * H * D * (L * (L + 1) // 2)
+    out = []
+    for det in (False, True):
+        args = pack_args(do, dq, dk, dv, acc, dsum, total, det)
+        for _ in range(2):
+            bwd.run(desc, args, L, H, H, B, det)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(5):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            bwd.run(desc, args, L, H, H, B, det)
+            e1.record()
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1) / 1e3)
+        t = min(times)
+        out.append(f"causal bwd L={L} B={B} H={H} D={D} {dtype} "
+                   f"{'deterministic' if det else 'atomic dQ':14s} {t * 1e3:8.3f} ms "
+                   f"{flops / t / 1e12:7.1f} TFLOP/s")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-timing", action="store_true")
+    opts = ap.parse_args()
+    t_start = time.perf_counter()
+    # NVRTC builds run in forked processes before CUDA is touched here; the arch is checked after.
+    arch = os.environ.get("CMC_ARCH", "sm_90a")
+    jobs = [(n, dt, d) for n, dt, d in VARIANTS]
+    if not opts.no_timing and ("causal", "bf16", 128) not in jobs:
+        jobs.append(("causal", "bf16", 128))
+    with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        futs = {j: pool.submit(build_variant, *j, arch) for j in jobs}
+        built = {j: f.result() for j, f in futs.items()}
+    if kc.device_arch() != arch:
+        raise SystemExit(f"device is {kc.device_arch()}, built for {arch} (set CMC_ARCH)")
+    print(f"built {len(built)} variants for {arch} in {time.perf_counter() - t_start:.1f} s")
+    print("resources (registers, spill stores, spill loads):")
+    for b in built.values():
+        for sym, r in b[3].items():
+            print(f"  {sym:48s} {r}")
+    tables = {n: table_of(n) for n in MASKS}
+    from cmc.abi import descriptor_layout
+
+    for n, dt, d in jobs:
+        _LAYOUTS[(n, dt, d)] = descriptor_layout(tables[n].mask)
+
+    rows, failed = [], 0
+    for n, dt, d in VARIANTS:
+        try:
+            res = run_case(n, dt, d, built[(n, dt, d)], tables[n])
+        except Exception as e:  # a launch error poisons the context: report and stop
+            rows.append((f"{n} {dt} d{d}", "ERROR", False, f"{type(e).__name__}: {e}"))
+            failed += 1
+            break
+        for mode, ok, msg in res:
+            rows.append((f"{n} {dt} d{d}", mode, ok, msg))
+            failed += 0 if ok else 1
+    timing_lines = []
+    if not opts.no_timing and failed == 0:
+        b = built[("causal", "bf16", 128)]
+        bwd = Bwd("causal", "bf16", 128, b[2], b[4], b[5])
+        timing_lines = timing(bwd, _LAYOUTS[("causal", "bf16", 128)], tables["causal"], "bf16")
+
+    print(f"\n{'case':28s} {'mode':12s} {'result':6s} detail   (lens {LENS}, heads 4/2)")
+    for case, mode, ok, msg in rows:
+        print(f"{case:28s} {mode:12s} {'ok' if ok else 'FAIL':6s} {msg}")
+    for line in timing_lines:
+        print(line)
+    print(f"\n{len(rows) - failed} passed, {failed} failed, {time.perf_counter() - t_start:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
