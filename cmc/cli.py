@@ -66,6 +66,8 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
     """Check masks and print their interval tables."""
     from .driver import front
     from .render import table_text
+    from .transpose import summary as transposed_summary
+    from .transpose import transpose
 
     defs = _defines(defines)
     failed = False
@@ -82,6 +84,7 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
         else:
             click.echo(f"{f}: ok")
             click.echo(table_text(table))
+            click.echo(f"transposed: {transposed_summary(transpose(table))}")
     if failed:
         sys.exit(1)
 

@@ -67,6 +67,7 @@ from .tiling import choose_tiling
 
 KERNEL_HEADER = "cmc/attn_fwd_portable.cuh"
 TEMPLATE = "kernel.cu.j2"
+HOOKS_TEMPLATE = "hooks.cu.j2"
 
 # The portable kernel's shape (must match cmc_portable:: in the header).
 BLOCK_M = 128
@@ -784,8 +785,9 @@ def _check_table(table: IntervalTable) -> None:
                     raise ValueError("family table values must fit int32")
 
 
-def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR) -> Hooks:
-    """Generate the hook pieces for `table` (pure; deterministic)."""
+def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cmc_tab") -> Hooks:
+    """Generate the hook pieces for `table` (pure; deterministic). `prefix` names its
+    family tables, so that two hook structs (forward and transposed) share one source."""
     mask = table.mask
     _check_table(table)
     params = {check_identifier(p.name): p.kind for p in mask.params}
@@ -843,7 +845,7 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR) -> Hooks:
             fam = term.family
             tscope = _Scope(params, fam.index, (fam.start, fam.stop - 1), {})
             for tj, (tname, vals) in enumerate(fam.tables):
-                arr = f"cmc_tab{ti}_{tj}"
+                arr = f"{prefix}{ti}_{tj}"
                 tabs[tname] = arr
                 tscope.tables[tname] = (arr, tuple(vals))
                 body = _wrap_ints(vals)
@@ -994,21 +996,8 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         block_n=BLOCK_N,
         n_terms=hooks.n_terms,
         tables=list(hooks.tables),
-        seq_fields=_indent(hooks.seq_fields, 4),
-        seq_lines=_indent(hooks.seq_lines, 4),
-        row_fields=_indent(hooks.row_fields, 4) if hooks.row_fields else "",
-        row_lines=_indent(hooks.row_lines, 4) if hooks.row_lines else "",
-        visible=hooks.visible,
-        term_blocks=[_indent(b.split("\n"), 4) for b in hooks.term_blocks],
-        span_blocks=[_indent(b.split("\n"), 4) for b in hooks.span_blocks],
-        tiling=hooks.tiling,
-        patch=1 if hooks.tiling.kind == "patch" else 0,
-        masks=hooks.tiling.masks,
         mask_table=_mask_table(hooks.tiling.masks),
-        grid_terms=hooks.grid_terms,
-        grid_blocks=[_indent(b.split("\n"), 4) for b in hooks.grid_blocks],
-        n_other=sum(c for _, c in hooks.other_terms),
-        other_term=_other_term_code(hooks.other_terms),
+        hooks=render_hooks(hooks, check_identifier(layout.struct_name), "cmc_hooks"),
         variants=[{
             "symbol": check_identifier(v.symbol),
             "define": v.define,
@@ -1020,6 +1009,29 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
             "smem_bytes": int(v.smem_bytes),
         } for v in variants],
     )
+
+
+def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str) -> str:
+    """The hook struct `hooks_name` (its tables are rendered by the caller, once each)."""
+    return _env().get_template(HOOKS_TEMPLATE).render(
+        hooks_name=hooks_name,
+        struct_name=struct_name,
+        n_terms=hooks.n_terms,
+        seq_fields=_indent(hooks.seq_fields, 4),
+        seq_lines=_indent(hooks.seq_lines, 4),
+        row_fields=_indent(hooks.row_fields, 4) if hooks.row_fields else "",
+        row_lines=_indent(hooks.row_lines, 4) if hooks.row_lines else "",
+        visible=hooks.visible,
+        term_blocks=[_indent(b.split("\n"), 4) for b in hooks.term_blocks],
+        span_blocks=[_indent(b.split("\n"), 4) for b in hooks.span_blocks],
+        tiling=hooks.tiling,
+        patch=1 if hooks.tiling.kind == "patch" else 0,
+        masks=hooks.tiling.masks,
+        grid_terms=hooks.grid_terms,
+        grid_blocks=[_indent(b.split("\n"), 4) for b in hooks.grid_blocks],
+        n_other=sum(c for _, c in hooks.other_terms),
+        other_term=_other_term_code(hooks.other_terms),
+    ).rstrip("\n")
 
 
 def emit(

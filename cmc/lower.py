@@ -617,6 +617,18 @@ def match_disc(atom: Cmp) -> tuple[int, Expr, int, Expr, int] | None:
     return parts["ky"][0], parts["ky"][1], parts["kx"][0], parts["kx"][1], c
 
 
+def _row_span(ylo: list[Expr], yhi: list[Expr]) -> tuple[Expr, int] | None:
+    """The narrowest pair of grid-row bounds lo <= ky < hi whose width is one constant
+    (the family's instance count); the other row bounds stay guards of each instance."""
+    best: tuple[Expr, int] | None = None
+    for lo in ylo:
+        for hi in yhi:
+            d = const_difference(hi, lo)
+            if d is not None and 0 < d <= 4096 and (best is None or d < best[1]):
+                best = (lo, d)
+    return best
+
+
 def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | None:
     """One family term for a conjunction whose k-atoms live on grid g, or None."""
     klo: list[Expr] = []
@@ -668,14 +680,15 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
         tables = (("w", widths),)
         guards += [Cmp(">=", ky, e) for e in ylo] + [Cmp("<", ky, e) for e in yhi]
     else:
-        if len(ylo) != 1 or len(yhi) != 1:
+        # k >= 0 bounds the grid row from below; used only when the atoms give no span
+        span = _row_span(ylo, yhi) or _row_span([Const(-g.origin // g.width)], yhi)
+        if span is None:
             return None
-        count_opt = const_difference(yhi[0], ylo[0])
-        if count_opt is None or count_opt <= 0 or count_opt > 4096:
-            return None
-        count = count_opt
-        ky = add(ylo[0], t)
-        ky_base, ky_step = ylo[0], 1
+        base, count = span
+        ky = add(base, t)
+        ky_base, ky_step = base, 1
+        guards += [Cmp(">=", ky, e) for e in ylo if e != base]
+        guards += [Cmp("<", ky, e) for e in yhi if const_difference(e, base) != count]
     row = add(Const(g.origin), mul(ky, g.width))
     x_lo = emax(xlo + [Const(0)])
     x_hi = emin(xhi + [Const(g.width)])

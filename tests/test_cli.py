@@ -18,10 +18,14 @@ def run(*args: str):
 def test_check_all_samples_exact():
     r = run("check", *map(str, SAMPLES))
     assert r.exit_code == 0, r.output
-    assert "residual" not in r.output
+    lines = r.output.splitlines()
+    transposed = [x for x in lines if x.startswith("transposed: ")]
+    assert not any("residual" in x for x in lines if x not in transposed)
     for p in SAMPLES:
         assert f"mask {p.stem}:" in r.output
     assert len(EXACT) == len(SAMPLES)
+    assert len(transposed) == len(SAMPLES)
+    assert sum(x.startswith("transposed: exact, up to ") for x in transposed) == len(SAMPLES) - 1
 
 
 def test_check_reports_error_with_position_and_no_traceback(tmp_path):
