@@ -18,10 +18,10 @@ patch-tiled kernel (the manifest's box), element strides 1, interleave none,
 swizzle 128B, L2 promotion 128B, out-of-bounds fill zeros (FLOAT_OOB_FILL_NONE), global
 address the tensor's base pointer. The batch layout is the packed one with T = B * L.
 
-Kernel grid: the manifest's per-kernel rule. Portable kernel: (ceil(max_len / block_m),
+Kernel grid: the manifest's per-kernel rule (cmc/kernels.py). Portable kernel: (ceil(max_len / block_m),
 heads_q, batch). sm90 kernel (persistent-capable): (min(units, max_ctas), 1, 1) with units =
 ceil(ceil(max_len / block_m) / 2) * heads_q * batch pairs of query tiles, any max_ctas >= 1
-(the launcher's choice: cmc.runtime.loader.persistent_ctas). Block: (threads, 1, 1).
+(the launcher's choice: cmc.kernels.persistent_ctas). Block: (threads, 1, 1).
 An sm90 kernel's CTAs take their next work units from the work counter at desc.sched, so a
 persistent grid balances unequal units; the last CTA to finish resets the counter to zero,
 so one counter serves every launch on one stream (two launches in flight at once must not
@@ -32,9 +32,17 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .ir import Mask
+from .kernels import spec
+
+if TYPE_CHECKING:  # the runtime imports this module: no compiler module at run time
+    from .ir import Mask
+
+# The manifest's format (cmc/package.py writes it, cmc/runtime/manifest.py reads it).
+SCHEMA_VERSION = 3
 
 CTYPES = {
     "uint64_t": (8, "Q"),
@@ -88,13 +96,14 @@ class TensorMapSpec:
 
 
 def tensor_maps(kernel: str, box_rows: int = 128) -> tuple[TensorMapSpec, ...]:
-    """The tensor maps a kernel takes after its descriptor: sm90 Q, K, V (boxes of
-    `box_rows` tokens); portable none."""
-    if kernel != "sm90":
+    """The tensor maps a kernel takes after its descriptor (its spec's, e.g. sm90 Q, K, V),
+    boxes of `box_rows` tokens."""
+    tensors = spec(kernel).tensor_maps
+    if not tensors:
         return ()
     if box_rows not in TENSOR_MAP_BOX_ROWS:
         raise ValueError(f"tensor map box of {box_rows} tokens (supported: {TENSOR_MAP_BOX_ROWS})")
-    return tuple(TensorMapSpec(t, (64, 1, box_rows)) for t in ("q", "k", "v"))
+    return tuple(TensorMapSpec(t, (64, 1, box_rows)) for t in tensors)
 
 
 # sm_90 places the parameter block at byte 0x210 of constant bank 0, and alignment is of the
@@ -162,30 +171,35 @@ def check_identifier(name: str) -> str:
     return name
 
 
-def param_fields(mask: Mask) -> list[tuple[str, str, str | None, str]]:
+def param_fields(params: Sequence[tuple[str, str]]) -> list[tuple[str, str, str | None, str]]:
+    """(field, C type, parameter, role) of each declared (name, kind) parameter."""
     out: list[tuple[str, str, str | None, str]] = []
-    for p in mask.params:
-        n = check_identifier(p.name)
-        if p.kind == "scalar":
-            out.append((f"p_{n}", "int32_t", p.name, "value"))
-        elif p.kind == "batch":
-            out.append((f"p_{n}", "uint64_t", p.name, "per_sequence"))
+    for name, kind in params:
+        n = check_identifier(name)
+        if kind == "scalar":
+            out.append((f"p_{n}", "int32_t", name, "value"))
+        elif kind == "batch":
+            out.append((f"p_{n}", "uint64_t", name, "per_sequence"))
         else:
-            out.append((f"p_{n}_offsets", "uint64_t", p.name, "segment_offsets"))
-            out.append((f"p_{n}_starts", "uint64_t", p.name, "segment_starts"))
+            out.append((f"p_{n}_offsets", "uint64_t", name, "segment_offsets"))
+            out.append((f"p_{n}_starts", "uint64_t", name, "segment_starts"))
     return out
 
 
 def descriptor_layout(mask: Mask) -> DescriptorLayout:
-    """Natural alignment, declaration order: header fields, then one or two per parameter.
+    """The checked mask's descriptor (descriptor_layout_of its name and parameters)."""
+    return descriptor_layout_of(mask.name, [(p.name, p.kind) for p in mask.params])
 
+
+def descriptor_layout_of(mask_name: str, params: Sequence[tuple[str, str]]) -> DescriptorLayout:
+    """Natural alignment, declaration order: header fields, then one or two per parameter.
     scalar int  -> int32_t p_NAME
     int[batch]  -> uint64_t p_NAME            (device int32[batch])
     segments    -> uint64_t p_NAME_offsets    (device int32[batch+1], into starts)
                    uint64_t p_NAME_starts     (device int32[], sorted within each sequence,
                                                positions relative to the sequence start)
     """
-    entries = [(n, t, None, doc) for n, t, doc in HEADER_FIELDS] + param_fields(mask)
+    entries = [(n, t, None, doc) for n, t, doc in HEADER_FIELDS] + param_fields(params)
     fields: list[Field] = []
     off = 0
     align = 1
@@ -196,4 +210,5 @@ def descriptor_layout(mask: Mask) -> DescriptorLayout:
         off += size
         align = max(align, size)
     total = (off + align - 1) // align * align
-    return DescriptorLayout(f"cmc_{check_identifier(mask.name)}_desc", tuple(fields), total, align)
+    return DescriptorLayout(f"cmc_{check_identifier(mask_name)}_desc", tuple(fields), total,
+                            align)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .abi import DescriptorLayout
+from .abi import SCHEMA_VERSION, DescriptorLayout  # noqa: F401  (SCHEMA_VERSION: re-exported)
 from .ir import LINEAR, IntervalTable, Tiling
+from .kernels import KernelKind, spec
 
-SCHEMA_VERSION = 3
 DEFAULT_ARCHS = ("sm_90a", "sm_100a")
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
 DTYPES = ("bf16", "fp16")
-KERNELS = ("auto", "portable")  # auto: the sm90 (wgmma) kernel on sm_90a, portable elsewhere
+KERNELS = ("auto", "portable")  # kernels.forward_kinds: auto, each arch's own kind; portable everywhere
 HEAD_DIMS = (64, 128)
 
 
@@ -26,15 +26,17 @@ class KernelVariant:
     block_n: int  # keys per inner tile
     threads: int
     smem_bytes: int  # dynamic shared memory the launch must request
-    kernel: str  # which hand-written kernel: "portable" (mma.sync) or "sm90" (wgmma)
+    kernel: KernelKind  # which hand-written kernel (its spec: cmc/kernels.py)
     archs: tuple[str, ...]  # archs this variant is built for
     tiling: Tiling = LINEAR  # which tokens share a tile (sm90; the portable is linear)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kernel", KernelKind(self.kernel))  # also from its string
 
     @property
     def tag(self) -> str:
         """Names the variant in cubin files and header macros (unique per artifact)."""
-        base = f"{self.dtype}_d{self.head_dim}"
-        return base if self.kernel == "portable" else f"{self.kernel}_{base}"
+        return spec(self.kernel).tag.format(dtype=self.dtype, head_dim=self.head_dim)
 
     @property
     def define(self) -> str:

@@ -62,43 +62,28 @@ from .ir import (
     Var,
     nodes,
 )
+from .kernels import ROWS_PER_WARP, SPECS, KernelKind, forward_kinds
 from .resources import jinja_env, read_text
-from .tiling import choose_tiling
 
-KERNEL_HEADER = "cmc/attn_fwd_portable.cuh"
 TEMPLATE = "kernel.cu.j2"
 HOOKS_TEMPLATE = "hooks.cu.j2"
+PORTABLE = SPECS[KernelKind.FWD_PORTABLE]
+SM90 = SPECS[KernelKind.FWD_SM90]
 
-# The portable kernel's shape (must match cmc_portable:: in the header).
-BLOCK_M = 128
-BLOCK_N = 64
-KERNEL_KIND = "portable"
 
-# The sm_90a kernel (templates/cmc/attn_fwd_sm90.cuh): producer warpgroup + two consumer
-# warpgroups of 64 rows, wgmma, 128-key tiles, a K/V ring of SM90_STAGES stages.
-SM90_HEADER = "cmc/attn_fwd_sm90.cuh"
-SM90_ARCH = "sm_90a"
-SM90_THREADS = 384
-SM90_BLOCK_N = 128
-SM90_STAGES = {64: 4, 128: 2}
+def patch_key_tiles(tiling: Tiling) -> int | None:
+    """The key tiles a patch plan holds bits for (None: a linear plan)."""
+    return MAX_KEY_TILES if tiling.kind == "patch" else None
 
 
 def sm90_plan_ints(n_terms: int, tiling: Tiling = LINEAR) -> int:
-    """Ints of one sm90 tile plan (cmc_sm90::plan_ints): linear, the term ranges, touched
-    runs, full runs and two counts; patch, the term ranges and two bit sets of key tiles;
-    both then the item header (query tile, head, sequence, the builders' unit word)."""
-    item = 4
-    if tiling.kind == "patch":
-        return 4 * n_terms + 2 * (MAX_KEY_TILES // 32) + item
-    return 8 * n_terms + 2 + item
+    """Ints of one sm90 tile plan (cmc_sm90::plan_ints)."""
+    return SM90.plan_ints(n_terms, patch_key_tiles(tiling))
 
 
 def sm90_smem_bytes(head_dim: int, n_terms: int, tiling: Tiling = LINEAR) -> int:
     """Dynamic shared memory of the sm90 kernel (cmc_sm90::smem_bytes, static_assert'ed)."""
-    stages = SM90_STAGES[head_dim]
-    tile = 128 * head_dim * 2
-    plan_off = 2 * tile + 2 * stages * tile + (6 + 4 * stages) * 8
-    return (plan_off + 2 * sm90_plan_ints(n_terms, tiling) * 4 + 15) // 16 * 16 + 1024
+    return SM90.smem(head_dim, sm90_plan_ints(n_terms, tiling))
 
 
 SM90_CONSUMER_THREADS = 256
@@ -145,15 +130,6 @@ def rows_per_warp(head_dim: int) -> int:
     return ROWS_PER_WARP[head_dim]
 
 
-# 16 rows per warp (8 warps) for both head dims: no spills on any mask or arch (measured with
-# ptxas -v, NVRTC 13.0, sm_80/90a/100a). 32 rows per warp (two m16 tiles, 4 warps, as in
-# FlashAttention-2) halves shared-memory reads of K/V per mma but hits 255 registers and
-# spills for d128 and for mask-heavy d64; tools/kernel_check.py times both (-DCMC_PORTABLE_MT).
-ROWS_PER_WARP = {64: 16, 128: 16}
-
-
-def threads(head_dim: int) -> int:
-    return 32 * BLOCK_M // rows_per_warp(head_dim)
 # More term instances than this and the per-CTA plan would crowd shared memory (the sm90
 # kernel keeps two plans next to two Q tiles: 512 terms is 227 KiB at head dim 128): the
 # emitted hooks then use one conservative term (every key touched, no tile full), still exact.
@@ -169,9 +145,7 @@ _DOC_ALLOWED = re.compile(r"[^A-Za-z0-9 ,.:;()_+\-=<>]")
 
 def smem_bytes(head_dim: int, n_terms: int) -> int:
     """Dynamic shared memory of the portable kernel (cmc_portable::smem_bytes)."""
-    tiles = BLOCK_M * head_dim * 2 + 4 * BLOCK_N * head_dim * 2  # Q, K x2, V x2
-    plan = (8 * n_terms + 2) * 4
-    return (tiles + plan + 15) // 16 * 16
+    return PORTABLE.smem(head_dim, PORTABLE.plan_ints(n_terms, None))
 
 
 def sanitize_doc(doc: str, limit: int = 200) -> str:
@@ -936,10 +910,8 @@ def _layout_fields(layout: DescriptorLayout) -> list[dict[str, object]]:
 def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
               archs: Sequence[str], n_terms: int, kernel: str,
               tiling: Tiling = LINEAR) -> tuple[KernelVariant, ...]:
-    """Portable variants for every arch but sm_90a, which gets the sm90 kernel unless
-    kernel == "portable"."""
-    fast = kernel == "auto" and SM90_ARCH in archs
-    portable_archs = tuple(a for a in archs if not (fast and a == SM90_ARCH))
+    """One variant per (dtype, head dim) and forward kind (kernels.forward_kinds)."""
+    kinds = forward_kinds(tuple(archs), kernel)
     out = []
     for dt in dict.fromkeys(dtypes):
         if dt not in artifacts.DTYPES:
@@ -947,30 +919,20 @@ def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
         for hd in dict.fromkeys(head_dims):
             if hd not in artifacts.HEAD_DIMS:
                 raise ValueError(f"unsupported head dim {hd!r} (supported: {artifacts.HEAD_DIMS})")
-            if portable_archs:
+            for kind, kind_archs in kinds:
+                s = SPECS[kind]
+                own = tiling if s.tiled else LINEAR
                 out.append(KernelVariant(
-                    symbol=f"cmc_{name}_fwd_{dt}_d{hd}",
+                    symbol=s.symbol.format(mask=name, dtype=dt, head_dim=int(hd)),
                     dtype=dt,
                     head_dim=int(hd),
-                    block_m=BLOCK_M,
-                    block_n=BLOCK_N,
-                    threads=threads(int(hd)),
-                    smem_bytes=smem_bytes(int(hd), n_terms),
-                    kernel=KERNEL_KIND,
-                    archs=portable_archs,
-                ))
-            if fast:
-                out.append(KernelVariant(
-                    symbol=f"cmc_{name}_fwd_sm90_{dt}_d{hd}",
-                    dtype=dt,
-                    head_dim=int(hd),
-                    block_m=BLOCK_M,
-                    block_n=SM90_BLOCK_N,
-                    threads=SM90_THREADS,
-                    smem_bytes=sm90_smem_bytes(int(hd), n_terms, tiling),
-                    kernel="sm90",
-                    archs=(SM90_ARCH,),
-                    tiling=tiling,
+                    block_m=s.block_m,
+                    block_n=s.block_n,
+                    threads=s.threads[int(hd)],
+                    smem_bytes=s.smem(int(hd), s.plan_ints(n_terms, patch_key_tiles(own))),
+                    kernel=kind,
+                    archs=kind_archs,
+                    tiling=own,
                 ))
     if not out:
         raise ValueError("no kernel variants requested")
@@ -989,11 +951,12 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         desc_struct=layout.c_struct(),
         desc_size=int(layout.size),
         fields=_layout_fields(layout),
-        kernel_header=_read_resource(KERNEL_HEADER).rstrip("\n"),
-        sm90_header=(_read_resource(SM90_HEADER).rstrip("\n")
-                     if any(v.kernel == "sm90" for v in variants) else ""),
-        block_m=BLOCK_M,
-        block_n=BLOCK_N,
+        kernel_header=_read_resource(PORTABLE.header).rstrip("\n"),
+        sm90_header=(_read_resource(SM90.header).rstrip("\n")
+                     if any(v.kernel is SM90.kind for v in variants) else ""),
+        kinds=KernelKind,
+        block_m=PORTABLE.block_m,
+        block_n=PORTABLE.block_n,
         n_terms=hooks.n_terms,
         tables=list(hooks.tables),
         mask_table=_mask_table(hooks.tiling.masks),
@@ -1052,7 +1015,10 @@ def emit(
             raise ValueError(f"unsupported arch {a!r} (supported: {artifacts.SUPPORTED_ARCHS})")
     name = check_identifier(table.mask.name)
     if tiling is None:
-        tiling = choose_tiling(table) if kernel == "auto" and SM90_ARCH in archs else LINEAR
+        from .tiling import choose_tiling
+
+        tiled = any(SPECS[k].tiled for k, _ in forward_kinds(tuple(archs), kernel))
+        tiling = choose_tiling(table) if tiled else LINEAR
     hooks = build_hooks(table, tiling)
     variants = _variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)), hooks.n_terms,
                          kernel, hooks.tiling)

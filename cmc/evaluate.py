@@ -1,5 +1,7 @@
 """Vectorised numpy evaluation of checked expressions and predicates (for one sequence).
 
+The evaluator of single IR nodes; cmc/oracle.py builds the whole mask's dense reference on it.
+
 Used by the dense oracle, by host-side tile classification and by tests. Semantics follow
 docs/language.md: floor division and its remainder; x / 0 == 0 and x % 0 == x at run time
 (a constant zero divisor is a check error); seg(S, i) counts the starts <= i, minus one.

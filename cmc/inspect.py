@@ -16,13 +16,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .abi import descriptor_layout, param_bytes, tensor_maps
-from .artifacts import SCHEMA_VERSION
+from .abi import descriptor_layout_of, param_bytes, tensor_maps
 from .cubin import read_cubin
 from .errors import ArtifactError
-from .ir import Mask, ParamDecl
-from .package import MANIFEST, descriptor_dict
+from .package import descriptor_dict
 from .resources import read_text
+from .runtime.manifest import (
+    MANIFEST,
+    Manifest,
+    parse_manifest,
+    read_manifest_json,
+    read_name,
+    read_params,
+)
 
 
 @dataclass(frozen=True)
@@ -79,21 +85,6 @@ def schema_errors(manifest: Any) -> list[str] | None:
     return out
 
 
-def _expected_descriptor(m: dict[str, Any]) -> dict[str, Any]:
-    """The descriptor this cmc would lay out for the manifest's mask name and params."""
-    mask = Mask(
-        name=m["mask"]["name"],
-        doc="",
-        source="",
-        filename="",
-        consts=(),
-        params=tuple(ParamDecl(p["name"], p["kind"]) for p in m["params"]),
-        allows=(),
-        denies=(),
-    )
-    return descriptor_dict(descriptor_layout(mask))
-
-
 def _read(folder: Path, fname: str, problems: list[str]) -> bytes | None:
     p = folder / fname
     if Path(fname).name != fname or fname in ("", ".", ".."):
@@ -113,17 +104,7 @@ def inspect(path: str | Path) -> InspectReport:
         raise ArtifactError(f"{folder}: not an artifact folder")
     if not mpath.is_file():
         raise ArtifactError(f"{folder}: no {MANIFEST}")
-    try:
-        m = json.loads(mpath.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{mpath}: not valid JSON ({e})") from None
-    if not isinstance(m, dict):
-        raise ArtifactError(f"{mpath}: not a JSON object")
-    if m.get("schema_version") != SCHEMA_VERSION:
-        raise ArtifactError(
-            f"{mpath}: schema_version {m.get('schema_version')!r}; this cmc reads "
-            f"{SCHEMA_VERSION} (rebuild the artifacts with this cmc)"
-        )
+    mpath, m = read_manifest_json(mpath)
     notes: list[str] = []
     errs = schema_errors(m)
     if errs is None:
@@ -131,19 +112,24 @@ def inspect(path: str | Path) -> InspectReport:
     elif errs:
         raise ArtifactError(f"{mpath} does not match its schema:\n  " + "\n  ".join(errs))
 
+    problems: list[str] = []
     try:
-        return _check(folder, m, notes)
-    except (KeyError, TypeError, ValueError) as e:  # only reachable without jsonschema
+        expected = descriptor_dict(descriptor_layout_of(read_name(mpath, m), read_params(m)))
+        if m["descriptor"] != expected:
+            problems.append(
+                "descriptor: layout differs from the one this cmc computes for these params "
+                "(built by an incompatible cmc?)"
+            )
+        # the rest is checked against this cmc's layout, so one problem is named once
+        manifest = parse_manifest(mpath, {**m, "descriptor": expected})
+        return _check(folder, manifest, notes, problems)
+    except (ArtifactError, KeyError, TypeError, ValueError) as e:  # reachable without jsonschema
         raise ArtifactError(f"{mpath}: malformed manifest ({type(e).__name__}: {e})") from None
 
 
-def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
-    problems: list[str] = []
-    if m["descriptor"] != _expected_descriptor(m):
-        problems.append(
-            "descriptor: layout differs from the one this cmc computes for these params "
-            "(built by an incompatible cmc?)"
-        )
+def _check(folder: Path, manifest: Manifest, notes: list[str],
+           problems: list[str]) -> InspectReport:
+    m = manifest.raw
     for key in ("source", "header"):
         ref = m[key]
         data = _read(folder, ref["file"], problems)

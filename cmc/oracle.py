@@ -1,5 +1,9 @@
 """The dense reference: visible(q, k) for every pair, straight from the checked predicate.
 
+Built on cmc/evaluate.py (which evaluates one expression or predicate over arrays); this
+module owns what makes it the mask's reference: parameter validation, the [len, len] grid of
+every (q, k) and batches of sequences.
+
 Deliberately the simplest correct thing (numpy over the whole [len, len] grid through
 cmc.evaluate), so interval tables, tile classes and kernels can all be tested against it.
 Parameter values are validated here with the same rules the runtime applies, and a bad value

@@ -32,6 +32,7 @@ from .abi import (
 )
 from .artifacts import SCHEMA_VERSION, BuiltCubin, BuiltKernels, KernelVariant
 from .errors import ArtifactError
+from .kernels import spec
 from .render import table_dict
 from .resources import jinja_env
 
@@ -67,13 +68,9 @@ def sha256(data: bytes) -> str:
 
 def grid_rule(v: KernelVariant) -> list[str]:
     """Grid dimensions as expressions over descriptor fields and `max_ctas` (the header's grid
-    function). The sm90 kernel loops over work units (pairs of query tiles:
-    ceil(ceil(max_len / block_m) / 2) * heads_q * batch of them) with a stride of gridDim.x,
-    so any grid is correct; the launcher picks max_ctas (runtime.loader.persistent_ctas)."""
-    if v.kernel == "sm90":
-        units = f"ceil_div({query_tiles(v)}, 2) * heads_q * batch"
-        return [f"min({units}, max_ctas)", "1", "1"]
-    return [f"ceil_div(max_len, {v.block_m})", "heads_q", "batch"]
+    function): the kind's rule (cmc/kernels.py) over this variant's query tiles. A persistent
+    kind's launcher picks max_ctas (kernels.persistent_ctas)."""
+    return spec(v.kernel).grid_rule(query_tiles(v), v.block_m)
 
 
 def query_tiles(v: KernelVariant) -> str:
@@ -188,14 +185,14 @@ def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
         "threads": v.threads,
         "block": [v.threads, 1, 1],
         "grid": grid_rule(v),
-        "work_counter": v.kernel == "sm90",
+        "work_counter": spec(v.kernel).work_counter,
         "dynamic_smem": v.smem_bytes,
         "registers": r.registers,
         "shared_static": r.shared_static,
         "local_bytes": r.local_bytes,
         "spill_stores": r.spill_stores,
         "spill_loads": r.spill_loads,
-        "kernel": v.kernel,
+        "kernel": v.kernel.value,
         "tensor_maps": [{"tensor": t.tensor, "box": list(t.box), "swizzle": t.swizzle}
                         for t in tensor_maps(v.kernel, v.tiling.box_rows)],
         "tiling": v.tiling.to_dict(),
@@ -265,9 +262,9 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 "block_m": v.block_m,
                 "block_n": v.block_n,
                 "smem": v.smem_bytes,
-                "kernel": v.kernel,
-                "persistent": v.kernel == "sm90",
-                "tensor_maps": len(tensor_maps(v.kernel)),
+                "kernel": v.kernel.value,
+                "persistent": spec(v.kernel).persistent,
+                "tensor_maps": len(spec(v.kernel).tensor_maps),
                 "box_rows": v.tiling.box_rows,
                 "tiling": 1 if v.tiling.kind == "patch" else 0,
                 "origin": v.tiling.origin,

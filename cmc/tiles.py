@@ -1,5 +1,8 @@
 """Host-side use of an interval table: per-row intervals, dense reconstruction, tile classes.
 
+Not the tile stage: cmc/tiling.py chooses which tokens share a kernel tile (the Tiling that
+emit receives); this module reads a finished table back on the host, for tests and tools.
+
 Everything here is computed from the table alone (not the mask predicate), so tests can
 compare it with the dense oracle: that is how the table is proven exact and the tile
 classes sound.

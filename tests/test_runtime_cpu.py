@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as cu
 
+from cmc import kernels
 from cmc.abi import CTYPES, DescriptorLayout, descriptor_layout
 from cmc.artifacts import SCHEMA_VERSION
 from cmc.errors import ArtifactError, ParamError
 from cmc.ir import Mask, ParamDecl
-from cmc.runtime import _driver, loader
+from cmc.runtime import _driver, device, loader
 from cmc.runtime.arrays import (
     ArrayInfo,
     DeviceArray,
@@ -712,16 +713,18 @@ class FakeGPU:
             "event_synchronize": lambda ev: None, "tensor_map_3d": self.tensor_map,
         }.items():
             monkeypatch.setattr(d, name, fn)
-        monkeypatch.setattr(loader, "cu", SimpleNamespace(
+        fake_cu = SimpleNamespace(
             cuModuleLoadData=lambda data: (self.loaded.append(bytes(data)) or 0, object()),
             cuModuleGetFunction=lambda mod, name: (0, name.decode()),
             cuFuncSetAttribute=lambda f, a, v: (0,),
             cuFuncGetAttribute=lambda a, f: (0, 1024),
             CUfunction_attribute=cu.CUfunction_attribute,
-            cuLaunchKernel=self.launch))
-        monkeypatch.setattr(loader, "_seqlens", {})
-        monkeypatch.setattr(loader, "_staging", {})
-        monkeypatch.setattr(loader, "_tmaps", loader.OrderedDict())
+            cuLaunchKernel=self.launch)
+        monkeypatch.setattr(loader, "cu", fake_cu)
+        monkeypatch.setattr(device, "cu", fake_cu)
+        monkeypatch.setattr(device, "_seqlens", {})
+        monkeypatch.setattr(device, "_staging", {})
+        monkeypatch.setattr(device, "_tmaps", device.OrderedDict())
 
     def tensor_map(self, dtype, ptr, dims, byte_strides, box) -> bytes:
         self.maps.append({"dtype": dtype, "ptr": ptr, "dims": tuple(dims),
@@ -1128,7 +1131,7 @@ def test_persistent_grid_is_capped_at_the_sm_count(real_artifacts, gpu):
     small = DeviceArray((1, 300, 4, 128), "bf16")
     _, more = run_and_decode(gpu, attn, small, small, small)
     assert gpu.launches[-1]["grid"] == (2 * 4, 1, 1)  # 3 tiles: one pair and one single
-    long = DeviceArray((1, loader.PERSISTENT_MAX_LEN + 1, 40, 128), "bf16")
+    long = DeviceArray((1, kernels.PERSISTENT_MAX_LEN + 1, 40, 128), "bf16")
     run_and_decode(gpu, attn, long, long, long)
     assert gpu.launches[-1]["grid"] == (132, 1, 1)  # 33 tiles: 17 units * 40 heads
     packed = DeviceArray((9000, 4, 128), "bf16")
@@ -1142,9 +1145,9 @@ def test_persistent_grid_is_capped_at_the_sm_count(real_artifacts, gpu):
     assert other is not None
     raw = ctypes.string_at(gpu.launches[-1]["desc_ptr"], attn.manifest.layout.size)
     assert decode(attn.manifest.layout, raw)["sched"] not in (0, counter)  # its own stream's
-    assert loader.persistent_ctas(132, False, 4096) == 132
-    assert loader.persistent_ctas(132, True, 1024) == 2**31 - 1
-    assert loader.persistent_ctas(132, True, 65536, dynamic=True) == 132
+    assert kernels.persistent_ctas(132, False, 4096) == 132
+    assert kernels.persistent_ctas(132, True, 1024) == 2**31 - 1
+    assert kernels.persistent_ctas(132, True, 65536, dynamic=True) == 132
 
 
 def test_without_a_work_counter_the_grid_is_static(real_artifacts, gpu, tmp_path):
@@ -1160,7 +1163,7 @@ def test_without_a_work_counter_the_grid_is_static(real_artifacts, gpu, tmp_path
     da = DeviceArray((9, 1000, 4, 128), "bf16")
     _, descs = run_and_decode(gpu, attn, da, da, da)
     assert gpu.launches[-1]["grid"] == (132, 1, 1) and descs[0]["sched"] == 0
-    long = DeviceArray((1, loader.PERSISTENT_MAX_LEN + 1, 40, 128), "bf16")
+    long = DeviceArray((1, kernels.PERSISTENT_MAX_LEN + 1, 40, 128), "bf16")
     attn(long, long, long)
     assert gpu.launches[-1]["grid"] == (17 * 40, 1, 1)  # uncapped: one CTA per unit
 
@@ -1170,14 +1173,14 @@ def test_parameter_uploads_go_through_the_pinned_ring(real_artifacts, gpu):
     synchronise the stream on every launch); each launch still sees its own values."""
     attn = loader.load(real_artifacts["shared_prefix"])
     da = DeviceArray((2, 40, 2, 128), "bf16")
-    for i in range(loader._Staging.SLOTS + 3):
+    for i in range(device._Staging.SLOTS + 3):
         _, descs = run_and_decode(gpu, attn, da, da, da, prompt_len=[i % 5, 40],
                                   responses=[[3, 20 + i], [40]])
         launch = gpu.launches[-1]
         assert launch["prompt_len"] == [i % 5, 40]
         assert launch["responses"] == ([0, 2, 3], [3, 20 + i, 40])
-    ring = loader._staging[0]
-    assert len(ring.slots) == loader._Staging.SLOTS and len(gpu.pinned) == loader._Staging.SLOTS
+    ring = device._staging[0]
+    assert len(ring.slots) == device._Staging.SLOTS and len(gpu.pinned) == device._Staging.SLOTS
 
 
 # --------------------------------------------------------------------------- plans

@@ -1,0 +1,203 @@
+"""The kernel kinds and one frozen spec per kind: the one home of each hand-written kernel's facts.
+
+emit (threads, tile shape, shared memory, symbols), package (grid rule, work counter, tensor
+maps, persistence), the templates (header file, launch parameters) and the runtime
+(persistent-launch rule) read them here. This module imports nothing from cmc, so the
+runtime may import it without pulling in the compiler; what a runtime needs of a kind at
+launch time it reads from the manifest, which package writes from these specs.
+
+Adding a kind (e.g. the backward's preprocess, per-key-tile dK/dV, deterministic dQ and dQ
+convert kernels): add a KernelKind member, a KernelSpec in SPECS with its own threads, tile
+shape, shared-memory and grid rules, its launch `params` (a backward kernel: ("desc",
+"bwd_args")) and `pass_=Pass.BACKWARD`, `cubin_group="backward"` (one cubin per dtype and
+head dim holds the group); then the entry point in templates/kernel.cu.j2 and, for a new
+launch parameter, its packing in the runtime. docs/architecture.md, "Where to change what".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Pass(str, Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class KernelKind(str, Enum):
+    """The value is the manifest's and header's `kernel` string."""
+
+    FWD_PORTABLE = "portable"  # mma.sync, sm_80 and later
+    FWD_SM90 = "sm90"  # wgmma + TMA, producer and two consumer warpgroups, sm_90a only
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything fixed about one kind; per-mask facts (terms, tiling) enter through the rules."""
+
+    kind: KernelKind
+    pass_: Pass
+    header: str  # the hand-written kernel, under templates/
+    archs: tuple[str, ...] | None  # archs it is built for; None: every arch no other kind claims
+    threads: Mapping[int, int]  # per head dim
+    block_m: int  # query rows per CTA
+    block_n: int  # keys per inner tile
+    stages: Mapping[int, int]  # K/V ring depth per head dim (1: double buffer, no ring)
+    tiled: bool  # follows the tile stage's tiling (else always linear 128-token tiles)
+    plan_ints: Callable[[int, int | None], int]  # (term instances, patch key tiles or None)
+    smem: Callable[[int, int], int]  # (head dim, plan ints) -> dynamic shared memory bytes
+    grid: tuple[str, str, str]  # manifest grid expressions; {query_tiles} and {block_m} filled
+    work_counter: bool  # takes its work units from desc.sched
+    persistent: bool  # any grid.x is correct; the launcher picks max_ctas (persistent_ctas)
+    tensor_maps: tuple[str, ...]  # tensors whose CUtensorMaps follow the descriptor
+    params: tuple[str, ...]  # launch parameters in order: "desc", "maps", ("bwd_args")
+    cubin_group: str  # kernels of one group share a cubin per (dtype, head dim): "forward"
+    symbol: str  # extern "C" name: {mask}, {dtype}, {head_dim}
+    tag: str  # names the variant in cubin files and header macros: {dtype}, {head_dim}
+
+    def grid_rule(self, query_tiles: str, block_m: int) -> list[str]:
+        """Grid dimensions as expressions over descriptor fields and max_ctas, for a variant
+        of `block_m` query rows whose longest sequence has `query_tiles` tiles."""
+        return [g.format(query_tiles=query_tiles, block_m=block_m) for g in self.grid]
+
+
+# --------------------------------------------------------------------------- portable
+
+PORTABLE_BLOCK_M = 128
+PORTABLE_BLOCK_N = 64
+# 16 rows per warp (8 warps) for both head dims: no spills on any mask or arch (measured with
+# ptxas -v, NVRTC 13.0, sm_80/90a/100a). 32 rows per warp (two m16 tiles, 4 warps, as in
+# FlashAttention-2) halves shared-memory reads of K/V per mma but hits 255 registers and
+# spills for d128 and for mask-heavy d64; tools/kernel_check.py times both (-DCMC_PORTABLE_MT).
+ROWS_PER_WARP = {64: 16, 128: 16}
+
+
+def _portable_plan_ints(n_terms: int, patch_key_tiles: int | None) -> int:
+    """Term ranges, touched and full runs, two counts (the portable tiling is linear)."""
+    return 8 * n_terms + 2
+
+
+def _portable_smem(head_dim: int, plan_ints: int) -> int:
+    """cmc_portable::smem_bytes: Q, K x2, V x2, the plan."""
+    tiles = PORTABLE_BLOCK_M * head_dim * 2 + 4 * PORTABLE_BLOCK_N * head_dim * 2
+    return (tiles + plan_ints * 4 + 15) // 16 * 16
+
+
+# --------------------------------------------------------------------------- sm90
+
+SM90_STAGES = {64: 4, 128: 2}
+
+
+def _sm90_plan_ints(n_terms: int, patch_key_tiles: int | None) -> int:
+    """cmc_sm90::plan_ints: linear, the term ranges, touched runs, full runs and two counts;
+    patch, the term ranges and two bit sets of key tiles; both then the item header (query
+    tile, head, sequence, the builders' unit word)."""
+    item = 4
+    if patch_key_tiles is not None:
+        return 4 * n_terms + 2 * (patch_key_tiles // 32) + item
+    return 8 * n_terms + 2 + item
+
+
+def _sm90_smem(head_dim: int, plan_ints: int) -> int:
+    """cmc_sm90::smem_bytes (static_assert'ed): two Q tiles, the K/V ring, barriers, two plans."""
+    stages = SM90_STAGES[head_dim]
+    tile = 128 * head_dim * 2
+    plan_off = 2 * tile + 2 * stages * tile + (6 + 4 * stages) * 8
+    return (plan_off + 2 * plan_ints * 4 + 15) // 16 * 16 + 1024
+
+
+SPECS: Mapping[KernelKind, KernelSpec] = {
+    KernelKind.FWD_PORTABLE: KernelSpec(
+        kind=KernelKind.FWD_PORTABLE,
+        pass_=Pass.FORWARD,
+        header="cmc/attn_fwd_portable.cuh",
+        archs=None,
+        threads={hd: 32 * PORTABLE_BLOCK_M // rows for hd, rows in ROWS_PER_WARP.items()},
+        block_m=PORTABLE_BLOCK_M,
+        block_n=PORTABLE_BLOCK_N,
+        stages={64: 1, 128: 1},
+        tiled=False,
+        plan_ints=_portable_plan_ints,
+        smem=_portable_smem,
+        grid=("ceil_div(max_len, {block_m})", "heads_q", "batch"),
+        work_counter=False,
+        persistent=False,
+        tensor_maps=(),
+        params=("desc",),
+        cubin_group="forward",
+        symbol="cmc_{mask}_fwd_{dtype}_d{head_dim}",
+        tag="{dtype}_d{head_dim}",
+    ),
+    # Work units are pairs of query tiles (ceil(query_tiles / 2) * heads_q * batch), taken
+    # from the counter or strided by gridDim.x, so any grid.x is correct.
+    KernelKind.FWD_SM90: KernelSpec(
+        kind=KernelKind.FWD_SM90,
+        pass_=Pass.FORWARD,
+        header="cmc/attn_fwd_sm90.cuh",
+        archs=("sm_90a",),
+        threads={64: 384, 128: 384},
+        block_m=128,
+        block_n=128,
+        stages=SM90_STAGES,
+        tiled=True,
+        plan_ints=_sm90_plan_ints,
+        smem=_sm90_smem,
+        grid=("min(ceil_div({query_tiles}, 2) * heads_q * batch, max_ctas)", "1", "1"),
+        work_counter=True,
+        persistent=True,
+        tensor_maps=("q", "k", "v"),
+        params=("desc", "maps"),
+        cubin_group="forward",
+        symbol="cmc_{mask}_fwd_sm90_{dtype}_d{head_dim}",
+        tag="sm90_{dtype}_d{head_dim}",
+    ),
+}
+
+
+def spec(kind: KernelKind | str) -> KernelSpec:
+    """The spec of a kind, also by its manifest string."""
+    return SPECS[KernelKind(kind)]
+
+
+def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind, tuple[str, ...]]]:
+    """(kind, archs it is built for) of the forward pass, in variant order: choice "auto"
+    gives each arch the kind that claims it (the sm90 kernel on sm_90a) and the portable
+    kernel the rest; "portable" gives the portable kernel every arch."""
+    claimed: dict[KernelKind, tuple[str, ...]] = {}
+    if choice == "auto":
+        for s in SPECS.values():
+            if s.pass_ is Pass.FORWARD and s.archs is not None:
+                mine = tuple(a for a in archs if a in s.archs)
+                if mine:
+                    claimed[s.kind] = mine
+    taken = {a for mine in claimed.values() for a in mine}
+    rest = tuple(a for a in archs if a not in taken)
+    out = [(KernelKind.FWD_PORTABLE, rest)] if rest else []
+    return out + list(claimed.items())
+
+
+# --------------------------------------------------------------------------- launch policy
+
+# Persistent launches (one CTA per SM) pay off when the CTAs take their units from the work
+# counter (desc.sched). With a static stride (artifacts without the field, or no counter)
+# they pay off only for short sequences of equal length: measured on H200
+# (docs/kernel-notes.md, 2026-12-02) +6-21 % at L <= 4K, but -5-10 % for jagged batches and
+# up to -11 % at 32K (uneven unit costs), where one CTA per unit lets the hardware balance.
+PERSISTENT_MAX_LEN = 4096
+
+
+def persistent_ctas(num_sms: int, packed: bool, max_len: int, dynamic: bool = False) -> int:
+    """max_ctas of a persistent kind's grid rule: the SM count with a work counter, or for an
+    equal-length batch (batch layout) of sequences up to PERSISTENT_MAX_LEN; otherwise
+    unbounded (one CTA per work unit)."""
+    if dynamic or (not packed and max_len <= PERSISTENT_MAX_LEN):
+        return num_sms
+    return 2**31 - 1

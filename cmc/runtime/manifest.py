@@ -1,0 +1,262 @@
+"""Read an artifact's manifest: the one reader of manifest.json (the runtime and `cmc inspect`).
+
+The manifest is the whole contract between the compiler and every runtime
+(docs/architecture.md): what a kernel kind needs at launch (block, grid rule, shared memory,
+tensor maps, work counter) is written there by package from cmc/kernels.py, so nothing here
+imports the compiler. Every field is checked before anything touches a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..abi import (
+    CTYPES,
+    HEADER_FIELDS,
+    SCHEMA_VERSION,
+    TENSOR_MAP_BOX_ROWS,
+    TENSOR_MAP_SWIZZLE,
+    DescriptorLayout,
+    Field,
+)
+from ..errors import ArtifactError
+from .params import parse_grid_expr
+
+RESERVED = ("q", "k", "v", "scale", "return_lse", "out", "cu_seqlens", "max_len", "stream")
+DEFAULT_GRID = ("ceil(max_len / block_m)", "heads_q", "batch")
+_ROLES = {"scalar": (("value", "int32_t"),), "batch": (("per_sequence", "uint64_t"),),
+          "segments": (("segment_offsets", "uint64_t"), ("segment_starts", "uint64_t"))}
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One kernel of the manifest: one (dtype, head_dim) variant built for one arch."""
+
+    symbol: str
+    arch: str
+    file: str
+    sha256: str
+    dtype: str
+    head_dim: int
+    block_m: int
+    block_n: int
+    threads: int
+    block: tuple[int, int, int]
+    grid: tuple[Callable[[Mapping[str, int]], int], ...]
+    dynamic_smem: int
+    tensor_maps: tuple[str, ...] = ()  # tensors whose CUtensorMaps follow the descriptor
+    box_rows: int = 128  # tokens per tensor-map box
+    max_len: int | None = None  # longest sequence the kernel takes (patch tilings)
+    work_counter: bool = False  # takes its work units from desc.sched (sm90)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path  # the artifact folder
+    name: str
+    raw: Mapping[str, Any]
+    params: tuple[tuple[str, str], ...]  # (name, kind) in declaration order
+    layout: DescriptorLayout
+    kernels: tuple[KernelEntry, ...]
+
+    def param_fields(self) -> dict[str, dict[str, Field]]:
+        out: dict[str, dict[str, Field]] = {}
+        for f in self.layout.fields:
+            if f.param is not None:
+                out.setdefault(f.param, {})[f.role] = f
+        return out
+
+
+def _need(d: Mapping[str, Any], key: str, where: str, typ: type | tuple[type, ...]) -> Any:
+    if key not in d:
+        raise ArtifactError(f"manifest: {where} has no {key!r}")
+    v = d[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise ArtifactError(f"manifest: {where}.{key} has the wrong type ({type(v).__name__})")
+    return v
+
+
+def _read_layout(raw: Mapping[str, Any], params: Sequence[tuple[str, str]]) -> DescriptorLayout:
+    d = _need(raw, "descriptor", "manifest", dict)
+    fields = []
+    for i, f in enumerate(_need(d, "fields", "descriptor", list)):
+        where = f"descriptor.fields[{i}]"
+        ctype = _need(f, "ctype", where, str)
+        if ctype not in CTYPES:
+            raise ArtifactError(f"manifest: {where} has unknown C type {ctype!r}")
+        size = _need(f, "size", where, int)
+        off = _need(f, "offset", where, int)
+        if size != CTYPES[ctype][0] or off < 0 or off % size:
+            raise ArtifactError(f"manifest: {where} has a bad size/offset ({size}/{off})")
+        fields.append(Field(_need(f, "name", where, str), ctype, off, size,
+                            f.get("param"), str(f.get("role") or "")))
+    size = _need(d, "size", "descriptor", int)
+    layout = DescriptorLayout(_need(d, "struct", "descriptor", str), tuple(fields), size,
+                              _need(d, "align", "descriptor", int))
+    spans = sorted((f.offset, f.offset + f.size, f.name) for f in fields)
+    for (_, a1, an), (b0, _, bn) in zip(spans, spans[1:], strict=False):
+        if b0 < a1:
+            raise ArtifactError(f"manifest: descriptor fields {an} and {bn} overlap")
+    if spans and spans[-1][1] > size:
+        raise ArtifactError(f"manifest: descriptor field {spans[-1][2]} runs past its size {size}")
+    names = {f.name: f for f in fields}
+    for name, ctype, _ in HEADER_FIELDS:
+        if name not in names or names[name].ctype != ctype:
+            raise ArtifactError(f"manifest: descriptor lacks header field {ctype} {name} "
+                                "(built by an incompatible cmc?)")
+    by_param: dict[str, dict[str, Field]] = {}
+    for f in fields:
+        if f.param is not None:
+            by_param.setdefault(f.param, {})[f.role] = f
+    for pname, kind in params:
+        for role, ctype in _ROLES[kind]:
+            got = by_param.get(pname, {}).get(role)
+            if got is None or got.ctype != ctype:
+                raise ArtifactError(f"manifest: parameter {pname} ({kind}) has no {ctype} "
+                                    f"descriptor field with role {role!r}")
+    return layout
+
+
+def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
+    where = f"kernels[{i}]"
+    file = _need(k, "file", where, str)
+    if "/" in file or "\\" in file or file in ("", ".", ".."):
+        raise ArtifactError(f"manifest: {where}.file must be a file name in the artifact "
+                            f"folder, not {file!r}")
+    threads = _need(k, "threads", where, int)
+    block = k.get("block", [threads, 1, 1])
+    if not (isinstance(block, list) and len(block) == 3 and all(isinstance(b, int) for b in block)):
+        raise ArtifactError(f"manifest: {where}.block must be [x, y, z] ints")
+    grid_raw = k.get("grid", list(DEFAULT_GRID))
+    if not (isinstance(grid_raw, list) and len(grid_raw) == 3):
+        raise ArtifactError(f"manifest: {where}.grid must be 3 expressions")
+    dtype = _need(k, "dtype", where, str)
+    if dtype not in ("bf16", "fp16"):
+        raise ArtifactError(f"manifest: {where}.dtype {dtype!r} is not bf16 or fp16")
+    maps = k.get("tensor_maps", [])
+    if not isinstance(maps, list):
+        raise ArtifactError(f"manifest: {where}.tensor_maps must be a list")
+    boxes = {r: [64, 1, r] for r in TENSOR_MAP_BOX_ROWS}
+    rows = {t.get("box", [0, 0, 0])[2] if isinstance(t, dict) and isinstance(t.get("box"), list)
+            and len(t["box"]) == 3 else 0 for t in maps}
+    for t in maps:
+        if not (isinstance(t, dict) and t.get("tensor") in ("q", "k", "v")
+                and t.get("box") in boxes.values() and t.get("swizzle") == TENSOR_MAP_SWIZZLE
+                and len(rows) == 1):
+            raise ArtifactError(f"manifest: {where}.tensor_maps entry {t!r}: this runtime encodes "
+                                f"maps of q, k, v with one box [64, 1, R] (R in "
+                                f"{list(TENSOR_MAP_BOX_ROWS)}) and swizzle {TENSOR_MAP_SWIZZLE} "
+                                "only (cmc/abi.py)")
+    max_len = k.get("max_len")
+    if max_len is not None and not (isinstance(max_len, int) and max_len > 0):
+        raise ArtifactError(f"manifest: {where}.max_len must be null or a positive int")
+    work_counter = k.get("work_counter", False)
+    if not isinstance(work_counter, bool):
+        raise ArtifactError(f"manifest: {where}.work_counter must be true or false")
+    return KernelEntry(
+        symbol=_need(k, "symbol", where, str), arch=_need(k, "arch", where, str), file=file,
+        sha256=_need(k, "sha256", where, str).lower(), dtype=dtype,
+        head_dim=_need(k, "head_dim", where, int), block_m=_need(k, "block_m", where, int),
+        block_n=int(k.get("block_n", 0)), threads=threads,
+        block=(int(block[0]), int(block[1]), int(block[2])),
+        grid=tuple(parse_grid_expr(g) for g in grid_raw),
+        dynamic_smem=_need(k, "dynamic_smem", where, int),
+        tensor_maps=tuple(t["tensor"] for t in maps),
+        box_rows=rows.pop() if maps else 128, max_len=max_len, work_counter=work_counter)
+
+
+MANIFEST = "manifest.json"
+
+
+def read_manifest_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The manifest's path and JSON object, of this schema version (path: the artifact
+    folder or the manifest itself)."""
+    p = Path(path)
+    mpath = p if p.is_file() else p / MANIFEST
+    try:
+        raw = json.loads(mpath.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ArtifactError(f"{mpath}: no {MANIFEST} (compile the mask first: "
+                            "cmc compile x.mask -o out/)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{mpath}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ArtifactError(f"{mpath}: cannot read the manifest: {e}") from e
+    if not isinstance(raw, dict):
+        raise ArtifactError(f"{mpath}: the manifest is not a JSON object")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ArtifactError(f"{mpath}: schema_version {version!r}, this cmc reads "
+                            f"{SCHEMA_VERSION}; recompile with this cmc")
+    return mpath, raw
+
+
+def read_params(raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The mask's parameters as (name, kind), in declaration order."""
+    params = []
+    for i, pr in enumerate(_need(raw, "params", "manifest", list)):
+        kind = _need(pr, "kind", f"params[{i}]", str)
+        if kind not in _ROLES:
+            raise ArtifactError(f"manifest: params[{i}] has unknown kind {kind!r}")
+        params.append((_need(pr, "name", f"params[{i}]", str), kind))
+    for pname, _ in params:
+        if pname in RESERVED:
+            raise ArtifactError(f"mask parameter {pname!r} collides with a keyword of "
+                                "Attention.__call__; rename it in the .mask file")
+    return tuple(params)
+
+
+def read_name(mpath: Path, raw: Mapping[str, Any]) -> str:
+    mask_info = raw.get("mask")
+    mask: Mapping[str, Any] = mask_info if isinstance(mask_info, dict) else {}
+    return str(mask.get("name") or mpath.parent.name)
+
+
+def parse_manifest(mpath: Path, raw: Mapping[str, Any]) -> Manifest:
+    """Check every field a loader relies on and give the typed view of it."""
+    params = read_params(raw)
+    kernels = tuple(_read_kernel(k, i) for i, k in enumerate(_need(raw, "kernels", "manifest",
+                                                                   list)))
+    if not kernels:
+        raise ArtifactError(f"{mpath}: the manifest lists no kernels")
+    return Manifest(mpath.parent, read_name(mpath, raw), raw, params, _read_layout(raw, params),
+                    kernels)
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    """Parse and check manifest.json (path: the artifact folder or the manifest itself)."""
+    return parse_manifest(*read_manifest_json(path))
+
+
+def verify_cubins(m: Manifest) -> dict[str, bytes]:
+    """Read every cubin the manifest lists and check its sha256: file name -> bytes."""
+    out: dict[str, bytes] = {}
+    for k in m.kernels:
+        if k.file in out:
+            continue
+        path = m.path / k.file
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"{k.file}: cannot read the cubin ({e.strerror or e})") from e
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != k.sha256:
+            raise ArtifactError(f"{k.file}: sha256 mismatch (manifest {k.sha256[:16]}..., file "
+                                f"{digest[:16]}...): the artifact is corrupt or stale; recompile")
+        out[k.file] = data
+    return out
+
+
+# --------------------------------------------------------------------------- per device
+
+
+__all__ = ["DEFAULT_GRID", "MANIFEST", "RESERVED", "KernelEntry", "Manifest", "parse_manifest",
+           "read_manifest", "read_manifest_json", "read_name", "read_params", "verify_cubins"]
