@@ -147,6 +147,8 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     click.echo(f"  work skipped {counts[EMPTY] / n:.1%} of tiles; "
                f"mask work on {counts[PARTIAL] / n:.1%}")
     click.echo(ascii_tiles(classes))
+    for r in table.residuals:
+        click.echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
         from .oracle import dense
         from .picture import write_png
