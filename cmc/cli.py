@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__, config
-from .errors import CmcError, UsageError
+from .errors import CmcError, ParamError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,11 +36,14 @@ def _defines(values: tuple[str, ...]) -> dict[str, int]:
     for v in values:
         name, sep, num = v.partition("=")
         try:
-            if not sep or not name:
+            if not sep or not name.strip():
                 raise ValueError
             out[name.strip()] = int(num, 0)
         except ValueError:
             raise UsageError(f"-D {v}: expected NAME=INT") from None
+        if not -(2**31) <= out[name.strip()] <= 2**31 - 1:
+            raise UsageError(f"-D {v}: the value is outside the int32 range "
+                             f"[-2147483648, 2147483647]")
     return out
 
 
@@ -95,6 +98,8 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
         name, sep, val = it.partition("=")
         if not sep:
             raise UsageError(f"--param {it}: expected NAME=VALUE")
+        if not name.strip():
+            raise UsageError(f"--param {it}: the parameter name is empty (expected NAME=VALUE)")
         given[name.strip()] = val
     out: dict[str, Any] = {}
     for p in mask.params:
@@ -102,7 +107,11 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
             raise UsageError(f"--param {p.name}=... is required (declared {p.kind})")
         raw = given.pop(p.name)
         if p.kind == "segments":
-            out[p.name] = sorted(_csv(raw, int))
+            try:
+                out[p.name] = [int(x.strip(), 0) for x in raw.split(",") if x.strip()]
+            except ValueError:
+                raise UsageError(f"--param {p.name}={raw}: expected comma-separated "
+                                 f"integer starts") from None
         else:
             try:
                 out[p.name] = int(raw, 0)
@@ -110,6 +119,12 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
                 raise UsageError(f"--param {p.name}={raw}: expected an integer") from None
     if given:
         raise UsageError(f"unknown parameter(s): {', '.join(sorted(given))}")
+    from .oracle import validate_params
+
+    try:
+        validate_params(mask, length, out)
+    except ParamError as e:
+        raise UsageError(f"--param {e}") from None
     return out
 
 

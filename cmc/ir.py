@@ -138,11 +138,12 @@ FALSE = BoolConst(False)
 
 @dataclass(frozen=True)
 class ParamDecl:
-    """A run-time parameter; `range` is the declared contract of an int one (segments: None)."""
+    """A run-time parameter; `range` is the declared contract of an int one (unused for
+    segments, whose starts always lie in [0, len])."""
 
     name: str
     kind: ParamKind
-    range: ParamRange | None = DEFAULT_RANGE
+    range: ParamRange = DEFAULT_RANGE
 
 
 @dataclass(frozen=True)

@@ -821,7 +821,7 @@ def _never_empty(t: Term) -> bool:
 
 def range_env(mask: Mask) -> RangeEnv:
     """Every int parameter within its declared range (len at its extremes)."""
-    return RangeEnv({p.name: p.range.extremes() for p in mask.params if p.range is not None})
+    return RangeEnv({p.name: p.range.extremes() for p in mask.params if p.kind != "segments"})
 
 
 def _catch_all(mask: Mask, reason: str) -> IntervalTable:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -108,3 +109,64 @@ def test_table_is_exact_with_extreme_constants(src: str, length: int) -> None:
     want = dense(table.mask, length)
     got = dense_from_table(table, length, {})
     assert np.array_equal(got, want), src
+
+
+# --------------------------------------------------------------------------- parameter contract
+
+def _mask(src: str):  # type: ignore[no-untyped-def]
+    return check(parse(src, "t.mask"))
+
+
+def test_declared_ranges_are_checked_by_the_oracle() -> None:
+    from cmc.errors import ParamError
+
+    free = _mask("mask m\nparam n : int[batch]\nallow k < len - n\n")
+    assert dense(free, 4, {"n": 9}).sum() == 0  # no range: n > len means what it says
+    bound = _mask("mask m\nparam n : int[batch] in [1, len]\nallow k < len - n\n")
+    for bad in (0, 5):
+        with pytest.raises(ParamError, match=r"declared range \[1, len\]"):
+            dense(bound, 4, {"n": bad})
+    assert dense(bound, 4, {"n": 3}).sum() == 4
+
+
+@pytest.mark.parametrize("src, message", [
+    ("param n : int in [0, len]", "its range cannot use len"),
+    ("param n : int[batch] in [0, q]", "may use only len, integer literals"),
+    ("param n : int[batch] in [5, 1]", "is empty for some len"),
+    ("param n : int[batch] in [0, 2 * len]", "reaches outside int32"),
+    ("param S : segments in [0, len]", "a segments parameter takes no range"),
+    ("param S : segments\nparam S_offsets : int", "collides with the descriptor field"),
+    ("param S_starts : int\nparam S : segments", "collides with the descriptor field"),
+])
+def test_bad_parameter_declarations_have_positions(src: str, message: str) -> None:
+    from cmc.errors import MaskError
+
+    with pytest.raises(MaskError) as info:
+        _mask(f"mask m\n{src}\nallow k <= q\n")
+    d = info.value.diagnostics[0]
+    assert message in d.message and d.span is not None and d.span.line >= 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--param", "docs=5,2"], "must be sorted"),
+    (["--param", "docs=-1"], "must be >= 0"),
+    (["--param", "docs=99"], "must be in [0, len]"),
+    (["--param", "=5"], "the parameter name is empty"),
+])
+def test_show_param_uses_the_shared_validator(args: list[str], message: str) -> None:
+    got = CliRunner().invoke(cli, ["show", str(SAMPLES / "document_causal.mask"), "--len", "16",
+                                   *args])
+    assert got.exit_code == 2 and message in got.output, got.output
+
+
+def test_show_rejects_values_outside_the_declared_range() -> None:
+    for value, message in (("99999999999", "must fit int32"), ("17", "declared range")):
+        got = CliRunner().invoke(cli, ["show", str(SAMPLES / "hstu.mask"), "--len", "16",
+                                       "--param", f"n_targets={value}"])
+        assert got.exit_code == 2 and message in got.output, got.output
+
+
+def test_define_errors_share_one_exit_code() -> None:
+    codes = {CliRunner().invoke(cli, ["check", str(SAMPLES / "clear.mask"), "-D", d]).exit_code
+             for d in ("W=abc", "W=99999999999", "=5")}
+    assert codes == {2}
