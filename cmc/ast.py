@@ -140,6 +140,7 @@ class ParamStmt:
     kind: ParamKind
     span: Span = field(repr=False)
     kind_span: Span = field(repr=False)
+    range: tuple[Expr, Expr, bool] | None = None  # `in [lo, hi)` / `in [lo, hi]` (closed)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from . import ast, ir
+from .contract import DEFAULT_RANGE, LEN_MAX, Affine, ParamRange
 from .errors import Diagnostic, MaskError, Span
 from .parse import KEYWORDS
 
@@ -148,8 +149,10 @@ class _Checker:
                     pv = _V("segments", segments=st.name)
                 else:
                     pv = _V("int", ir.ParamRef(st.name))
+                rng = self._param_range(st)
+                self._check_descriptor_names(st, params)
                 if self._define(st.name, st.name_span, st.kind, pv):
-                    params.append(ir.ParamDecl(st.name, st.kind))
+                    params.append(ir.ParamDecl(st.name, st.kind, rng))
             elif isinstance(st, ast.LetStmt):
                 body = self._int(
                     st.expr, "a let defines an integer expression; use 'region' for a predicate"
@@ -265,6 +268,57 @@ class _Checker:
             self.error(f"-D {name}={raw}: this mask has no const named '{name}'{hint}", None)
 
     # ------------------------------------------------------------------ expressions
+
+    def _param_range(self, st: ast.ParamStmt) -> ParamRange:
+        """The declared range of an int parameter: ends affine in len (len only per sequence),
+        within int32; the default (docs/language.md) when none is given."""
+        if st.kind == "segments":
+            if st.range is not None:
+                self.error("a segments parameter takes no range (its starts lie in [0, len])",
+                           st.range[0].span)
+            return DEFAULT_RANGE
+        if st.range is None:
+            return DEFAULT_RANGE
+        lo_e, hi_e, closed = st.range
+        ends: list[Affine] = []
+        for e in (lo_e, hi_e):
+            v = self._int(e, "a parameter range takes integer expressions")
+            aff = _affine_in_len(v.node) if v.node is not None else None
+            if v is _ERR:
+                return DEFAULT_RANGE
+            if aff is None:
+                self.error("a parameter range may use only len, integer literals, consts and "
+                           "+ - * by a constant", e.span)
+                return DEFAULT_RANGE
+            if st.kind == "scalar" and aff.len_coef:
+                self.error("an int parameter is one value per launch; its range cannot use len "
+                           "(declare it int[batch] for a per-sequence value)", e.span)
+                return DEFAULT_RANGE
+            ends.append(aff)
+        lo, hi = ends
+        if not closed:
+            hi = Affine(hi.len_coef, hi.add - 1)
+        rng = ParamRange(lo, hi)
+        if lo.extremes()[0] < INT32_MIN or hi.extremes()[1] > INT32_MAX:
+            self.error(f"the range {rng.text()} reaches outside int32 for some len in "
+                       f"[0, 2147483647]; parameters are int32", lo_e.span)
+            return DEFAULT_RANGE
+        if lo.at(1) > hi.at(1) or lo.at(LEN_MAX) > hi.at(LEN_MAX):
+            self.error(f"the range {rng.text()} is empty for some len >= 1; no value could be passed",
+                       lo_e.span)
+            return DEFAULT_RANGE
+        return rng
+
+    def _check_descriptor_names(self, st: ast.ParamStmt, params: Sequence[ir.ParamDecl]) -> None:
+        """A segments parameter S takes the descriptor fields S_offsets and S_starts (and the
+        kernels' p_S_offsets, sg_S, sn_S): a parameter named like one of them would collide."""
+        for p in params:
+            for seg, other in ((p, st), (st, p)):
+                if seg.kind == "segments" and other.name in (f"{seg.name}_offsets",
+                                                             f"{seg.name}_starts"):
+                    self.error(f"parameter '{other.name}' collides with the descriptor field of "
+                               f"segments parameter '{seg.name}' ({seg.name}_offsets, "
+                               f"{seg.name}_starts); rename one", st.name_span)
 
     def _int(self, e: ast.Expr, wrong_kind: str = "") -> _V:
         v = self._expr(e)
@@ -568,6 +622,30 @@ def _suggest(name: str, candidates: Sequence[str]) -> str:
             return f"did you mean '{c}'?"
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else ""
+
+
+def _affine_in_len(e: ir.Expr | ir.Pred) -> Affine | None:
+    """e as len_coef * len + add when it is one (constants already folded), else None."""
+    if isinstance(e, ir.Const):
+        return Affine(0, e.value)
+    if isinstance(e, ir.Var) and e.name == "len":
+        return Affine(1, 0)
+    if isinstance(e, ir.Neg):
+        a = _affine_in_len(e.a)
+        return None if a is None else Affine(-a.len_coef, -a.add)
+    if isinstance(e, ir.BinOp) and e.op in "+-*":
+        a, b = _affine_in_len(e.a), _affine_in_len(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "+":
+            return Affine(a.len_coef + b.len_coef, a.add + b.add)
+        if e.op == "-":
+            return Affine(a.len_coef - b.len_coef, a.add - b.add)
+        if a.len_coef == 0:
+            return Affine(a.add * b.len_coef, a.add * b.add)
+        if b.len_coef == 0:
+            return Affine(b.add * a.len_coef, b.add * a.add)
+    return None
 
 
 def _what(e: ast.Expr, defs: Mapping[str, _Def]) -> str:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__, config
-from .errors import CmcError, UsageError
+from .errors import CmcError, ParamError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,11 +36,14 @@ def _defines(values: tuple[str, ...]) -> dict[str, int]:
     for v in values:
         name, sep, num = v.partition("=")
         try:
-            if not sep or not name:
+            if not sep or not name.strip():
                 raise ValueError
             out[name.strip()] = int(num, 0)
         except ValueError:
             raise UsageError(f"-D {v}: expected NAME=INT") from None
+        if not -(2**31) <= out[name.strip()] <= 2**31 - 1:
+            raise UsageError(f"-D {v}: the value is outside the int32 range "
+                             f"[-2147483648, 2147483647]")
     return out
 
 
@@ -98,6 +101,8 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
         name, sep, val = it.partition("=")
         if not sep:
             raise UsageError(f"--param {it}: expected NAME=VALUE")
+        if not name.strip():
+            raise UsageError(f"--param {it}: the parameter name is empty (expected NAME=VALUE)")
         given[name.strip()] = val
     out: dict[str, Any] = {}
     for p in mask.params:
@@ -105,7 +110,11 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
             raise UsageError(f"--param {p.name}=... is required (declared {p.kind})")
         raw = given.pop(p.name)
         if p.kind == "segments":
-            out[p.name] = sorted(_csv(raw, int))
+            try:
+                out[p.name] = [int(x.strip(), 0) for x in raw.split(",") if x.strip()]
+            except ValueError:
+                raise UsageError(f"--param {p.name}={raw}: expected comma-separated "
+                                 f"integer starts") from None
         else:
             try:
                 out[p.name] = int(raw, 0)
@@ -113,6 +122,12 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
                 raise UsageError(f"--param {p.name}={raw}: expected an integer") from None
     if given:
         raise UsageError(f"unknown parameter(s): {', '.join(sorted(given))}")
+    from .oracle import validate_params
+
+    try:
+        validate_params(mask, length, out)
+    except ParamError as e:
+        raise UsageError(f"--param {e}") from None
     return out
 
 
@@ -150,6 +165,8 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     click.echo(f"  work skipped {counts[EMPTY] / n:.1%} of tiles; "
                f"mask work on {counts[PARTIAL] / n:.1%}")
     click.echo(ascii_tiles(classes))
+    for r in table.residuals:
+        click.echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
         from .oracle import dense
         from .picture import write_png

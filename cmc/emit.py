@@ -42,7 +42,6 @@ from .ir import (
     And,
     BinOp,
     BoolConst,
-    Bound,
     Call,
     Cmp,
     Const,
@@ -131,8 +130,8 @@ def rows_per_warp(head_dim: int) -> int:
 
 
 # More term instances than this and the per-CTA plan would crowd shared memory (the sm90
-# kernel keeps two plans next to two Q tiles: 512 terms is 227 KiB at head dim 128): the
-# emitted hooks then use one conservative term (every key touched, no tile full), still exact.
+# kernel keeps two plans next to two Q tiles: 512 terms is 227 KiB at head dim 128); lower
+# replaces a larger table by one catch-all term and records why (lower.MAX_TERM_INSTANCES).
 MAX_TERMS = 512
 SMEM_LIMIT = 227 * 1024  # opt-in dynamic shared memory per block, sm_90 and sm_100
 
@@ -798,11 +797,8 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
     counts = [(t.family.stop - t.family.start) if t.family else 1 for t in table.terms]
     counts = [max(0, c) for c in counts]
     terms: tuple[Term, ...] = table.terms
-    if sum(counts) > MAX_TERMS:
-        from .ir import TRUE  # one conservative term: every key touched, never full
-
-        terms = (Term(TRUE, Bound(Const(0), "const"), Bound(Var("len"), "const"), TRUE),)
-        counts = [1]
+    if sum(counts) > MAX_TERMS:  # lower turns such a table into one catch-all term, said so
+        raise ValueError(f"{sum(counts)} term instances; lower keeps at most {MAX_TERMS}")
     tables: list[str] = []
     blocks: list[str] = []
     spans: list[str] = []

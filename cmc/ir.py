@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .contract import DEFAULT_RANGE, ParamRange
+
 # --------------------------------------------------------------------------- expressions
 
 IntOp = Literal["+", "-", "*", "/", "%"]
@@ -136,8 +138,12 @@ FALSE = BoolConst(False)
 
 @dataclass(frozen=True)
 class ParamDecl:
+    """A run-time parameter; `range` is the declared contract of an int one (unused for
+    segments, whose starts always lie in [0, len])."""
+
     name: str
     kind: ParamKind
+    range: ParamRange = DEFAULT_RANGE
 
 
 @dataclass(frozen=True)

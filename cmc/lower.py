@@ -44,9 +44,13 @@ from .ir import (
     Var,
     nodes,
 )
+from .ranges import RangeEnv, fits_int64
 from .render import pred_str
 
 MAX_CONJUNCTIONS = 512
+# Term instances an emitted kernel holds (a family counts once per index value): the per-CTA
+# plan lives in shared memory (cmc/emit.py); past this the table is one catch-all term.
+MAX_TERM_INSTANCES = 512
 K = "k"
 
 # --------------------------------------------------------------------------- small algebra
@@ -321,17 +325,35 @@ def nnf(p: Pred, negate: bool = False) -> Pred:
     raise TypeError(p)
 
 
-def split_k_calls(p: Pred) -> Pred:
-    """Replace each k-dependent min/max/abs inside a comparison by a case split."""
+class TooManyCases(Exception):
+    """Splitting k-dependent min/max/abs would exceed the case budget (see split_k_calls)."""
+
+
+def split_k_calls(p: Pred, budget: list[int] | None = None) -> Pred:
+    """Replace each k-dependent min/max/abs inside a comparison by a case split.
+
+    Each split doubles the cases, so the work is counted as it is done: past
+    MAX_CONJUNCTIONS splits in all (the DNF could never stay under its own limit then),
+    TooManyCases is raised before the tree grows any further."""
+    if budget is None:
+        budget = [MAX_CONJUNCTIONS]
     if isinstance(p, (And, Or)):
-        return type(p)(tuple(split_k_calls(x) for x in p.items))
+        return type(p)(tuple(split_k_calls(x, budget) for x in p.items))
     if not isinstance(p, Cmp) or not uses(p, K):
         return p
     for side in (p.a, p.b):
         for sub_e in nodes(side):
             if isinstance(sub_e, Call) and uses(sub_e, K):
-                return split_k_calls(_case_split(p, sub_e))
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise TooManyCases
+                return split_k_calls(_case_split(p, sub_e), budget)
     return p
+
+
+def k_call_count(p: Pred) -> int:
+    """k-dependent min/max/abs calls of the predicate (each doubles the cases)."""
+    return sum(1 for x in nodes(p) if isinstance(x, Call) and uses(x, K))
 
 
 def _case_split(p: Cmp, call: Call) -> Pred:
@@ -371,9 +393,9 @@ def dnf(p: Pred) -> list[list[Pred]] | None:
             d = dnf(x)
             if d is None:
                 return None
-            acc = [a + b for a in acc for b in d]
-            if len(acc) > MAX_CONJUNCTIONS:
+            if len(acc) * len(d) > MAX_CONJUNCTIONS:
                 return None
+            acc = [a + b for a in acc for b in d]
         return acc
     return [[p]]
 
@@ -713,7 +735,13 @@ def _bound(items: list[Expr], default: Expr, pick: Callable[[list[Expr]], Expr |
     return Bound(e, monotone(e))
 
 
-def lower_conjunction(atoms: list[Pred]) -> tuple[Term | None, Residual | None]:
+def lower_conjunction(atoms: list[Pred], env: RangeEnv | None = None
+                      ) -> tuple[Term | None, Residual | None]:
+    """One conjunction as a term, or None when it is always empty.
+
+    A k-atom whose solved bounds could leave int64 for some q, k, len and declared parameter
+    value stays in the residual (evaluated exactly from the mask's own expression)."""
+    env = env or RangeEnv({})
     guard_atoms = [a for a in atoms if not uses(a, K)]
     k_atoms = [a for a in atoms if uses(a, K)]
     guard = simplify_guard(guard_atoms)
@@ -722,28 +750,58 @@ def lower_conjunction(atoms: list[Pred]) -> tuple[Term | None, Residual | None]:
     lows: list[Expr] = []
     highs: list[Expr] = []
     unsolved: list[Pred] = []
+    overflow: list[Pred] = []
     for a in k_atoms:
         got = solve_atom(a, K)
         if got is None:
             unsolved.append(a)
             continue
+        if not all(fits_int64(c.expr, env) for c in got):
+            overflow.append(a)
+            continue
         for c in got:
             (lows if isinstance(c, Lo) else highs).append(c.expr)
-    if unsolved:
+    if _always_empty(lows, highs):
+        return None, None
+    if unsolved and not overflow:
         g = find_grid(k_atoms) if all(isinstance(a, Cmp) for a in k_atoms) else None
         if g is not None:
             term = grid_term(guard_atoms, k_atoms, g)
-            if term is not None:
+            if term is not None and _term_fits(term, env):
                 return (term if term.guard != FALSE else None), None
-        residual: Pred = unsolved[0] if len(unsolved) == 1 else And(tuple(unsolved))
+    if unsolved or overflow:
+        rest = unsolved + overflow
+        residual: Pred = rest[0] if len(rest) == 1 else And(tuple(rest))
         term = Term(guard, _bound(lows, Const(0), emax), _bound(highs, Var("len"), emin), residual)
-        why = Residual(
-            "k appears in a form the interval analysis cannot invert; "
-            "it is checked per element on every tile these rows touch",
-            pred_str(residual),
-        )
-        return term, why
+        if overflow:
+            reason = ("solving for k would need arithmetic outside int64 for some q, k, len "
+                      "and declared parameter values; it is checked per element, exactly, on "
+                      "every tile these rows touch")
+        else:
+            reason = ("k appears in a form the interval analysis cannot invert; "
+                      "it is checked per element on every tile these rows touch")
+        return term, Residual(reason, pred_str(residual))
     return Term(guard, _bound(lows, Const(0), emax), _bound(highs, Var("len"), emin)), None
+
+
+def _always_empty(lows: list[Expr], highs: list[Expr]) -> bool:
+    """Some lower bound is provably >= some upper bound (keys are also in [0, len))."""
+    return any(d is not None and d <= 0
+               for lo in lows + [Const(0)] for hi in highs + [Var("len")]
+               for d in [const_difference(hi, lo)])
+
+
+def _term_fits(term: Term, env: RangeEnv) -> bool:
+    """Every bound and guard expression of a (family) term stays inside int64."""
+    fam = term.family
+    if fam is not None:
+        env = RangeEnv(env.params, {fam.index: (fam.start, max(fam.start, fam.stop - 1))},
+                       {name: (min(v, default=0), max(v, default=0)) for name, v in fam.tables})
+    exprs: list[Expr] = [term.lo.expr, term.hi.expr]
+    for x in nodes(term.guard):
+        if isinstance(x, Cmp):
+            exprs += [x.a, x.b]
+    return all(fits_int64(e, env) for e in exprs)
 
 
 def merge_adjacent(terms: list[Term]) -> list[Term]:
@@ -774,21 +832,40 @@ def _never_empty(t: Term) -> bool:
     return d is not None and d >= 0
 
 
+def range_env(mask: Mask) -> RangeEnv:
+    """Every int parameter within its declared range (len at its extremes)."""
+    return RangeEnv({p.name: p.range.extremes() for p in mask.params if p.kind != "segments"})
+
+
+def _catch_all(mask: Mask, reason: str) -> IntervalTable:
+    """One term over every key, never full, the whole predicate checked per element."""
+    whole = mask.predicate
+    term = Term(TRUE, Bound(Const(0), "const"), Bound(Var("len"), "const"), whole)
+    return IntervalTable(mask, (term,), (Residual(reason, pred_str(whole)),))
+
+
 def lower(mask: Mask) -> IntervalTable:
-    pred = split_k_calls(nnf(mask.predicate))
+    try:
+        pred = split_k_calls(nnf(mask.predicate))
+    except TooManyCases:
+        return _catch_all(mask, f"k appears in {k_call_count(mask.predicate)} min/max/abs "
+                                f"calls; splitting them would give more than "
+                                f"{MAX_CONJUNCTIONS} cases")
     conjs = dnf(pred)
     if conjs is None:
-        whole = mask.predicate
-        term = Term(TRUE, Bound(Const(0), "const"), Bound(Var("len"), "const"), whole)
-        why = Residual(f"the predicate expands to more than {MAX_CONJUNCTIONS} cases",
-                       pred_str(whole))
-        return IntervalTable(mask, (term,), (why,))
+        return _catch_all(mask, f"the predicate expands to more than {MAX_CONJUNCTIONS} cases")
+    env = range_env(mask)
     terms: list[Term] = []
     residuals: list[Residual] = []
     for atoms in conjs:
-        got, reason = lower_conjunction(atoms)
+        got, reason = lower_conjunction(atoms, env)
         if got is not None and got not in terms:
             terms.append(got)
-        if reason is not None:
+        if reason is not None and reason not in residuals:
             residuals.append(reason)
-    return IntervalTable(mask, tuple(merge_adjacent(terms)), tuple(residuals))
+    table = IntervalTable(mask, tuple(merge_adjacent(terms)), tuple(residuals))
+    instances = table.max_intervals_per_row()
+    if instances > MAX_TERM_INSTANCES:
+        return _catch_all(mask, f"the table has {instances} term instances, more than the "
+                                f"{MAX_TERM_INSTANCES} a kernel's plan holds")
+    return table

@@ -6,8 +6,9 @@ every (q, k) and batches of sequences.
 
 Deliberately the simplest correct thing (numpy over the whole [len, len] grid through
 cmc.evaluate), so interval tables, tile classes and kernels can all be tested against it.
-Parameter values are validated here with the same rules the runtime applies, and a bad value
-raises ParamError naming the parameter and the rule it broke.
+Parameter values are validated by cmc/contract.py, the validator the runtime and `cmc show`
+use too (int32, the declared range, sorted starts in [0, len]); a bad value raises ParamError
+naming the parameter and the rule it broke.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .contract import check_in_range, check_int, check_starts
 from .errors import ParamError
 from .evaluate import Env, eval_pred
 from .ir import Mask
@@ -82,7 +84,9 @@ def validate_params(mask: Mask, length: int, params: Params) -> dict[str, int | 
         if p.kind == "segments":
             out[p.name] = _segments(p.name, v, length)
         else:
-            out[p.name] = _int32(p.name, v)
+            iv = check_int(p.name, v)
+            check_in_range(p.name, np.array([iv]), p.range, np.array([length]))
+            out[p.name] = iv
     return out
 
 
@@ -94,29 +98,14 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def _int32(name: str, v: Any) -> int:
-    if not _is_int(v):
-        raise ParamError(name, f"must be an int, got {type(v).__name__}")
-    iv = int(v)
-    if not INT32_MIN <= iv <= INT32_MAX:
-        raise ParamError(name, f"{iv} is outside the int32 range")
-    return iv
-
-
 def _segments(name: str, v: Any, length: int) -> list[int]:
     if isinstance(v, (str, bytes)) or _is_int(v) or not hasattr(v, "__iter__"):
         raise ParamError(name, "must be a list of segment starts")
-    starts = []
-    for s in v:
+    starts = list(v)
+    for s in starts:
         if not _is_int(s):
             raise ParamError(name, f"segment starts must be ints, got {type(s).__name__}")
-        starts.append(int(s))
-    for s in starts:
-        if not 0 <= s <= length:
-            raise ParamError(name, f"segment start {s} is outside the sequence [0, {length}]")
-    if any(a > b for a, b in zip(starts[:-1], starts[1:], strict=True)):
-        raise ParamError(name, f"segment starts must be sorted, got {starts}")
-    return starts
+    return [int(x) for x in check_starts(name, np.array(starts, dtype=np.int64), length)]
 
 
 def _length(n: Any) -> int:

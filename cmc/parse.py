@@ -434,7 +434,8 @@ class _Builder:
 
     def _param_stmt(self, t: Tree, k: list[Any], span: Span) -> ast.ParamStmt:
         kind, kind_span = k[1][0]
-        return ast.ParamStmt(str(k[0]), self.ctx.tok(k[0]), kind, span, kind_span)
+        rng = k[2][0] if len(k) > 2 and k[2] is not None else None
+        return ast.ParamStmt(str(k[0]), self.ctx.tok(k[0]), kind, span, kind_span, rng)
 
     def _scalar_type(self, t: Tree, k: list[Any], span: Span) -> tuple[str, Span]:
         return ("scalar", span)

@@ -6,11 +6,14 @@ import pytest
 
 from cmc import ir
 from cmc.check import MAX_IR_DEPTH, MAX_IR_SIZE, check
+from cmc.contract import Affine, ParamRange
 from cmc.errors import MaskError
 from cmc.ir import And, BinOp, BoolConst, Call, Cmp, Const, Neg, Not, Or, ParamRef, Same, SegFn, Var
 from cmc.parse import parse
 
 from .conftest import SAMPLES
+
+ZERO_TO_LEN = ParamRange(Affine(0, 0), Affine(1, 0))  # the samples' `in [0, len]`
 
 q, k, length = Var("q"), Var("k"), Var("len")
 
@@ -62,7 +65,7 @@ def test_hstu_ir_inlines_let_and_const():
     m = check(parse(path.read_text(), str(path)))
     hist = BinOp("-", length, ParamRef("n_targets"))
     assert m.consts == (("CONTEXT", 0),)
-    assert m.params == (ir.ParamDecl("n_targets", "batch"),)
+    assert m.params == (ir.ParamDecl("n_targets", "batch", ZERO_TO_LEN),)
     assert m.allows == (
         And((Cmp("<", q, Const(0)), Cmp("<", k, hist))),
         And((Cmp("<=", k, q), Cmp("<", k, hist))),
@@ -74,7 +77,7 @@ def test_shared_prefix_ir():
     path = next(p for p in SAMPLES if p.stem == "shared_prefix")
     m = check(parse(path.read_text(), str(path)))
     assert m.params == (
-        ir.ParamDecl("prompt_len", "batch"),
+        ir.ParamDecl("prompt_len", "batch", ZERO_TO_LEN),
         ir.ParamDecl("responses", "segments"),
     )
     assert m.allows[1] == And((Cmp("<=", k, q), Same("responses", q, k)))

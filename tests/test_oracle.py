@@ -60,7 +60,8 @@ def test_hstu_no_targets_is_causal():
 
 def test_hstu_all_targets_is_the_diagonal():
     _eq(dense(_sample("hstu"), 4, {"n_targets": 4}), "1000/0100/0010/0001")
-    _eq(dense(_sample("hstu"), 3, {"n_targets": 7}), "100/010/001")  # not clamped
+    with pytest.raises(ParamError, match="declared range"):  # the sample declares [0, len]
+        dense(_sample("hstu"), 3, {"n_targets": 7})
     _eq(dense(_sample("hstu"), 1, {"n_targets": 1}), "1")
     _eq(dense(_sample("hstu"), 1, {"n_targets": 0}), "1")
 
@@ -177,7 +178,8 @@ def test_batch_forms():
         ({}, "n_targets", "missing"),
         ({"n_targets": 1.0}, "n_targets", "must be an int"),
         ({"n_targets": True}, "n_targets", "must be an int"),
-        ({"n_targets": 2**31}, "n_targets", "outside the int32 range"),
+        ({"n_targets": 2**31}, "n_targets", "must fit int32"),
+        ({"n_targets": 5}, "n_targets", "must be in the declared range [0, len]"),
         ({"n_targets": 1, "n_target": 2}, "n_target", "not a parameter of mask 'hstu'"),
     ],
 )
@@ -192,8 +194,8 @@ def test_param_errors(params, name, rule):
     "starts, rule",
     [
         ([3, 1], "must be sorted"),
-        ([-1], "outside the sequence"),
-        ([5], "outside the sequence"),
+        ([-1], "must be >= 0"),
+        ([5], "must be in [0, len]"),
         (3, "must be a list"),
         ("12", "must be a list"),
         ([1.5], "must be ints"),
