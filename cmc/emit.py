@@ -73,9 +73,16 @@ BLOCK_M = 128
 BLOCK_N = 64
 KERNEL_KIND = "portable"
 
-# The sm_90a kernel (templates/cmc/attn_fwd_sm90.cuh): producer warpgroup + two consumer
+# The sm_90a kernel (templates/cmc/attn_fwd_sm90*.cuh): producer warpgroup + two consumer
 # warpgroups of 64 rows, wgmma, 128-key tiles, a K/V ring of SM90_STAGES stages.
-SM90_HEADER = "cmc/attn_fwd_sm90.cuh"
+# Its header's parts, concatenated in this order: design notes and layout, PTX wrappers and
+# tile GEMMs, schedule and plans, the forward.
+SM90_HEADERS = (
+    "cmc/attn_fwd_sm90.cuh",
+    "cmc/attn_fwd_sm90_ptx.cuh",
+    "cmc/attn_fwd_sm90_schedule.cuh",
+    "cmc/attn_fwd_sm90_fwd.cuh",
+)
 SM90_ARCH = "sm_90a"
 SM90_THREADS = 384
 SM90_BLOCK_N = 128
@@ -975,6 +982,11 @@ def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
     return tuple(out)
 
 
+def sm90_header_text() -> str:
+    """The sm90 kernel's header as the .cu inlines it: its parts in SM90_HEADERS order."""
+    return "\n\n".join(_read_resource(h).rstrip("\n") for h in SM90_HEADERS)
+
+
 def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks) -> str:
     mask = table.mask
     name = check_identifier(mask.name)
@@ -988,7 +1000,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         desc_size=int(layout.size),
         fields=_layout_fields(layout),
         kernel_header=_read_resource(KERNEL_HEADER).rstrip("\n"),
-        sm90_header=(_read_resource(SM90_HEADER).rstrip("\n")
+        sm90_header=(sm90_header_text()
                      if any(v.kernel == "sm90" for v in variants) else ""),
         block_m=BLOCK_M,
         block_n=BLOCK_N,
