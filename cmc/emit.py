@@ -61,7 +61,7 @@ from .ir import (
     Var,
     nodes,
 )
-from .kernels import ROWS_PER_WARP, SPECS, KernelKind, forward_kinds
+from .kernels import ROWS_PER_WARP, SPECS, KernelKind, KernelSpec, forward_kinds
 from .resources import jinja_env, read_text
 
 TEMPLATE = "kernel.cu.j2"
@@ -935,6 +935,16 @@ def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
     return tuple(out)
 
 
+def header_text(kind_spec: KernelSpec) -> str:
+    """A kind's hand-written kernel as the .cu inlines it: its header parts, in order."""
+    return "\n\n".join(_read_resource(h).rstrip("\n") for h in kind_spec.headers)
+
+
+def sm90_header_text() -> str:
+    """The sm90 forward's header parts as the .cu inlines them (the ablation tools edit this)."""
+    return header_text(SM90)
+
+
 def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks) -> str:
     mask = table.mask
     name = check_identifier(mask.name)
@@ -947,8 +957,8 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         desc_struct=layout.c_struct(),
         desc_size=int(layout.size),
         fields=_layout_fields(layout),
-        kernel_header=_read_resource(PORTABLE.header).rstrip("\n"),
-        sm90_header=(_read_resource(SM90.header).rstrip("\n")
+        kernel_header=header_text(PORTABLE),
+        sm90_header=(header_text(SM90)
                      if any(v.kernel is SM90.kind for v in variants) else ""),
         kinds=KernelKind,
         block_m=PORTABLE.block_m,

@@ -45,7 +45,7 @@ class KernelSpec:
 
     kind: KernelKind
     pass_: Pass
-    header: str  # the hand-written kernel, under templates/
+    headers: tuple[str, ...]  # the hand-written kernel, under templates/: parts, inlined in order
     archs: tuple[str, ...] | None  # archs it is built for; None: every arch no other kind claims
     threads: Mapping[int, int]  # per head dim
     block_m: int  # query rows per CTA
@@ -118,7 +118,7 @@ SPECS: Mapping[KernelKind, KernelSpec] = {
     KernelKind.FWD_PORTABLE: KernelSpec(
         kind=KernelKind.FWD_PORTABLE,
         pass_=Pass.FORWARD,
-        header="cmc/attn_fwd_portable.cuh",
+        headers=("cmc/attn_fwd_portable.cuh",),
         archs=None,
         threads={hd: 32 * PORTABLE_BLOCK_M // rows for hd, rows in ROWS_PER_WARP.items()},
         block_m=PORTABLE_BLOCK_M,
@@ -141,7 +141,9 @@ SPECS: Mapping[KernelKind, KernelSpec] = {
     KernelKind.FWD_SM90: KernelSpec(
         kind=KernelKind.FWD_SM90,
         pass_=Pass.FORWARD,
-        header="cmc/attn_fwd_sm90.cuh",
+        # design notes and layout, PTX wrappers and tile GEMMs, schedule and plans, the forward
+        headers=("cmc/attn_fwd_sm90.cuh", "cmc/attn_fwd_sm90_ptx.cuh",
+                 "cmc/attn_fwd_sm90_schedule.cuh", "cmc/attn_fwd_sm90_fwd.cuh"),
         archs=("sm_90a",),
         threads={64: 384, 128: 384},
         block_m=128,

@@ -679,7 +679,7 @@ int main() {
 def _expr_harness(exprs: list[Expr], preds: list[Pred]) -> str:
     scope = emit_mod._Scope({"a": "scalar", "bb": "batch", "S": "segments"})
     out = ["#include <cstdio>", "#include <cstdint>", "#include <cstdlib>", "#include <vector>",
-           "#define CMC_HOST 1", emit_mod._read_resource(emit_mod.PORTABLE.header),
+           "#define CMC_HOST 1", emit_mod.header_text(emit_mod.PORTABLE),
            "struct seq_t { int len; cmc_i64 tok0; int p_a; int p_bb; const int* sg_S; int sn_S; };",
            f"#define NEXPR {len(exprs)}", f"#define NPRED {len(preds)}"]
     ex_cases, iv_cases, pr_cases, tv_cases = [], [], [], []

@@ -1,9 +1,10 @@
 """Ablated builds of the sm90 kernel, for finding what limits it (timing only: wrong results).
 
-Each ablation removes one stage from the consumers' or producer's steady-state loop of
-templates/cmc/attn_fwd_sm90.cuh by a textual edit that must match exactly. The bench
-artifacts are compiled with the edited header into out/ab/NAME (restored afterwards), to be
-timed beside the real kernel with tools/ab_grid.sh. The rate of a variant without stage X
+Each ablation removes one stage from the consumers' or producer's steady-state loop of the
+sm90 kernel (templates/cmc/attn_fwd_sm90_fwd.cuh) by a textual edit of the generated .cu
+text, in memory, that must match exactly; no tracked file is touched. The bench artifacts are
+compiled from the edited text by cmc's own build and package into out/ab/NAME, to be timed
+beside the real kernel with tools/ab_grid.sh. The rate of a variant without stage X
 bounds what removing X's cost could give.
 
     python tools/sm90_ablate.py noexp nopv noload   # -> out/ab/noexp, out/ab/nopv, ...
@@ -11,12 +12,14 @@ bounds what removing X's cost could give.
 
 from __future__ import annotations
 
-import subprocess
+import dataclasses
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER = ROOT / "templates" / "cmc" / "attn_fwd_sm90.cuh"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
 
 LOOP_PV = "          issue_pv<BF16, D>(o, p, sV + stage * C::kTile);\n"
 LOOP_SOFTMAX = "          CMC_PROBE(8, softmax(wk.j, c0, c1));\n"
@@ -47,19 +50,33 @@ def apply(text: str, edits: list[tuple[str, str]]) -> str:
     return text
 
 
+def compile_edited(dest: Path, edit: Callable[[str], str],
+                   extra_options: Sequence[str] = ()) -> None:
+    """The bench artifacts into dest/KEY, each .cu edited by `edit` in memory and built by
+    cmc.build.build (with extra_options) and cmc.package."""
+    import bench
+
+    from cmc.build import build
+    from cmc.driver import Options, back, front
+    from cmc.package import package
+
+    opts = Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(bench.HEAD_DIM,), jobs=2)
+    for key, (mask, defines) in bench.ARTIFACTS.items():
+        table = front(ROOT / mask, defines)
+        source = back(table, opts)
+        source = dataclasses.replace(source, text=edit(source.text))
+        built = build(source, archs=opts.archs, jobs=opts.jobs, extra_options=extra_options)
+        print(f"{key} -> {package(built, dest / key, Path(mask).name)}", flush=True)
+
+
 def main(names: list[str]) -> None:
-    original = HEADER.read_text()
-    try:
-        for name in names:
-            if name not in ABLATIONS:
-                raise SystemExit(f"unknown ablation {name!r}; known: {', '.join(ABLATIONS)}")
-            what, edits = ABLATIONS[name]
-            HEADER.write_text(apply(original, edits))
-            print(f"{name}: {what}", flush=True)
-            subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--compile",
-                            str(ROOT / "out" / "ab" / name)], check=True)
-    finally:
-        HEADER.write_text(original)
+    for name in names:
+        if name not in ABLATIONS:
+            raise SystemExit(f"unknown ablation {name!r}; known: {', '.join(ABLATIONS)}")
+    for name in names:
+        what, edits = ABLATIONS[name]
+        print(f"{name}: {what}", flush=True)
+        compile_edited(ROOT / "out" / "ab" / name, lambda text, edits=edits: apply(text, edits))
 
 
 if __name__ == "__main__":

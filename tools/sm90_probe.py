@@ -1,7 +1,7 @@
 """Where the sm90 kernel's cycles go: a clock64 probe build, read back after real launches.
 
-`build` compiles the bench artifacts with CMC_PROBE defined into out/ab/probe (the
-header's cycle counters, `cmc_probe` in each cubin; results stay correct, the clock reads
+`build` compiles the bench artifacts with -DCMC_PROBE=1 (cmc.build.build's extra options;
+no file is edited) into out/ab/probe (the header's cycle counters, `cmc_probe` in each cubin; results stay correct, the clock reads
 cost a little). `run`, on the device, launches each case, reads the counters back with
 cuModuleGetGlobal and prints per key tile (consumers) and per item (producer) where the
 cycles went:
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,8 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-HEADER = ROOT / "templates" / "cmc" / "attn_fwd_sm90.cuh"
-ANCHOR = "#if !defined(CMC_HOST)\n// Cycle probe"
 CONSUMER = {"plan": 0, "q": 1, "kfull": 2, "vfull": 3, "turn": 4, "qk": 5, "pv": 6,
             "epilogue": 7, "softmax": 8, "tiles": 9, "items": 10, "total": 11,
             "first_plan": 12, "mask": 13, "fetch_mask": 14, "ctas": 15}
@@ -38,15 +35,9 @@ PRODUCER = {"slot": 0, "plan": 1, "kempty": 2, "vempty": 3, "issue": 4, "walk": 
 
 
 def build(dest: Path) -> None:
-    original = HEADER.read_text()
-    if original.count(ANCHOR) != 1:
-        raise SystemExit(f"probe anchor not found once in {HEADER}")
-    try:
-        HEADER.write_text(original.replace(ANCHOR, "#define CMC_PROBE 1\n" + ANCHOR))
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--compile",
-                        str(dest)], check=True)
-    finally:
-        HEADER.write_text(original)
+    from sm90_ablate import compile_edited
+
+    compile_edited(dest, lambda text: text, extra_options=("-DCMC_PROBE=1",))
 
 
 def run(artifacts: Path, names: list[str], calls: int) -> None:

@@ -27,7 +27,8 @@ import sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 from cmc.runtime import DeviceArray, load
-from tests.gpu.gpu_common import call_params, mask_of, scalar_values, seq_params
+from tests.gpu.gpu_common import mask_of
+from tests.gpu.harness import call_params, scalar_values, seq_params
 
 rng = np.random.default_rng(0)
 for spec in sys.argv[2:]:

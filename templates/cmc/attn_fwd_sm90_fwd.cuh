@@ -1,0 +1,598 @@
+// cmc sm90a: the forward (producer: plan builders and loader; consumers: GEMMs, mask,
+// online softmax, epilogue).
+// Part of the sm90a forward kernel: emit concatenates the parts in the order of
+// cmc/emit.py SM90_HEADERS (design notes and launch contract in attn_fwd_sm90.cuh).
+
+#if !defined(CMC_HOST)
+namespace cmc_sm90 {
+
+template <class H, bool BF16, int D>
+CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
+  static_assert(D == 64 || D == 128, "head dim");
+  static_assert(kBM == 128 && kBN == 128, "a tile is one 128-token box per column block");
+  typedef Cfg<D> C;
+  constexpr int NT = H::kTerms;
+  constexpr int S = C::kStages;
+  constexpr bool kPatch = H::kTiling == 1;
+  constexpr bool kQr = kPatch;  // QK with Q from registers (issue_qk)
+  // FA4's lazy rescale of O (softmax): patch tilings only, where it measured +1.2 % (every
+  // tile masked, a longer softmax); the linear ones measured -0.5 % (kernel notes, stage 11)
+  constexpr bool kLazy = kPatch;
+  constexpr int kPH = H::kPatchRows, kPW = H::kPatchCols;
+  static_assert(!kPatch || (kPH * kPW == kBM && kPW >= 8 && H::kGridOrigin % kBM == 0 &&
+                            H::kGridWidth % kPW == 0), "patch shape");
+  constexpr int kPlanInts = plan_ints<NT, H::kTiling>();
+  typedef typename Pick<kPatch, BitWalk, Walk>::type WalkT;
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+
+  const int tid = threadIdx.x;
+  const int heads = desc.heads_q, batch = desc.batch;
+  // below kPatchMinLen a sequence is linear tiles only (its grid "begins" at its end)
+  auto geo = [](int n) {
+    return cmc_patch_geo_of(n, n < H::kPatchMinLen ? n : H::kGridOrigin, H::kGridWidth, kPH,
+                            kPW);
+  };
+  const int hpk = heads / desc.heads_kv;
+  Sched sc;
+  sc.init(kPatch ? geo(desc.max_len).nqt : (desc.max_len + kBM - 1) / kBM, heads, batch, hpk,
+          desc.max_len, D, desc.sched != 0 && H::kTileUnits != 0);
+  const int units = sc.units(batch);
+  // the CTA's first item, as the builders will pick it, if it is of its first unit
+  auto first_item = [&](Item& f) {
+    const int u = blockIdx.x;
+    for (int half = 0; half < 2 && u < units; ++half) {
+      f.qt = sc.tile(u, half, f.h, f.b);
+      if (f.qt < 0) continue;
+      const typename H::seq_t fs = H::seq(desc, f.b);
+      int fa, fb;
+      if (tile_rows<kPatch>(geo(fs.len), fs.len, f.qt, fa, fb)) return true;
+    }
+    return false;
+  };
+
+  // 1 KiB-aligned base (shared-window addresses; the generic pointer moves by the same amount).
+  const unsigned raw = smem_u32(cmc_smem_raw);
+  const unsigned pad = ((raw + 1023u) & ~1023u) - raw;
+  unsigned char* smem = cmc_smem_raw + pad;
+  const unsigned base = raw + pad;
+  const unsigned sK = base + C::kK, sV = base + C::kV;
+  const unsigned bars = base + C::kBar;
+  // per slot x (item parity): Q full (1 arrival + the TMA bytes), plan full (128 producer
+  // threads), slot empty (8 consumer warps, after the epilogue); then the K/V ring.
+  auto bar_qfull = [&](int x) { return bars + 8 * x; };
+  auto bar_plan = [&](int x) { return bars + 8 * (2 + x); };
+  auto bar_slot = [&](int x) { return bars + 8 * (4 + x); };
+  auto bar_kfull = [&](int s) { return bars + 8 * (6 + s); };
+  auto bar_kempty = [&](int s) { return bars + 8 * (6 + S + s); };
+  auto bar_vfull = [&](int s) { return bars + 8 * (6 + 2 * S + s); };
+  auto bar_vempty = [&](int s) { return bars + 8 * (6 + 3 * S + s); };
+  auto plan_of = [&](int x) { return reinterpret_cast<int*>(smem + C::kPlan) + x * kPlanInts; };
+
+  if (tid == 0) {
+    for (int x = 0; x < 2; ++x) {
+      mbar_init(bar_qfull(x), 1);
+      mbar_init(bar_plan(x), kBuilders);
+      mbar_init(bar_slot(x), 8);
+    }
+    for (int s = 0; s < S; ++s) {
+      mbar_init(bar_kfull(s), 1);
+      mbar_init(bar_kempty(s), 8);
+      mbar_init(bar_vfull(s), 1);
+      mbar_init(bar_vempty(s), 8);
+    }
+    // mbarrier inits must be visible to the async proxy (TMA's complete_tx) too
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma_prefetch_map(maps.q);
+    tma_prefetch_map(maps.k);
+    tma_prefetch_map(maps.v);
+  }
+  __syncthreads();  // publishes the mbarrier inits
+
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for ptxas (uniform registers)
+  if (wg == 0) {
+    // ======================================================================= producer
+    setmaxnreg_dec<Regs<H::kTiling>::kProducer>();
+    const int ptid = tid, lane = tid & 31;
+    int stage = 0, n = 0;
+    unsigned phase = 0;
+    CMC_PROBE_DECL(0, ptid == 0 || ptid == 32);  // the loader's lane 0, the first builder
+    if (ptid >= 32) {
+      // plan builders: they pick the items (Sched::next), up to two ahead of the loader
+      // (the slots), and publish each in its plan's item header
+      int u = blockIdx.x, half = 0;
+      int held = desc.sched != 0 && ptid == 32 ? Sched::fetch(desc.sched) : 0;
+      for (;;) {
+        const int x = n & 1;
+        const unsigned use = (unsigned)(n >> 1) & 1u;
+        ++n;
+        int* plan = plan_of(x);
+        int* item = plan + kPlanInts - kItemInts;
+        CMC_PROBE(6, mbar_wait(bar_slot(x), use ^ 1u));  // consumers done with its last item
+        CMC_PROBE_MARK(pr_build_);
+        Item it;
+        int qa = 0, qb = 0;
+        bool found = false;
+        typename H::seq_t seq;
+        cmc_patch_geo g;
+        while (!found) {
+          if (half == 2) {
+            u = sc.next(desc.sched, u, item + 3, ptid == 32, held, units);
+            half = 0;
+          }
+          if (u >= units) break;
+          it.qt = sc.tile(u, half++, it.h, it.b);
+          if (it.qt < 0) continue;
+          seq = H::seq(desc, it.b);
+          g = geo(seq.len);
+          found = tile_rows<kPatch>(g, seq.len, it.qt, qa, qb);
+        }
+        if (!found) {
+          if (ptid == 32) {
+            item[0] = -1;
+            sc.finish(desc.sched);
+          }
+          mbar_arrive(bar_plan(x));
+          break;
+        }
+        if (n == 1) CMC_PROBE_ADD(13, pr_build_ - pr_t0_);  // launch to the first build
+        // the consumers help with the first plan when it is of the CTA's first unit
+        // (first_item: fetched units are >= gridDim.x)
+        if constexpr (kPatch)
+          build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32,
+                              n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders);
+        else build_plan<H>(seq, qa, qb, plan, ptid - 32);
+        if (ptid == 32) {
+          item[0] = it.qt;
+          item[1] = it.h;
+          item[2] = it.b;
+        }
+        CMC_PROBE_SINCE(7, pr_build_);
+        if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
+        CMC_PROBE_COUNT(8);
+        mbar_arrive(bar_plan(x));
+      }
+    }
+    else for (;;) {
+      // the loader warp: lane 0 waits and arms the barriers, the lanes issue the copies
+      const int x = n & 1;
+      const unsigned use = (unsigned)(n >> 1) & 1u;
+      ++n;
+      const int* plan = plan_of(x);
+      CMC_PROBE(0, mbar_wait(bar_plan(x), use));  // the plan, so the slot, is ready
+      Item it;
+      if (!read_item(plan + kPlanInts - kItemInts, it)) break;
+      CMC_PROBE_COUNT(10);
+      const typename H::seq_t seq = H::seq(desc, it.b);
+      const cmc_patch_geo g = geo(seq.len);
+      // token coordinates are int32 (the runtime checks T < 2^31); rows past the sequence
+      // belong to the next one (masked: k < len everywhere) or read as zero past T
+      const int tok0 = (int)seq.tok0;
+      const int hkv = it.h / hpk;
+      // a tile of the tiling: one 128-row box per column block, or the patch's boxes
+      // (the expect_tx comes before any copy can complete: __syncwarp between them)
+      auto load = [&](unsigned dst, const TensorMap& map, unsigned bar, unsigned bytes, int h,
+                      int t) {
+        if (lane == 0) mbar_expect_tx(bar, bytes);
+        __syncwarp();
+        if constexpr (kPatch) tma_tile_boxes<D>(dst, map, bar, h, tok0, g, t, lane);
+        else tma_tile<D>(dst, map, bar, h, tok0 + t * kBM, lane);
+      };
+      load(base + C::kQ + x * C::kQBytes, maps.q, bar_qfull(x), C::kQBytes, it.h, it.qt);
+      WalkT wk;
+      start_walk<NT>(wk, plan, g);
+      while (wk.j >= 0) {
+        CMC_PROBE(2, mbar_wait(bar_kempty(stage), phase ^ 1));
+        CMC_PROBE(4, load(sK + stage * C::kTile, maps.k, bar_kfull(stage), C::kTile, hkv, wk.j));
+        CMC_PROBE(3, mbar_wait(bar_vempty(stage), phase ^ 1));
+        CMC_PROBE(4, load(sV + stage * C::kTile, maps.v, bar_vfull(stage), C::kTile, hkv, wk.j));
+        CMC_PROBE_COUNT(9);
+        CMC_PROBE(5, wk.next());
+        if (++stage == S) { stage = 0; phase ^= 1; }
+      }
+    }
+    if (ptid < 32) CMC_PROBE_FLUSH();
+    else CMC_PROBE_ADD(14, clock64() - pr_t0_);  // the first builder's whole time
+  } else {
+    // ======================================================================= consumers
+    setmaxnreg_inc<Regs<H::kTiling>::kConsumer>();
+    const int cw = wg - 1;                  // consumer warpgroup 0 / 1: rows cw*64 ...
+    const int ctid = tid & 127;
+    const int warp = ctid >> 5, lane = tid & 31;
+    const int lrow = cw * 64 + warp * 16 + (lane >> 2);  // this thread's rows: lrow, lrow + 8
+    const float sl2 = desc.scale_log2;
+    constexpr int kO = D / 2;  // O accumulator floats per thread
+    int stage = 0, n = 0;
+    unsigned phase = 0;
+    auto release = [&](unsigned bar) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar);
+    };
+    CMC_PROBE_DECL(1 + cw, ctid == 0);
+    CMC_PROBE_COUNT(15);  // CTAs (a probe row sums several when the grid is not persistent)
+    if (cw == 1) turn_pass(cw);  // warpgroup 0 issues first
+
+    // the next item: its slot x, the slot's use parity, and the item from its plan's header
+    // (the loop is rotated so that its only exit is the loop test: a break after the wait
+    // costs ptxas hundreds of spills in the steady loop)
+    int x = 0;
+    unsigned use = 0;
+    Item it;
+    auto take = [&]() {
+      x = n & 1;
+      use = (unsigned)(n >> 1) & 1u;
+      ++n;
+      CMC_PROBE_COUNT(10);
+      CMC_PROBE_MARK(pr_plan_);
+      mbar_wait(bar_plan(x), use);
+      CMC_PROBE_SINCE(0, pr_plan_);
+      if (n == 1) CMC_PROBE_SINCE(12, pr_plan_);  // the first item's plan (cold start)
+      read_item(plan_of(x) + kPlanInts - kItemInts, it);
+    };
+    if constexpr (kPatch) {  // the CTA's first plan: help the builders (see builders_bar)
+      Item f;
+      if (first_item(f)) {
+        const typename H::seq_t fs = H::seq(desc, f.b);
+        const cmc_patch_geo fg = geo(fs.len);
+        int fa, fb;
+        tile_rows<kPatch>(fg, fs.len, f.qt, fa, fb);
+        build_plan_patch<H>(fs, fg, f.qt, fa, fb, plan_of(0), kBuilders + cw * 128 + ctid,
+                            kHelpers);
+      }
+    }
+    for (take(); it.qt >= 0; take()) {
+      const int* plan = plan_of(x);
+      const typename H::seq_t seq = H::seq(desc, it.b);
+      const int len = seq.len;
+      const cmc_patch_geo g = geo(len);
+      int qa, qb;
+      tile_rows<kPatch>(g, len, it.qt, qa, qb);
+      const cmc_i64 tok0 = seq.tok0;
+      // sequence position of local row lr (0 .. 127) of this query tile
+      auto qpos = [&](int lr) {
+        if constexpr (kPatch) return cmc_patch_box(g, it.qt, lr / kPW) + lr % kPW;
+        else return qa + lr;
+      };
+      const int row0 = qpos(lrow), row1 = qpos(lrow + 8);
+      const typename H::row_t rc0 = H::row(seq, row0);
+      const typename H::row_t rc1 = H::row(seq, row1);
+      const unsigned sQx = base + C::kQ + x * C::kQBytes;
+      unsigned char* gQx = smem + C::kQ + x * C::kQBytes;
+
+      const int* full = plan + 6 * NT;  // linear: full runs
+      const int nfull = kPatch ? 0 : plan[8 * NT + 1];
+      const unsigned* fullbits = reinterpret_cast<const unsigned*>(plan + 4 * NT) + kMaxKeyWords;
+      WalkT wk;
+      start_walk<NT>(wk, plan, g);
+
+      float o[kO];
+#pragma unroll
+      for (int i = 0; i < kO; ++i) o[i] = 0.f;
+      float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
+      CMC_PROBE(1, mbar_wait(bar_qfull(x), use));  // also before the epilogue reuses the Q slot
+
+      if (wk.j >= 0) {
+        float s[64];
+        unsigned p[32];
+        const unsigned sq = sQx + cw * 64 * 128;
+        unsigned qf[kQr ? D / 4 : 1];
+        if constexpr (kQr) load_q<D>(qf, sq, warp, lane);
+
+        // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
+        // returns the rescale factors of the running O and l.
+        auto apply_bits = [&](unsigned bits0, unsigned bits1) {
+#pragma unroll
+          for (int n2 = 0; n2 < 16; ++n2) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if (!((bits0 >> (e * 16 + n2)) & 1u)) s[4 * n2 + e] = neg_inf();
+              if (!((bits1 >> (e * 16 + n2)) & 1u)) s[4 * n2 + 2 + e] = neg_inf();
+            }
+          }
+        };
+        const int off = 2 * (lane & 3);
+        // A key tile of 128 consecutive keys from k0: OR the exact spans of the terms touching
+        // it (touched ranges of the plan) into column bits, or evaluate visible() per element
+        // when one of them has a residual.
+        auto mask_linear = [&](int k0) {
+          unsigned bits0 = 0u, bits1 = 0u;
+          bool exact = true;
+          auto add_term = [&](int i) {
+            if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
+              int lo, hi;
+              exact = H::span(seq, rc0, i, lo, hi) && exact;
+              bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+              H::span(seq, rc1, i, lo, hi);
+              bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
+            }
+          };
+          if constexpr (kPatch) {
+            // the grid families give one span per key grid row the tile meets (a grid row
+            // per tile when the grid width is 128 and the origin tile-aligned), instead of
+            // one per instance; the other terms as below
+            const int k1 = (k0 + kBN < len ? k0 + kBN : len) - 1 - H::kGridOrigin;
+            if (k1 >= 0) {
+              const int ky0 = k0 > H::kGridOrigin ? (k0 - H::kGridOrigin) / H::kGridWidth : 0;
+              for (int ky = ky0; ky <= k1 / H::kGridWidth; ++ky) {
+#pragma unroll
+                for (int fm = 0; fm < H::kGridFamilies; ++fm) {
+                  int lo, hi;
+                  H::grid_span(seq, rc0, fm, ky, lo, hi);
+                  bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+                  H::grid_span(seq, rc1, fm, ky, lo, hi);
+                  bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
+                }
+              }
+            }
+#pragma unroll
+            for (int n3 = 0; n3 < H::kOtherTerms; ++n3) add_term(H::other_term(n3));
+          } else {
+            // unrolled by 4: the touched-range loads of 4 terms are in flight together
+#pragma unroll 4
+            for (int i = 0; i < NT; ++i) add_term(i);
+          }
+          if (exact) {
+            apply_bits(bits0, bits1);
+          } else {
+            const int kbase = k0 + off;
+#pragma unroll
+            for (int n2 = 0; n2 < 16; ++n2) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int k = kbase + n2 * 8 + e;
+                const bool in = k < len;
+                if (!(in && H::visible(seq, rc0, k))) s[4 * n2 + e] = neg_inf();
+                if (!(in && H::visible(seq, rc1, k))) s[4 * n2 + 2 + e] = neg_inf();
+              }
+            }
+          }
+        };
+        // A patch key tile (patch tilings are exact): box b holds keys [kb + b W, + PW), the
+        // columns b PW ..; each grid family gives the one span of each box's grid row, the
+        // other terms their spans cut to each box.
+        auto mask_patch = [&](int j) {
+          const int u = j - g.nlin, py = u / g.ngx;
+          const int kb = g.O + py * kPH * H::kGridWidth + (u - py * g.ngx) * kPW;
+          const int khi = kb + (kPH - 1) * H::kGridWidth + kPW;
+          unsigned bits0 = 0u, bits1 = 0u;
+          auto add = [&](unsigned& bits, int b, int lo, int hi) {
+            const int ks = kb + b * H::kGridWidth;
+            const int a = lo - ks > 0 ? lo - ks : 0, e = hi - ks < kPW ? hi - ks : kPW;
+            if (a < e) bits |= cmc_colmask32(a + b * kPW, e + b * kPW, off);
+          };
+#pragma unroll
+          for (int b = 0; b < kPH; ++b) {
+#pragma unroll
+            for (int f = 0; f < H::kGridFamilies; ++f) {
+              int lo, hi;
+              H::grid_span(seq, rc0, f, py * kPH + b, lo, hi);
+              add(bits0, b, lo, hi);
+              H::grid_span(seq, rc1, f, py * kPH + b, lo, hi);
+              add(bits1, b, lo, hi);
+            }
+          }
+#pragma unroll
+          for (int n3 = 0; n3 < H::kOtherTerms; ++n3) {
+            const int i = H::other_term(n3);
+            if (plan[4 * i] < khi && plan[4 * i + 1] > kb) {
+              int lo0, hi0, lo1, hi1;
+              H::span(seq, rc0, i, lo0, hi0);
+              H::span(seq, rc1, i, lo1, hi1);
+#pragma unroll
+              for (int b = 0; b < kPH; ++b) {
+                add(bits0, b, lo0, hi0);
+                add(bits1, b, lo1, hi1);
+              }
+            }
+          }
+          apply_bits(bits0, bits1);
+        };
+        // The per-offset tile mask of key tile j when the tile stage proved one
+        // (H::kPatchMasks): fetched as the walk reaches j, so that the load runs under j's
+        // QK GEMM; mw_ok: the softmax of j applies it instead of the spans.
+        cmc_uint2 mw = {0u, 0u};
+        bool mw_ok = false;
+        auto fetch_mask = [&](int j) {
+          if constexpr (kPatch && H::kPatchMasks != 0) {
+            const int c = cmc_patch_mask_class(g, it.qt, j, len, H::kMaskDyLo, H::kMaskDyN,
+                                               H::kMaskDxLo, H::kMaskDxN);
+            mw_ok = c >= 0;
+            if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
+          }
+          (void)j;
+        };
+        int f = 0;
+        bool grow = true;  // the last softmax moved the offsets: O owes the rescale c0, c1
+
+        // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
+        // returns the rescale factors of the running O and l.
+        auto softmax = [&](int j, float& c0, float& c1) {
+          bool is_full;
+          if constexpr (kPatch) {
+            is_full = (fullbits[j >> 5] >> (j & 31)) & 1u;
+          } else {
+            while (f < nfull && full[2 * f + 1] <= j) ++f;
+            is_full = f < nfull && full[2 * f] <= j;
+          }
+          CMC_PROBE_MARK(pr_mask_);
+          if (!is_full) {
+            if constexpr (kPatch) {
+              if (mw_ok) apply_bits(mw.x, mw.y);
+              else if (j >= g.nlin) mask_patch(j);
+              else mask_linear(j * kBN);
+            } else {
+              mask_linear(j * kBN);
+            }
+          }
+          CMC_PROBE_SINCE(13, pr_mask_);
+          // row maxima as 4 independent chains: the exponentials wait on this reduction
+          float a0[4], a1[4];
+#pragma unroll
+          for (int n2 = 0; n2 < 16; ++n2) {
+            const float v0 = fmaxf(s[4 * n2], s[4 * n2 + 1]);
+            const float v1 = fmaxf(s[4 * n2 + 2], s[4 * n2 + 3]);
+            a0[n2 & 3] = n2 < 4 ? v0 : fmaxf(a0[n2 & 3], v0);
+            a1[n2 & 3] = n2 < 4 ? v1 : fmaxf(a1[n2 & 3], v1);
+          }
+          float mx0 = fmaxf(fmaxf(fmaxf(a0[0], a0[1]), fmaxf(a0[2], a0[3])), m0);
+          float mx1 = fmaxf(fmaxf(fmaxf(a1[0], a1[1]), fmaxf(a1[2], a1[3])), m1);
+          mx0 = quad_max(mx0);
+          mx1 = quad_max(mx1);
+          // kLazy: the offsets (and O) stay while no row of the warp has a max more than
+          // 2^kLazyLog2 above its offset; P <= 2^kLazyLog2 then, exact in the end (O / l and
+          // the LSE use the same offset). A row still at -inf grows by +inf.
+          constexpr float kLazyLog2 = 8.f;
+          if constexpr (kLazy)
+            grow = __any_sync(0xffffffffu, (mx0 - m0) * sl2 > kLazyLog2 || (mx1 - m1) * sl2 > kLazyLog2);
+          const float mn0 = grow ? mx0 : m0, mn1 = grow ? mx1 : m1;
+          // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
+          const float ms0 = mn0 == neg_inf() ? 0.f : mn0 * sl2;
+          const float ms1 = mn1 == neg_inf() ? 0.f : mn1 * sl2;
+          c0 = grow ? ex2(m0 * sl2 - ms0) : 1.f;
+          c1 = grow ? ex2(m1 * sl2 - ms1) : 1.f;
+          m0 = mn0;
+          m1 = mn1;
+          float ps0[2] = {0.f, 0.f}, ps1[2] = {0.f, 0.f};
+#pragma unroll
+          for (int n2 = 0; n2 < 16; ++n2) {
+            s[4 * n2 + 0] = ex2(fmaf(s[4 * n2 + 0], sl2, -ms0));
+            s[4 * n2 + 1] = ex2(fmaf(s[4 * n2 + 1], sl2, -ms0));
+            s[4 * n2 + 2] = ex2(fmaf(s[4 * n2 + 2], sl2, -ms1));
+            s[4 * n2 + 3] = ex2(fmaf(s[4 * n2 + 3], sl2, -ms1));
+            ps0[n2 & 1] += s[4 * n2 + 0] + s[4 * n2 + 1];
+            ps1[n2 & 1] += s[4 * n2 + 2] + s[4 * n2 + 3];
+          }
+          l0 = l0 * c0 + (ps0[0] + ps0[1]);
+          l1 = l1 * c1 + (ps1[0] + ps1[1]);
+        };
+        auto rescale_o = [&](float c0, float c1) {
+#pragma unroll
+          for (int d = 0; d < kO / 4; ++d) {
+            o[4 * d + 0] *= c0; o[4 * d + 1] *= c0;
+            o[4 * d + 2] *= c1; o[4 * d + 3] *= c1;
+          }
+        };
+        // P as the A operand: k-step kk (keys 16kk ..) = accumulator fragments 2kk, 2kk + 1.
+        auto repack = [&]() {
+#pragma unroll
+          for (int n2 = 0; n2 < 16; ++n2) {
+            p[2 * n2 + 0] = pack2<BF16>(s[4 * n2 + 0], s[4 * n2 + 1]);
+            p[2 * n2 + 1] = pack2<BF16>(s[4 * n2 + 2], s[4 * n2 + 3]);
+          }
+        };
+
+        fetch_mask(wk.j);
+        CMC_PROBE(2, mbar_wait(bar_kfull(stage), phase));
+        CMC_PROBE(4, turn_wait(cw));
+        wg_fence();
+        issue_qk<BF16, D, kQr>(s, sq, qf, sK + stage * C::kTile);
+        wg_commit();
+        turn_pass(cw);
+        CMC_PROBE(5, wg_wait<0>());
+        fence_regs<64>(s);
+        release(bar_kempty(stage));
+        // c0, c1: the rescale of O owed to the last softmax, applied after the PV wait
+        // (FA4's place: out of the turn window); O is still zero for the first softmax.
+        float c0, c1;
+        softmax(wk.j, c0, c1);
+        repack();
+        CMC_PROBE_COUNT(9);
+        for (;;) {
+          wk.next();
+          if (wk.j < 0) break;
+          CMC_PROBE_COUNT(9);
+          CMC_PROBE(14, fetch_mask(wk.j));
+          const int ns = stage + 1 == S ? 0 : stage + 1;
+          const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
+          CMC_PROBE(2, mbar_wait(bar_kfull(ns), nph));      // K(next)
+          CMC_PROBE(3, mbar_wait(bar_vfull(stage), phase));  // V(cur)
+          CMC_PROBE(4, turn_wait(cw));
+          wg_fence();
+          fence_regs<kO>(o);
+          fence_regs<32>(p);
+          issue_qk<BF16, D, kQr>(s, sq, qf, sK + ns * C::kTile);
+          wg_commit();
+          issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
+          wg_commit();
+          turn_pass(cw);
+          CMC_PROBE(5, wg_wait<1>());
+          fence_regs<64>(s);
+          release(bar_kempty(ns));
+          CMC_PROBE(8, softmax(wk.j, c0, c1));
+          fence_regs<64>(s);
+          CMC_PROBE(6, wg_wait<0>());
+          fence_regs<kO>(o);
+          fence_regs<32>(p);
+          release(bar_vempty(stage));
+          repack();
+          if (grow) rescale_o(c0, c1);  // FA4's place: after the PV wait, out of the turn window
+          stage = ns;
+          phase = nph;
+        }
+        CMC_PROBE(3, mbar_wait(bar_vfull(stage), phase));
+        CMC_PROBE(4, turn_wait(cw));
+        wg_fence();
+        fence_regs<kO>(o);
+        fence_regs<32>(p);
+        issue_pv<BF16, D>(o, p, sV + stage * C::kTile);
+        wg_commit();
+        turn_pass(cw);
+        CMC_PROBE(6, wg_wait<0>());
+        fence_regs<kO>(o);
+        release(bar_vempty(stage));
+        if (++stage == S) { stage = 0; phase ^= 1; }
+      }
+      CMC_PROBE_MARK(pr_epi_);
+
+      // Epilogue: row sums across the quad, normalise, LSE, O through this warpgroup's own
+      // Q rows of the slot (all its wgmma reads of Q are complete) for 16-byte stores.
+      l0 = quad_sum(l0);
+      l1 = quad_sum(l1);
+      auto rcp = [](float v) { float r; asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(v)); return r; };
+      const float inv0 = l0 > 0.f ? rcp(l0) : 0.f;
+      const float inv1 = l1 > 0.f ? rcp(l1) : 0.f;
+      if (desc.lse != 0 && (lane & 3) == 0) {
+        float* lse = reinterpret_cast<float*>(desc.lse) + (cmc_i64)it.h * desc.lse_stride_head + tok0;
+        constexpr float kLn2 = 0.6931471805599453f;
+        if (row0 < len) lse[row0] = l0 > 0.f ? (m0 * sl2 + lg2(l0)) * kLn2 : neg_inf();
+        if (row1 < len) lse[row1] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
+      }
+      wg_bar_sync(cw);  // every warp of this WG is past its last wgmma
+#pragma unroll
+      for (int d = 0; d < kO / 4; ++d) {  // fragment d: columns 8d + 2 (lane & 3) ..
+        const unsigned w0 = pack2<BF16>(o[4 * d + 0] * inv0, o[4 * d + 1] * inv0);
+        const unsigned w1 = pack2<BF16>(o[4 * d + 2] * inv1, o[4 * d + 3] * inv1);
+        const unsigned off = (unsigned)((lane & 3) * 4);
+        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(lrow, d) + off) = w0;
+        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(lrow + 8, d) + off) = w1;
+      }
+      wg_bar_sync(cw);
+      unsigned short* og = reinterpret_cast<unsigned short*>(desc.o) + tok0 * desc.o_stride_tok +
+                           (cmc_i64)it.h * desc.o_stride_head;
+      // The rows go to registers, the slot is released, then the global stores: the fence
+      // before the release (MEMBAR.ALL.CTA) would otherwise wait for the stores to reach L2.
+      constexpr int kChunks = D / 8, kPer = 64 * kChunks / 128;
+      uint4 ov[kPer];
+      int orow[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int c = ctid + 128 * i;
+        const int rr = cw * 64 + c / kChunks;
+        orow[i] = qpos(rr);
+        ov[i] = *reinterpret_cast<const uint4*>(gQx + swz<kBM>(rr, c % kChunks));
+      }
+      // generic accesses of the Q / O slot before the next TMA (async proxy) write into it
+      fence_proxy_async();
+      release(bar_slot(x));  // this warp's reads of the slot (plan, Q / O staging) are done
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int ch = (ctid + 128 * i) % kChunks;
+        if (orow[i] < len) st_global_v4(og + (cmc_i64)orow[i] * desc.o_stride_tok + ch * 8, ov[i]);
+      }
+      CMC_PROBE_SINCE(7, pr_epi_);
+    }
+    CMC_PROBE_FLUSH();
+  }
+}
+
+}  // namespace cmc_sm90
+#endif  // !CMC_HOST
