@@ -234,7 +234,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
 @_reports_errors
 def inspect_cmd(path: str) -> None:
     """Validate an artifact folder and list its kernels and their resources."""
-    from .inspect import inspect, report_text
+    from .inspection import inspect, report_text
 
     click.echo(report_text(inspect(Path(path))))
 

@@ -1,14 +1,28 @@
-"""The pipeline, stage by stage. Each stage is a pure function from one frozen value to the next."""
+"""The pipeline: the ordered, named stages, each a pure function from one frozen value to the next.
+
+STAGES lists them in order; `run(path, opts, stop_after)` takes one mask file through them
+and stops after the named stage (`cmc compile --emit`). compile_file, compile_many and the
+staleness check (`cmc compile --check`) all go through run, so the pipeline is strung once.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .artifacts import DEFAULT_ARCHS, BuiltKernels, EmittedSource
 from .errors import CmcError
 from .ir import LINEAR, IntervalTable, Mask, Tiling
+from .kernels import SPECS, forward_kinds
+
+if TYPE_CHECKING:
+    from .ast import Module
+
+STAGES = ("parse", "check", "lower", "tile", "emit", "build", "package")
+# `cmc compile --emit KIND` stops after this stage and writes what it made.
+EMIT_STOPS = {"itab": "lower", "cu": "emit", "cubin": "package"}
 
 
 def read_source(path: str | Path) -> str:
@@ -22,22 +36,6 @@ def read_source(path: str | Path) -> str:
         raise CmcError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def front(path: str | Path, defines: Mapping[str, int] | None = None) -> IntervalTable:
-    """parse -> check -> lower."""
-    from .check import check
-    from .lower import lower
-    from .parse import parse
-
-    return lower(check(parse(read_source(path), str(path)), dict(defines or {})))
-
-
-def load_mask(path: str | Path, defines: Mapping[str, int] | None = None) -> Mask:
-    from .check import check
-    from .parse import parse
-
-    return check(parse(read_source(path), str(path)), dict(defines or {}))
-
-
 @dataclass(frozen=True)
 class Options:
     archs: tuple[str, ...] = DEFAULT_ARCHS
@@ -46,25 +44,121 @@ class Options:
     defines: tuple[tuple[str, int], ...] = ()
     jobs: int = 1
     cache: bool = True
-    kernel: str = "auto"  # "auto": sm90 kernel on sm_90a; "portable": mma.sync everywhere
+    kernel: str = "auto"  # "auto": each arch's own kind (kernels.forward_kinds); "portable"
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What the pipeline has made of one mask file so far (None: that stage has not run)."""
+
+    path: Path
+    module: Module | None = None  # parse
+    mask: Mask | None = None  # check
+    table: IntervalTable | None = None  # lower
+    tiling: Tiling | None = None  # tile
+    source: EmittedSource | None = None  # emit
+    built: BuiltKernels | None = None  # build
+    artifact: Path | None = None  # package: OUT/NAME
+
+
 def tile(table: IntervalTable, opts: Options) -> Tiling:
-    """tile: the sm90 kernel's tiling (linear unless an sm_90a wgmma kernel is built)."""
+    """The tile stage's rule: choose_tiling when a kind that follows the tiling is built
+    (the sm90 kernel on sm_90a) and opts.tiling allows it, else linear."""
     from .tiling import choose_tiling
 
-    if opts.tiling == "linear" or opts.kernel != "auto" or "sm_90a" not in opts.archs:
+    kinds = forward_kinds(tuple(dict.fromkeys(opts.archs)), opts.kernel)
+    if opts.tiling == "linear" or not any(SPECS[k].tiled for k, _ in kinds):
         return LINEAR
     return choose_tiling(table)
 
 
-def back(table: IntervalTable, opts: Options) -> EmittedSource:
-    """tile -> emit."""
-    from .emit import emit
+def _parse(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
+    from .parse import parse
 
-    return emit(table, dtypes=opts.dtypes, head_dims=opts.head_dims, archs=opts.archs,
-                kernel=opts.kernel, tiling=tile(table, opts))
+    return replace(p, module=parse(read_source(p.path), str(p.path)))
+
+
+def _check(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
+    from .check import check
+
+    assert p.module is not None
+    return replace(p, mask=check(p.module, dict(opts.defines)))
+
+
+def _lower(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
+    from .lower import lower
+
+    assert p.mask is not None
+    return replace(p, table=lower(p.mask))
+
+
+def _tile(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
+    assert p.table is not None
+    return replace(p, tiling=tile(p.table, opts))
+
+
+def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
+    from . import emit
+
+    assert p.table is not None and p.tiling is not None
+    return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
+                                       archs=opts.archs, kernel=opts.kernel, tiling=p.tiling))
+
+
+def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
+    from . import build
+
+    assert p.source is not None
+    return replace(p, built=build.build(p.source, archs=opts.archs, jobs=opts.jobs,
+                                        cache=opts.cache))
+
+
+def _package(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
+    from .package import package
+
+    assert p.built is not None
+    if out_dir is None:
+        raise ValueError("the package stage needs an output folder")
+    return replace(p, artifact=package(p.built, out_dir, p.path.name))
+
+
+_RUN: Mapping[str, Callable[[Progress, Options, Path | None], Progress]] = {
+    "parse": _parse, "check": _check, "lower": _lower, "tile": _tile, "emit": _emit,
+    "build": _build, "package": _package,
+}
+assert tuple(_RUN) == STAGES
+
+
+def run(path: str | Path, opts: Options, stop_after: str = "package",
+        out_dir: Path | None = None) -> Progress:
+    """One mask file through the stages in order, up to and including `stop_after`."""
+    if stop_after not in STAGES:
+        raise ValueError(f"no stage {stop_after!r} (stages: {', '.join(STAGES)})")
+    p = Progress(Path(path))
+    for name in STAGES:
+        p = _RUN[name](p, opts, out_dir)
+        if name == stop_after:
+            break
+    return p
+
+
+def _defines(defines: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((defines or {}).items()))
+
+
+def front(path: str | Path, defines: Mapping[str, int] | None = None) -> IntervalTable:
+    """parse -> check -> lower."""
+    table = run(path, Options(defines=_defines(defines)), "lower").table
+    assert table is not None
+    return table
+
+
+def load_mask(path: str | Path, defines: Mapping[str, int] | None = None) -> Mask:
+    """parse -> check."""
+    mask = run(path, Options(defines=_defines(defines)), "check").mask
+    assert mask is not None
+    return mask
 
 
 def compile_file(
@@ -79,24 +173,20 @@ def compile_file(
     kernel: str = "auto",
     tiling: str = "auto",
 ) -> Path:
-    """parse -> check -> lower -> emit -> build -> package; returns OUT/NAME."""
-    from .build import build
-    from .package import package
-
+    """Every stage; returns OUT/NAME."""
     opts = Options(
         archs=tuple(archs or DEFAULT_ARCHS),
         dtypes=tuple(dtypes or Options.dtypes),
         head_dims=tuple(head_dims or Options.head_dims),
-        defines=tuple(sorted((defines or {}).items())),
+        defines=_defines(defines),
         jobs=jobs,
         cache=cache,
         kernel=kernel,
         tiling=tiling,
     )
-    table = front(path, dict(opts.defines))
-    source = back(table, opts)
-    built: BuiltKernels = build(source, archs=opts.archs, jobs=opts.jobs, cache=opts.cache)
-    return package(built, Path(out_dir), Path(path).name)
+    artifact = run(path, opts, "package", Path(out_dir)).artifact
+    assert artifact is not None
+    return artifact
 
 
 def compile_many(
@@ -107,39 +197,61 @@ def compile_many(
     check_only: bool = False,
     echo: Callable[[str], None] = print,
 ) -> list[str]:
-    """`cmc compile`: every file through the pipeline (or up to --emit); returns stale names
-    when check_only (nothing is written then)."""
+    """`cmc compile`: every file through the stages up to --emit's (EMIT_STOPS); returns
+    stale names when check_only (nothing is written then)."""
     import json
 
     from .render import table_dict
 
     if check_only:
-        from .package import check_stale
-
         return check_stale(list(files), out_dir, opts)
+    stop = EMIT_STOPS[emit_kind]
     for f in files:
-        table = front(f, dict(opts.defines))
-        name = table.mask.name
-        if emit_kind == "itab":
+        p = run(f, opts, stop, out_dir)
+        if stop == "lower":
+            assert p.table is not None
+            name = p.table.mask.name
             dest = _safe_dest(out_dir, name)
             (dest / f"{name}.itab.json").write_text(
-                json.dumps(table_dict(table), indent=2, sort_keys=True) + "\n")
+                json.dumps(table_dict(p.table), indent=2, sort_keys=True) + "\n")
             echo(f"{f}: wrote {dest / (name + '.itab.json')}")
-            continue
-        source = back(table, opts)
-        if emit_kind == "cu":
-            dest = _safe_dest(out_dir, name)
-            (dest / source.filename).write_text(source.text)
-            echo(f"{f}: wrote {dest / source.filename}")
-            continue
-        from .build import build
-        from .package import package
-
-        built = build(source, archs=opts.archs, jobs=opts.jobs, cache=opts.cache)
-        where = package(built, out_dir, Path(f).name)
-        secs = sum(c.build_seconds for c in built.cubins)
-        echo(f"{f}: {len(built.cubins)} cubin(s) in {where} ({secs:.1f} s of NVRTC)")
+        elif stop == "emit":
+            assert p.source is not None
+            dest = _safe_dest(out_dir, p.source.table.mask.name)
+            (dest / p.source.filename).write_text(p.source.text)
+            echo(f"{f}: wrote {dest / p.source.filename}")
+        else:
+            assert p.built is not None
+            secs = sum(c.build_seconds for c in p.built.cubins)
+            echo(f"{f}: {len(p.built.cubins)} cubin(s) in {p.artifact} ({secs:.1f} s of NVRTC)")
     return []
+
+
+Rebuild = Callable[[Path, Options], BuiltKernels]
+
+
+def _rebuild(path: Path, opts: Options) -> BuiltKernels:
+    built = run(path, opts, "build").built
+    assert built is not None
+    return built
+
+
+def check_stale(
+    mask_paths: Sequence[str | Path],
+    out_dir: Path,
+    options: Options,
+    rebuild: Rebuild | None = None,
+) -> list[str]:
+    """`cmc compile --check`: rebuild each mask in memory (the build cache makes this cheap)
+    and name every artifact file that differs, is missing, or should no longer be there."""
+    from .package import stale_files
+
+    fn = rebuild or _rebuild
+    out: list[str] = []
+    for mp in mask_paths:
+        built = fn(Path(mp), options)
+        out.extend(stale_files(built, Path(mp).name, Path(out_dir)))
+    return out
 
 
 def _safe_dest(out_dir: Path, name: str) -> Path:

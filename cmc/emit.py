@@ -1009,22 +1009,19 @@ def emit(
     head_dims: Sequence[int] = (64, 128),
     archs: Sequence[str] = artifacts.DEFAULT_ARCHS,
     kernel: str = "auto",
-    tiling: Tiling | None = None,
+    *,
+    tiling: Tiling,
 ) -> EmittedSource:
-    """The CUDA source of every (dtype, head dim) variant for `table`: the sm90 (wgmma)
-    kernel for sm_90a when kernel == "auto", the portable (mma.sync) kernel elsewhere.
-    `tiling` is the sm90 kernel's (the tile stage's choice when None)."""
+    """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
+    (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
+    portable (mma.sync) kernel elsewhere). `tiling` is the tile stage's, used by the kinds
+    that follow it (driver.tile)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     for a in archs:
         if a not in artifacts.SUPPORTED_ARCHS:
             raise ValueError(f"unsupported arch {a!r} (supported: {artifacts.SUPPORTED_ARCHS})")
     name = check_identifier(table.mask.name)
-    if tiling is None:
-        from .tiling import choose_tiling
-
-        tiled = any(SPECS[k].tiled for k, _ in forward_kinds(tuple(archs), kernel))
-        tiling = choose_tiling(table) if tiled else LINEAR
     hooks = build_hooks(table, tiling)
     variants = _variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)), hooks.n_terms,
                          kernel, hooks.tiling)

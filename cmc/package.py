@@ -4,7 +4,7 @@ The folder is the contract with every runtime, so its bytes must be reproducible
 build written twice, anywhere, gives identical files. Hence JSON with sorted keys, indent 2
 and a trailing newline; no timestamps, no absolute paths, no build timings; the mask file is
 recorded by its base name. All files are rendered in memory first (`render_files`), which is
-also what `check_stale` compares against.
+also what the staleness check (driver.check_stale) compares against.
 
 Nothing is written outside OUT/NAME: the mask name must be a C identifier, the folder must
 resolve inside OUT, and only plain file names are written. Files from an earlier build of
@@ -19,7 +19,6 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +37,6 @@ from .resources import jinja_env
 
 if TYPE_CHECKING:
     import jinja2
-
-    from .driver import Options
 
 MANIFEST = "manifest.json"
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -363,16 +360,6 @@ def package(built: BuiltKernels, out_dir: Path, mask_file: str) -> Path:
 
 # --------------------------------------------------------------------------- --check
 
-Rebuild = Callable[[Path, "Options"], BuiltKernels]
-
-
-def _rebuild(path: Path, opts: Options) -> BuiltKernels:
-    from .build import build
-    from .driver import back, front
-
-    table = front(path, dict(opts.defines))
-    return build(back(table, opts), archs=opts.archs, jobs=opts.jobs, cache=opts.cache)
-
 
 def stale_files(built: BuiltKernels, mask_file: str, out_dir: Path) -> list[str]:
     """Paths under OUT/NAME that differ from, are missing from, or are left over from `built`."""
@@ -392,20 +379,4 @@ def stale_files(built: BuiltKernels, mask_file: str, out_dir: Path) -> list[str]
         for p in sorted(dest.iterdir()):
             if p.name not in files and _ours(p.name, name):
                 out.append(str(p))
-    return out
-
-
-def check_stale(
-    mask_paths: Sequence[str | Path],
-    out_dir: Path,
-    options: Options,
-    rebuild: Rebuild | None = None,
-) -> list[str]:
-    """`cmc compile --check`: rebuild each mask in memory (the build cache makes this cheap)
-    and name every artifact file that differs, is missing, or should no longer be there."""
-    fn = rebuild or _rebuild
-    out: list[str] = []
-    for mp in mask_paths:
-        built = fn(Path(mp), options)
-        out.extend(stale_files(built, Path(mp).name, Path(out_dir)))
     return out

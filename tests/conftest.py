@@ -51,3 +51,15 @@ def random_params(mask, length: int, rng: np.random.Generator) -> dict:
 @pytest.fixture(params=SAMPLES, ids=lambda p: p.stem)
 def sample(request) -> Path:
     return request.param
+
+
+def emit_tiled(table, *, tiling=None, **kw):
+    """emit with the tiling the driver's tile stage gives these options (emit requires one)."""
+    from cmc.artifacts import DEFAULT_ARCHS
+    from cmc.driver import Options, tile
+    from cmc.emit import emit
+
+    if tiling is None:
+        opts = Options(archs=tuple(kw.get("archs", DEFAULT_ARCHS)), kernel=kw.get("kernel", "auto"))
+        tiling = tile(table, opts)
+    return emit(table, tiling=tiling, **kw)

@@ -18,7 +18,6 @@ import pytest
 
 from cmc import emit as emit_mod
 from cmc.abi import descriptor_layout
-from cmc.emit import emit
 from cmc.evaluate import Env, eval_pred
 from cmc.ir import (
     FALSE,
@@ -48,6 +47,7 @@ from cmc.ir import (
 )
 
 from .conftest import ROOT, SMALL_DEFINES
+from .conftest import emit_tiled as emit
 
 q, k, L = Var("q"), Var("k"), Var("len")
 ARCHS = ("sm_80", "sm_90a", "sm_100a")

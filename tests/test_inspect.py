@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import cmc.inspect as inspect_mod
+import cmc.inspection as inspect_mod
 from cmc.artifacts import BuiltKernels
 from cmc.build import build
 from cmc.errors import ArtifactError
-from cmc.inspect import inspect, report_text
+from cmc.inspection import inspect, report_text
 from cmc.package import package
 
 from .handmade import emitted

@@ -14,8 +14,9 @@ import pytest
 
 from cmc.artifacts import SCHEMA_VERSION, BuiltKernels
 from cmc.build import build
+from cmc.driver import check_stale
 from cmc.errors import ArtifactError
-from cmc.package import check_stale, package, render_files
+from cmc.package import package, render_files
 
 from .handmade import LAYOUT, MASK, TABLE, VARIANTS, emitted
 
@@ -220,19 +221,23 @@ def test_check_stale(built, tmp_path):
 
 
 def test_check_stale_default_rebuild_uses_the_pipeline(monkeypatch, tmp_path):
-    """The default rebuild goes driver.front -> driver.back -> build with the options."""
+    """The default rebuild goes through the driver's stages (front, tile, emit, build) with the
+    options."""
     import cmc.build
     import cmc.driver
+    import cmc.emit
     from cmc.driver import Options
 
     seen = {}
+    real_run = cmc.driver._RUN
 
-    def front(path, defines):
-        seen["front"] = (path, defines)
-        return TABLE
+    def lower(p, opts, out_dir):
+        seen["front"] = (p.path, dict(opts.defines))
+        return dataclasses.replace(p, table=TABLE)
 
-    monkeypatch.setattr(cmc.driver, "front", front)
-    monkeypatch.setattr(cmc.driver, "back", lambda t, o: emitted())
+    monkeypatch.setattr(cmc.driver, "_RUN", {**real_run, "parse": lambda p, o, d: p,
+                                             "check": lambda p, o, d: p, "lower": lower})
+    monkeypatch.setattr(cmc.emit, "emit", lambda t, **kw: emitted())
 
     def fake_build(source, archs, jobs, cache):
         seen["build"] = (archs, jobs, cache)

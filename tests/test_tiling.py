@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from cmc.driver import front
-from cmc.emit import emit
 from cmc.evaluate import Env, eval_pred
 from cmc.ir import LINEAR, Tiling
 from cmc.tiling import choose_tiling, computed_pairs, patch_masks, tile_ids
 
 from .conftest import ROOT
+from .conftest import emit_tiled as emit
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")

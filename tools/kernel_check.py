@@ -39,6 +39,7 @@ from cuda.bindings import nvrtc  # noqa: E402
 from cmc.emit import emit  # noqa: E402
 from cmc.evaluate import Env, eval_pred  # noqa: E402
 from cmc.ir import (  # noqa: E402
+    LINEAR,
     IntervalTable,
     Mask,
     Var,
@@ -477,7 +478,8 @@ def main() -> int:
     kernels: dict = {}
     seed = 0
     for name, table in tables.items():
-        src = emit(table, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=(arch,), kernel="portable")
+        src = emit(table, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=(arch,), kernel="portable",
+                   tiling=LINEAR)
         full_matrix = args.all_variants_all_masks or name in REQUIRED
         for v in src.variants:
             if not full_matrix and (v.dtype, v.head_dim) not in (("bf16", 128), ("fp16", 64)):
@@ -543,7 +545,8 @@ def main() -> int:
                 except Exception as e:
                     print(f"TIME {key}: failed: {e}", flush=True)
         if "causal" in tables:  # head dim 64, both shapes
-            src = emit(tables["causal"], dtypes=("bf16",), head_dims=(64,), archs=(arch,), kernel="portable")
+            src = emit(tables["causal"], dtypes=("bf16",), head_dims=(64,), archs=(arch,), kernel="portable",
+                       tiling=LINEAR)
             for mt in (None, 2):
                 try:
                     kern = load_kernel(src, src.variants[0], arch, mt=mt)
