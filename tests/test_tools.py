@@ -50,3 +50,99 @@ def test_patch_order_is_a_permutation_of_patches():
     assert pc.tile_counts(vis, ident, ident, 64) == (2, 1)
     assert pc.patch_order(4096, 0, 64, 8, 8, tile=64) is not None
     assert pc.patch_order(4096 + 100, 100, 64, 8, 8, tile=64) is None  # text not tile-aligned
+
+
+# --------------------------------------------------------------------------- GPU checks' CPU part
+
+
+def _manifest(path):
+    import json
+
+    return json.loads((path / "manifest.json").read_text())
+
+
+def test_kernel_check_keeps_what_bwd_kernel_check_imports():
+    kc = _tool("kernel_check")
+    for name in ("seq_params", "dense_mask", "descriptor_values", "_ok", "device_arch",
+                 "Problem", "make_inputs"):
+        assert callable(getattr(kc, name)), name
+    from cmc.driver import load_mask
+
+    mask = load_mask(ROOT / "samples" / "shared_prefix.mask")
+    for b in range(6):
+        ps = kc.seq_params(mask, 100, b)
+        assert 0 <= ps["prompt_len"] <= 100
+        assert ps["responses"] == sorted(ps["responses"])
+        assert kc.dense_mask(mask, 100, ps).shape == (100, 100)
+    assert kc.seq_params(mask, 100, 3) == kc.seq_params(mask, 100, 3)  # deterministic
+
+
+def test_kernel_check_arguments():
+    kc = _tool("kernel_check")
+    a = kc.parse_args([])
+    assert (a.masks, a.quick, a.no_timing, a.no_mt2, a.all_variants_all_masks) == (
+        None, False, False, False, False)
+    a = kc.parse_args(["--masks", "causal,clear", "--quick", "--no-timing", "--no-mt2"])
+    assert (a.masks, a.quick, a.no_timing, a.no_mt2) == ("causal,clear", True, True, True)
+    tables, _ = kc.load_tables(["causal", "clear"])
+    assert sorted(tables) == ["causal", "clear"]
+    with pytest.raises(SystemExit):
+        kc.load_tables(["no_such_mask"])
+    assert kc.variants_of("causal", False) == kc.ALL_VARIANTS
+    assert kc.variants_of("prefix_lm", False) == kc.SMALL_VARIANTS
+
+
+def test_kernel_check_builds_through_the_pipeline(tmp_path, monkeypatch):
+    monkeypatch.setenv("CMC_CACHE_DIR", str(tmp_path / "cache"))
+    kc = _tool("kernel_check")
+    paths = kc.build_kernels(["causal"], "sm_80", tmp_path / "out", timing=False, jobs=1,
+                             only=(("fp16", 64),))
+    assert sorted(paths, key=str) == sorted([("causal", None), ("causal", 2)], key=str)
+    for (_, mt), path in paths.items():
+        (k,) = _manifest(path)["kernels"]
+        assert (k["arch"], k["kernel"], k["dtype"], k["head_dim"]) == ("sm_80", "portable",
+                                                                       "fp16", 64)
+        assert k["block"] == [256 if mt is None else 128, 1, 1]
+        assert ("-DCMC_PORTABLE_MT=2" in k["options"]) == (mt == 2)
+        from cmc.runtime import read_manifest, verify_cubins
+
+        verify_cubins(read_manifest(path))  # what cmc.runtime.load checks before the GPU
+
+
+def test_sm90_check_arguments():
+    sc = _tool("sm90_check")
+    a = sc.parse_args([])
+    assert a.mask_list == list(sc.MASKS) and a.modes == ("dynamic", "static")
+    assert a.length_list == list(sc.LENGTHS) and len(a.variant_list) == 4
+    a = sc.parse_args(["--masks", "hstu", "--variants", "fp16_d64", "--sched", "static",
+                       "--lengths", "1,129"])
+    assert (a.mask_list, a.variant_list, a.modes, a.length_list) == (
+        ["hstu"], [("fp16", 64)], ("static",), [1, 129])
+    a = sc.parse_args(["--masks", "causal", "--variants", "fp16_d64"])  # the bench's variant
+    assert a.variant_list == [("fp16", 64), ("bf16", 128)]
+    a = sc.parse_args(["--bench-only"])
+    assert (a.mask_list, a.variant_list) == (["causal"], [("bf16", 128)])
+    assert sc.jagged(1) == [1, 3] and sc.jagged(129) == [129, 95]
+
+
+def test_sm90_check_builds_through_the_pipeline(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CMC_CACHE_DIR", str(tmp_path / "cache"))
+    sc = _tool("sm90_check")
+    paths, portable = sc.build_artifacts(["causal"], [("bf16", 64)], tmp_path / "out")
+    assert portable is None
+    (k,) = _manifest(paths["causal"])["kernels"]
+    assert (k["arch"], k["kernel"], k["symbol"]) == ("sm_90a", "sm90",
+                                                     "cmc_causal_fwd_sm90_bf16_d64")
+    assert sc.WATCHDOG in k["options"] and k["work_counter"]
+    assert "causal" in capsys.readouterr().out
+
+
+def test_runtime_check_case_parameters():
+    rc = _tool("runtime_check")
+    from cmc.driver import load_mask
+
+    mask = load_mask(ROOT / "samples" / "sliding_window_rt.mask")
+    c = rc.Case([100, 7, 50], 4, 2, 64, "bf16", variant=3)
+    per_seq = rc.case_params(mask, c)
+    assert len({ps["window"] for ps in per_seq}) == 1  # a scalar: one value per launch
+    assert per_seq == rc.case_params(mask, c)

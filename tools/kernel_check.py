@@ -7,56 +7,66 @@ Run on a CUDA machine from the repository root (no network needed):
     python3 tools/kernel_check.py --quick    # fewer shapes (a smoke test)
     python3 tools/kernel_check.py --masks causal,clear --no-timing
 
-Needs torch (with CUDA), numpy, jinja2 and cuda-bindings (driver API + NVRTC). The masks come
-from cmc's own pipeline (samples/*.mask through parse/check/lower); an error there stops the
-check with its message. For each mask and shape: emit, NVRTC-compile for this device's
-arch, load with cuModuleLoadData, launch with cuLaunchKernel (the packed descriptor as the
-single parameter), with O and LSE poisoned with NaN first, and compare against a float64
-reference of masked softmax attention built from the dense mask of cmc.evaluate. One line
-per case, then 'N passed, M failed'; exit status 1 on any failure.
+Needs torch (with CUDA), numpy, jinja2 and cuda-bindings (driver API + NVRTC). Every mask
+goes through cmc's own pipeline: samples/NAME.mask -> cmc.driver front/back (the portable
+kernel, for this device's arch) -> cmc.build.build -> cmc.package into a temporary folder
+(tools/runtime_check.py), loaded with cmc.runtime.load and launched through
+Attention.__call__ (every other case through a plan). An error in the front half stops the
+check with its message. Parameters, the float64 reference and the comparisons come from
+tests/gpu/harness.py.
+
+What it checks, per mask, dtype x head dim (all four for the masks in REQUIRED or with
+--all-variants-all-masks, else bf16 d128 and fp16 d64) and shape (jagged batches, GQA, MQA,
+MHA, Q/K/V as views of one buffer; --quick: three shapes):
+- no NaN in O or LSE (both poisoned with NaN before the launch);
+- ||O - ref|| / ||ref|| < 1e-2 against masked softmax attention in float64;
+- LSE within 2e-3 (natural log) where a row sees a key; -inf exactly where it sees none,
+  and O exactly 0 on such rows;
+- nothing written past the last token: 64 token rows after O, 64 floats after LSE.
+The same for the 32-rows-per-warp shape (-DCMC_PORTABLE_MT=2, 128 threads: one constant away
+from the default, cmc/kernels.py ROWS_PER_WARP) on causal, shared_prefix, clear and hstu,
+unless --no-mt2. One line per case, then 'N passed, M failed'; exit status 1 on any failure.
+Then (unless --no-timing) the median time and effective TFLOP/s of bf16 d128 at L=8192,
+B=4, H=16 for the required masks, MT=2 beside it, causal d64, and torch SDPA as a reference.
+
+seq_params, dense_mask, descriptor_values, Problem, make_inputs, _ok and device_arch stay
+importable for tools/bwd_kernel_check.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import os
 import statistics
 import sys
-import time
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from cuda.bindings import driver as cu  # noqa: E402
-from cuda.bindings import nvrtc  # noqa: E402
+import runtime_check as rc  # noqa: E402
 
-from cmc.emit import emit  # noqa: E402
+from cmc.driver import Options  # noqa: E402
 from cmc.evaluate import Env, eval_pred  # noqa: E402
-from cmc.ir import (  # noqa: E402
-    LINEAR,
-    IntervalTable,
-    Mask,
-    Var,
-)
+from cmc.ir import IntervalTable, Mask  # noqa: E402
+from tests.gpu import harness  # noqa: E402
 
 LOG2E = 1.4426950408889634
 REL_TOL = 1e-2
 LSE_TOL = 2e-3  # natural-log units
 
-# ============================================================================ hand-made tables
-
-q, k, L = Var("q"), Var("k"), Var("len")
-
-
 DEFINES = {"chunked_causal": {"CHUNK": 512}, "block_causal_video": {"FRAME": 256},
            "hstu_context": {"CONTEXT": 64, "WINDOW": 300}}
 REQUIRED = ("causal", "sliding_window", "hstu", "shared_prefix", "clear")
+MT2_MASKS = ("causal", "shared_prefix", "clear", "hstu")
+SMALL_VARIANTS = (("bf16", 128), ("fp16", 64))
+ALL_VARIANTS = (("bf16", 64), ("bf16", 128), ("fp16", 64), ("fp16", 128))
 
 
 def load_tables(names: list[str] | None) -> tuple[dict[str, IntervalTable], str]:
@@ -65,55 +75,32 @@ def load_tables(names: list[str] | None) -> tuple[dict[str, IntervalTable], str]
     from cmc.errors import CmcError
 
     stems = sorted(p.stem for p in (ROOT / "samples").glob("*.mask"))
+    if names:
+        missing = [n for n in names if n not in stems]
+        if missing:
+            raise SystemExit(f"unknown masks {missing}; have {stems}")
+        stems = list(names)
     try:
         tabs = {s: front(ROOT / "samples" / f"{s}.mask", DEFINES.get(s, {})) for s in stems}
     except CmcError as e:
         raise SystemExit(f"front half failed: {e}") from e
-    how = "cmc pipeline (samples/*.mask)"
-    if names:
-        missing = [n for n in names if n not in tabs]
-        if missing:
-            raise SystemExit(f"unknown masks {missing}; have {sorted(tabs)}")
-        tabs = {n: tabs[n] for n in names}
-    return tabs, how
+    return tabs, "cmc pipeline (samples/*.mask)"
 
 
 # ============================================================================ parameters
 
 
 def seq_params(mask: Mask, length: int, b: int) -> dict:
-    """Per-sequence parameter values with some structure (deterministic)."""
+    """One sequence's parameter values (deterministic): the harness's edge cases by b, one
+    scalar value for every sequence of a launch."""
     rng = np.random.default_rng(1000 * length + b)
-    out: dict = {}
-    for p in mask.params:
-        n = p.name
-        if n == "n_targets":
-            out[n] = length // 8
-        elif n == "prompt_len" or n == "prefix":
-            out[n] = length // 4
-        elif n == "responses":
-            p0 = length // 4
-            out[n] = [p0 + i * (length - p0) // 4 for i in range(4)]
-        elif n == "window":
-            out[n] = 100  # a scalar: one value for the launch
-        elif p.kind == "segments":
-            m = int(rng.integers(0, 6))
-            out[n] = sorted(int(x) for x in rng.integers(0, length + 1, size=m))
-        else:
-            out[n] = int(rng.integers(0, length + 1))
-    return out
+    return harness.seq_params(mask, length, b, rng, harness.scalar_values(mask, 0))
 
 
 def dense_mask(mask: Mask, length: int, params: dict) -> np.ndarray:
-    try:
-        from cmc.oracle import dense
+    from cmc.oracle import dense
 
-        return dense(mask, length, params)
-    except ImportError:
-        qq = np.arange(length, dtype=np.int64)[:, None]
-        kk = np.arange(length, dtype=np.int64)[None, :]
-        v = eval_pred(mask.predicate, Env(length, params, {"q": qq, "k": kk}))
-        return np.array(np.broadcast_to(np.asarray(v, dtype=bool), (length, length)))
+    return dense(mask, length, params)
 
 
 def count_visible(mask: Mask, length: int, params: dict, rows: int = 256) -> int:
@@ -127,10 +114,13 @@ def count_visible(mask: Mask, length: int, params: dict, rows: int = 256) -> int
     return total
 
 
-# ============================================================================ CUDA plumbing
+# ============================================================================ for bwd_kernel_check
 
 
-def _ok(res, what: str):
+def _ok(res: Any, what: str) -> Any:
+    """A cuda-bindings result: raises on an error, else the value(s) after it."""
+    from cuda.bindings import driver as cu
+
     err = res[0] if isinstance(res, tuple) else res
     if int(err) != 0:
         name = cu.cuGetErrorName(err)[1] if isinstance(err, cu.CUresult) else err
@@ -141,91 +131,18 @@ def _ok(res, what: str):
 
 
 def device_arch() -> str:
-    major, minor = torch.cuda.get_device_capability()
+    """The arch to build for on device 0 (driver API; torch not needed)."""
+    from cuda.bindings import driver as cu
+
+    _ok(cu.cuInit(0), "cuInit")
+    a = cu.CUdevice_attribute
+    major = _ok(cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0), "cc")
+    minor = _ok(cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0), "cc")
     if (major, minor) in ((9, 0), (10, 0)):
         return f"sm_{major}{minor}a"
     if major == 8:
         return "sm_80"
     return f"sm_{major}{minor}"
-
-
-def nvrtc_build(text: str, name: str, arch: str, defines: list[str]) -> tuple[bytes, str, float]:
-    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), name.encode(), 0, [], [])
-    _ok(err, "nvrtcCreateProgram")
-    try:
-        opts = [f"-arch={arch}", "-std=c++17", "-default-device", "--ptxas-options=-v",
-                *(f"-D{d}" for d in defines)]
-        t0 = time.perf_counter()
-        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        secs = time.perf_counter() - t0
-        _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        text_log = log.rstrip(b"\0").decode(errors="replace")
-        if int(res) != 0:
-            raise RuntimeError(f"NVRTC failed for {name} {defines}:\n{text_log}")
-        _, n = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * n
-        nvrtc.nvrtcGetCUBIN(prog, cubin)
-        return bytes(cubin), text_log, secs
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-
-
-def _ptxas_summary(log: str) -> str:
-    regs = spill = ""
-    for line in log.splitlines():
-        if "Used" in line and "registers" in line:
-            regs = line.split("Used", 1)[1].split(",")[0].strip()
-        if "spill stores" in line:
-            spill = line.split(",", 1)[1].strip() if "," in line else line.strip()
-    return f"{regs}; {spill}"
-
-
-@dataclass
-class Kernel:
-    func: object
-    smem: int
-    threads: int
-    block_m: int
-    layout: object
-    symbol: str
-
-
-_MODULES: list = []
-
-
-def load_kernel(src, variant, arch: str, mt: int | None = None) -> Kernel:
-    """mt overrides the rows per warp (16 * mt, 256 / mt threads) for A/B checks."""
-    defines = [f"CMC_VARIANT_{variant.dtype}_d{variant.head_dim}"]
-    threads = variant.threads
-    if mt is not None:
-        defines.append(f"CMC_PORTABLE_MT={mt}")
-        threads = 256 // mt
-    cubin, log, secs = nvrtc_build(src.text, src.filename, arch, defines)
-    mod = _ok(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
-    _MODULES.append(mod)
-    func = _ok(cu.cuModuleGetFunction(mod, variant.symbol.encode()), "cuModuleGetFunction")
-    _ok(cu.cuFuncSetAttribute(
-        func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        variant.smem_bytes), "cuFuncSetAttribute")
-    tag = "" if mt is None else f" [MT={mt}]"
-    print(f"  built {variant.symbol}{tag} for {arch}: NVRTC {secs:.2f} s, {threads} threads, "
-          f"{_ptxas_summary(log)}, {variant.smem_bytes} B dynamic smem", flush=True)
-    return Kernel(func, variant.smem_bytes, threads, variant.block_m, src.layout,
-                  variant.symbol + tag)
-
-
-def launch(kern: Kernel, values: dict, grid: tuple[int, int, int]) -> None:
-    desc = kern.layout.pack(values)  # type: ignore[attr-defined]
-    buf = ctypes.create_string_buffer(desc, len(desc))
-    argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-    stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
-    _ok(cu.cuLaunchKernel(kern.func, grid[0], grid[1], grid[2], kern.threads, 1, 1, kern.smem,
-                          stream, ctypes.addressof(argv), 0), "cuLaunchKernel")
-
-
-# ============================================================================ one case
 
 
 @dataclass
@@ -234,30 +151,33 @@ class Problem:
     heads_q: int
     heads_kv: int
     head_dim: int
-    dtype: torch.dtype
+    dtype: Any  # torch.dtype
     fused_qkv: bool = False  # Q, K, V as views of one [T, Hq + 2 Hkv, D] buffer
     pad: int = 64  # extra token rows after the batch in O/LSE: must stay NaN
 
 
-def make_inputs(pb: Problem, seed: int):
-    dev = "cuda"
+def make_inputs(pb: Problem, seed: int) -> tuple[Any, Any, Any, Any, Any]:
+    """q, k, v [T, H, D] and NaN-filled o [T + pad, Hq, D], lse [Hq, T + pad]."""
+    import torch
+
+    c = rc.Case(pb.lens, pb.heads_q, pb.heads_kv, pb.head_dim,
+                "bf16" if pb.dtype == torch.bfloat16 else "fp16", fused_qkv=pb.fused_qkv,
+                seed=seed)
+    qt, kt, vt = rc.inputs(torch, c)
     total = sum(pb.lens)
-    g = torch.Generator(device=dev).manual_seed(seed)
-    hq, hk, d = pb.heads_q, pb.heads_kv, pb.head_dim
-    if pb.fused_qkv:
-        qkv = torch.randn(total, hq + 2 * hk, d, device=dev, generator=g).to(pb.dtype)
-        qt, kt, vt = qkv[:, :hq], qkv[:, hq:hq + hk], qkv[:, hq + hk:]
-    else:
-        qt = torch.randn(total, hq, d, device=dev, generator=g).to(pb.dtype)
-        kt = torch.randn(total, hk, d, device=dev, generator=g).to(pb.dtype)
-        vt = torch.randn(total, hk, d, device=dev, generator=g).to(pb.dtype)
-    o = torch.full((total + pb.pad, hq, d), float("nan"), device=dev, dtype=pb.dtype)
-    lse = torch.full((hq, total + pb.pad), float("nan"), device=dev, dtype=torch.float32)
+    o = torch.full((total + pb.pad, pb.heads_q, pb.head_dim), float("nan"), device="cuda",
+                   dtype=pb.dtype)
+    lse = torch.full((pb.heads_q, total + pb.pad), float("nan"), device="cuda",
+                     dtype=torch.float32)
     return qt, kt, vt, o, lse
 
 
-def descriptor_values(mask: Mask, pb: Problem, qt, kt, vt, o, lse, per_seq: list[dict],
-                      keep: list) -> dict:
+def descriptor_values(mask: Mask, pb: Problem, qt: Any, kt: Any, vt: Any, o: Any, lse: Any,
+                      per_seq: list[dict], keep: list) -> dict:
+    """Descriptor field values for a hand-made launch (tools/bwd_kernel_check.py); this tool
+    launches through cmc.runtime instead."""
+    import torch
+
     lens = pb.lens
     cu_seq = torch.tensor([0] + list(np.cumsum(lens)), dtype=torch.int32, device="cuda")
     keep.append(cu_seq)
@@ -291,150 +211,49 @@ def descriptor_values(mask: Mask, pb: Problem, qt, kt, vt, o, lse, per_seq: list
     return vals
 
 
-def reference(pb: Problem, qt, kt, vt, masks: list[np.ndarray]):
-    """float64 masked softmax attention per sequence: O [T, Hq, D], LSE [Hq, T]."""
-    scale = 1.0 / math.sqrt(pb.head_dim)
-    group = pb.heads_q // pb.heads_kv
-    outs, lses = [], []
-    t0 = 0
-    for n, m in zip(pb.lens, masks, strict=True):
-        qd = qt[t0:t0 + n].double().transpose(0, 1)  # [Hq, n, D]
-        kd = kt[t0:t0 + n].double().transpose(0, 1).repeat_interleave(group, 0)
-        vd = vt[t0:t0 + n].double().transpose(0, 1).repeat_interleave(group, 0)
-        mt = torch.from_numpy(m).to("cuda")
-        s = (qd @ kd.transpose(1, 2)) * scale
-        s = s.masked_fill(~mt, float("-inf"))
-        mx = s.amax(-1, keepdim=True)
-        safe = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-        p = torch.exp(s - safe)
-        l_ = p.sum(-1, keepdim=True)
-        o = torch.where(l_ > 0, (p @ vd) / torch.where(l_ > 0, l_, torch.ones_like(l_)),
-                        torch.zeros_like(qd))
-        lse = torch.where(l_[..., 0] > 0, safe[..., 0] + torch.log(l_[..., 0]),
-                          torch.full_like(l_[..., 0], float("-inf")))
-        outs.append(o.transpose(0, 1))
-        lses.append(lse)
-        t0 += n
-    return torch.cat(outs, 0), torch.cat(lses, 1)
+# ============================================================================ builds
 
 
-def run_case(name: str, table: IntervalTable, kern: Kernel, pb: Problem, seed: int,
-             dense_cache: dict) -> tuple[bool, str]:
-    mask = table.mask
-    per_seq = [seq_params(mask, n, b) for b, n in enumerate(pb.lens)]
-    if any(p.kind == "scalar" for p in mask.params):  # one value per launch
-        for ps in per_seq[1:]:
-            for p in mask.params:
-                if p.kind == "scalar":
-                    ps[p.name] = per_seq[0][p.name]
-    masks = []
-    for n, ps in zip(pb.lens, per_seq, strict=True):
-        key = (name, n, repr(sorted(ps.items())))
-        if key not in dense_cache:
-            dense_cache[key] = dense_mask(mask, n, ps)
-        masks.append(dense_cache[key])
-    qt, kt, vt, o, lse = make_inputs(pb, seed)
-    keep: list = []
-    vals = descriptor_values(mask, pb, qt, kt, vt, o, lse, per_seq, keep)
-    grid = (-(-max(pb.lens) // kern.block_m), pb.heads_q, len(pb.lens))
-    launch(kern, vals, grid)
-    _ok(cu.cuCtxSynchronize(), f"kernel {kern.symbol}")
-    total = sum(pb.lens)
-    ref_o, ref_lse = reference(pb, qt, kt, vt, masks)
-    got_o = o[:total].double()
-    got_lse = lse[:, :total].double()
-    nan = int(torch.isnan(got_o).sum()) + int(torch.isnan(got_lse).sum())
-    pad_written = int((~torch.isnan(o[total:])).sum()) + int((~torch.isnan(lse[:, total:])).sum())
-    err = (got_o - ref_o).abs()
-    max_abs = float(torch.nan_to_num(err, nan=float("inf")).max()) if total else 0.0
-    denom = float(ref_o.norm())
-    rel = float(torch.nan_to_num(got_o - ref_o, nan=1e30).norm()) / max(denom, 1e-30)
-    if denom == 0.0:  # every row sees nothing: O must be exactly 0
-        rel = 0.0 if max_abs == 0.0 else float("inf")
-    fin = torch.isfinite(ref_lse)
-    lse_ok = bool(torch.equal(torch.isneginf(got_lse), ~fin)) and not bool(
-        torch.isposinf(got_lse).any())
-    lse_err = float((got_lse[fin] - ref_lse[fin]).abs().max()) if bool(fin.any()) else 0.0
-    empty_rows = ~fin  # rows that see no key: O exactly 0
-    empty_ok = bool((got_o.transpose(0, 1)[empty_rows] == 0).all()) if bool(
-        empty_rows.any()) else True
-    ok = (nan == 0 and pad_written == 0 and rel < REL_TOL and lse_ok and lse_err < LSE_TOL
-          and empty_ok)
-    visible = sum(int(m.sum()) for m in masks)
-    dt = "bf16" if pb.dtype == torch.bfloat16 else "fp16"
-    tag = kern.symbol[kern.symbol.index(" ["):] if " [" in kern.symbol else ""
-    line = (f"{'PASS' if ok else 'FAIL'} {name:<20} {dt} d{pb.head_dim:<3}{tag} lens={pb.lens} "
-            f"heads={pb.heads_q}:{pb.heads_kv}{' fused-qkv' if pb.fused_qkv else ''} "
-            f"density={visible / max(1, sum(n * n for n in pb.lens)):.3f} "
-            f"max_abs={max_abs:.3e} rel={rel:.3e} lse_err={lse_err:.2e} nan={nan}"
-            + ("" if pad_written == 0 else f" PAD_WRITTEN={pad_written}")
-            + ("" if lse_ok else " LSE_INF_MISMATCH") + ("" if empty_ok else " EMPTY_ROW_NOT_0"))
-    return ok, line
+def variants_of(name: str, all_variants: bool) -> tuple[tuple[str, int], ...]:
+    return ALL_VARIANTS if all_variants or name in REQUIRED else SMALL_VARIANTS
 
 
-# ============================================================================ timing
+def build_kernels(names: list[str], arch: str, dest: Path, *, all_variants: bool = False,
+                  mt2: bool = True, timing: bool = True, jobs: int = 2,
+                  only: tuple[tuple[str, int], ...] | None = None
+                  ) -> dict[tuple[str, int | None], Path]:
+    """(mask, MT or None) -> its artifact folder under dest: the portable kernel for `arch`
+    through cmc's pipeline; MT=2 with -DCMC_PORTABLE_MT=2 and 128-thread blocks. `only`
+    narrows every build to those (dtype, head dim) variants."""
+    out: dict[tuple[str, int | None], Path] = {}
+    for name in names:
+        mask = ROOT / "samples" / f"{name}.mask"
+        shapes: list[tuple[int | None, tuple[tuple[str, int], ...]]] = [
+            (None, variants_of(name, all_variants))]
+        if mt2 and name in MT2_MASKS:
+            want = SMALL_VARIANTS + ((("bf16", 64),) if timing and name == "causal" else ())
+            shapes.append((2, want))
+        for mt, variants in shapes:
+            variants = tuple(x for x in variants if only is None or x in only)
+            if not variants:
+                continue
+            dts = tuple(sorted({d for d, _ in variants}))
+            hds = tuple(sorted({h for _, h in variants}))
+            opts = Options(archs=(arch,), dtypes=dts, head_dims=hds, jobs=jobs, kernel="portable")
+            extra = () if mt is None else (f"-DCMC_PORTABLE_MT={mt}",)
+            path, built = rc.build_artifact(
+                mask, dest / f"mt{mt or 1}", opts, defines=DEFINES.get(name, {}),
+                variants=variants, threads=None if mt is None else 256 // mt,
+                extra_options=extra)
+            out[(name, mt)] = path
+            for c in built.cubins:
+                tag = "" if mt is None else f" [MT={mt}]"
+                print(f"  built {c.symbol}{tag} for {arch}: NVRTC {c.build_seconds:.2f} s, "
+                     f"{rc.ptxas_summary(c.log)}", flush=True)
+    return out
 
 
-def time_kernel(name: str, table: IntervalTable, kern: Kernel, length: int, batch: int,
-                heads: int, dim: int, iters: int = 20, sdpa: bool = True) -> None:
-    mask = table.mask
-    pb = Problem([length] * batch, heads, heads, dim, torch.bfloat16, pad=0)
-    per_seq = [seq_params(mask, length, b) for b in range(batch)]
-    for ps in per_seq[1:]:
-        for p in mask.params:
-            if p.kind == "scalar":
-                ps[p.name] = per_seq[0][p.name]
-    qt, kt, vt, o, lse = make_inputs(pb, 0)
-    keep: list = []
-    vals = descriptor_values(mask, pb, qt, kt, vt, o, lse, per_seq, keep)
-    grid = (-(-length // kern.block_m), heads, batch)
-    for _ in range(3):
-        launch(kern, vals, grid)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        launch(kern, vals, grid)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    med = statistics.median(times)
-    if name == "causal":
-        pairs_per_seq = [length * (length + 1) // 2] * batch
-    else:
-        pairs_per_seq = [count_visible(mask, length, ps) for ps in per_seq]
-    flops = 4 * heads * dim * sum(pairs_per_seq)
-    tag = kern.symbol[kern.symbol.index(" ["):] if " [" in kern.symbol else ""
-    print(f"TIME {name:<20} bf16 d{dim}{tag} L={length} B={batch} H={heads}: "
-          f"median {med * 1e3:.3f} ms, {flops / med / 1e12:.1f} effective TFLOP/s "
-          f"(min {min(times) * 1e3:.3f} ms)", flush=True)
-    if name == "causal" and sdpa:
-        try:
-            import torch.nn.functional as F
-
-            qb = qt.view(batch, length, heads, dim).transpose(1, 2)
-            kb = kt.view(batch, length, heads, dim).transpose(1, 2)
-            vb = vt.view(batch, length, heads, dim).transpose(1, 2)
-            for _ in range(3):
-                F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
-            torch.cuda.synchronize()
-            ts = []
-            for _ in range(iters):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
-                b.record()
-                b.synchronize()
-                ts.append(a.elapsed_time(b) / 1e3)
-            m2 = statistics.median(ts)
-            print(f"TIME torch SDPA causal (reference point) : median {m2 * 1e3:.3f} ms, "
-                  f"{flops / m2 / 1e12:.1f} effective TFLOP/s", flush=True)
-        except Exception as e:  # informational only
-            print(f"(torch SDPA timing skipped: {e})")
-
-
-# ============================================================================ main
+# ============================================================================ cases
 
 
 def problems(quick: bool) -> list[tuple[list[int], int, int, bool]]:
@@ -453,8 +272,57 @@ def problems(quick: bool) -> list[tuple[list[int], int, int, bool]]:
     ]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_one(torch: Any, attn: Any, mask: Mask, name: str, c: rc.Case, tag: str) -> bool:
+    try:
+        r = rc.run_case(torch, attn, mask, c, rel_tol=REL_TOL, lse_tol=LSE_TOL)
+        ok, detail = r.ok, f"density={r.density:.3f} {r.line()}"
+    except Exception as e:  # noqa: BLE001
+        ok, detail = False, f"{type(e).__name__}: {e}"
+    print(f"{'PASS' if ok else 'FAIL'} {name:<20} {c.dtype} d{c.head_dim:<3}{tag} lens={c.lens} "
+          f"heads={c.heads_q}:{c.heads_kv}{' fused-qkv' if c.fused_qkv else ''}"
+          f"{' plan' if c.planned else ''} {detail}", flush=True)
+    return ok
+
+
+# ============================================================================ timing
+
+
+def time_kernel(torch: Any, name: str, mask: Mask, attn: Any, length: int, batch: int,
+                heads: int, dim: int, tag: str = "", iters: int = 20, sdpa: bool = True) -> None:
+    c = rc.Case([length] * batch, heads, heads, dim, "bf16", variant=1, pad=0)
+    per_seq = rc.case_params(mask, c)
+    q, k, v = (x.view(batch, length, heads, dim) for x in rc.inputs(torch, c))
+    p = attn.plan(batch=batch, seq_len=length, **harness.call_params(mask, per_seq))
+    out = torch.empty_like(q)
+    times = rc.time_calls(torch, lambda: attn(q, k, v, out=out, plan=p), iters)
+    med = statistics.median(times)
+    if name == "causal":
+        pairs = length * (length + 1) // 2 * batch
+    else:
+        pairs = sum(count_visible(mask, length, ps) for ps in per_seq)
+    flops = 4 * heads * dim * pairs
+    print(f"TIME {name:<20} bf16 d{dim}{tag} L={length} B={batch} H={heads}: "
+          f"median {med * 1e3:.3f} ms, {flops / med / 1e12:.1f} effective TFLOP/s "
+          f"(min {min(times) * 1e3:.3f} ms)", flush=True)
+    if name == "causal" and sdpa:
+        try:
+            import torch.nn.functional as F
+
+            qb, kb, vb = (x.transpose(1, 2) for x in (q, k, v))
+            ts = rc.time_calls(torch, lambda: F.scaled_dot_product_attention(
+                qb, kb, vb, is_causal=True), iters)
+            m2 = statistics.median(ts)
+            print(f"TIME torch SDPA causal (reference point) : median {m2 * 1e3:.3f} ms, "
+                  f"{flops / m2 / 1e12:.1f} effective TFLOP/s", flush=True)
+        except Exception as e:  # informational only
+            print(f"(torch SDPA timing skipped: {e})")
+
+
+# ============================================================================ main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--masks", help="comma-separated mask names (default: all)")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--no-timing", action="store_true")
@@ -463,100 +331,70 @@ def main() -> int:
     ap.add_argument("--all-variants-all-masks", action="store_true",
                     help="every dtype x head dim for every mask (default: full matrix for the "
                          "required masks, bf16 d128 + fp16 d64 for the others)")
-    args = ap.parse_args()
+    ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                    help="NVRTC threads per build")
+    return ap.parse_args(argv)
 
-    torch.zeros(1, device="cuda")  # make torch's primary context current for the driver API
-    _ok(cu.cuInit(0), "cuInit")
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from cmc.build import nvrtc_version
+    from cmc.runtime import load
+
+    torch.zeros(1, device="cuda")  # torch's primary context, shared with the runtime
     arch = device_arch()
     print(f"device: {torch.cuda.get_device_name()} ({arch}), torch {torch.__version__}, "
-          f"NVRTC {'.'.join(map(str, nvrtc.nvrtcVersion()[1:]))}", flush=True)
+          f"NVRTC {nvrtc_version()}", flush=True)
     tables, how = load_tables(args.masks.split(",") if args.masks else None)
     print(f"tables: {how}", flush=True)
-
+    timing = not args.no_timing
     passed = failed = 0
-    dense_cache: dict = {}
-    kernels: dict = {}
     seed = 0
-    for name, table in tables.items():
-        src = emit(table, dtypes=("bf16", "fp16"), head_dims=(64, 128), archs=(arch,), kernel="portable",
-                   tiling=LINEAR)
-        full_matrix = args.all_variants_all_masks or name in REQUIRED
-        for v in src.variants:
-            if not full_matrix and (v.dtype, v.head_dim) not in (("bf16", 128), ("fp16", 64)):
-                continue
+    attns: dict[tuple[str, int | None], Any] = {}
+    with tempfile.TemporaryDirectory(prefix="kernel_check-") as tmp:
+        for name, table in tables.items():
             try:
-                kern = load_kernel(src, v, arch)
-            except Exception as e:
-                print(f"FAIL {name:<20} {v.dtype} d{v.head_dim}: build/load: {e}", flush=True)
+                paths = build_kernels([name], arch, Path(tmp), mt2=not args.no_mt2,
+                                      all_variants=args.all_variants_all_masks, timing=timing,
+                                      jobs=args.jobs)
+            except Exception as e:  # noqa: BLE001
+                print(f"FAIL {name:<20} build: {type(e).__name__}: {e}", flush=True)
                 failed += 1
                 continue
-            kernels[(name, v.dtype, v.head_dim)] = kern
-            dtype = torch.bfloat16 if v.dtype == "bf16" else torch.float16
-            for lens, hq, hk, fused in problems(args.quick):
-                seed += 1
-                pb = Problem(lens, hq, hk, v.head_dim, dtype, fused)
-                try:
-                    ok, line = run_case(name, table, kern, pb, seed, dense_cache)
-                except Exception as e:
-                    ok, line = False, f"FAIL {name:<20} {v.dtype} d{v.head_dim} lens={lens}: {e}"
-                print(line, flush=True)
-                passed += ok
-                failed += not ok
-        # The alternative shape (32 rows per warp, 4 warps) must stay correct too: it is one
-        # constant away from being the default (cmc/emit.py ROWS_PER_WARP).
-        if not args.no_mt2 and name in ("causal", "shared_prefix", "clear", "hstu"):
-            for v in src.variants:
-                if (v.dtype, v.head_dim) not in (("bf16", 128), ("fp16", 64)):
-                    continue
-                try:
-                    kern = load_kernel(src, v, arch, mt=2)
-                except Exception as e:
-                    print(f"FAIL {name:<20} {v.dtype} d{v.head_dim} [MT=2]: build/load: {e}")
-                    failed += 1
-                    continue
-                kernels[(name, v.dtype, v.head_dim, 2)] = kern
-                dtype = torch.bfloat16 if v.dtype == "bf16" else torch.float16
-                for lens, hq, hk, fused in problems(True) + [([4096], 4, 2, False)]:
-                    seed += 1
-                    pb = Problem(lens, hq, hk, v.head_dim, dtype, fused)
-                    try:
-                        ok, line = run_case(name, table, kern, pb, seed, dense_cache)
-                    except Exception as e:
-                        ok, line = False, f"FAIL {name} [MT=2] lens={lens}: {e}"
-                    print(line, flush=True)
-                    passed += ok
-                    failed += not ok
-        dense_cache.clear()
-    print(f"{passed} passed, {failed} failed", flush=True)
+            for (_, mt), path in paths.items():
+                attn = attns[(name, mt)] = load(path)
+                tag = "" if mt is None else f" [MT={mt}]"
+                shapes = problems(args.quick) if mt is None else (
+                    problems(True) + [([4096], 4, 2, False)])
+                wanted = (variants_of(name, args.all_variants_all_masks) if mt is None
+                          else SMALL_VARIANTS)
+                for dt, hd in wanted:
+                    for lens, hq, hk, fused in shapes:
+                        seed += 1
+                        c = rc.Case(lens, hq, hk, hd, dt, variant=seed, fused_qkv=fused,
+                                    planned=seed % 2 == 0, seed=seed)
+                        ok = run_one(torch, attn, table.mask, name, c, tag)
+                        passed += ok
+                        failed += not ok
+        print(f"{passed} passed, {failed} failed", flush=True)
 
-    if not args.no_timing:
-        for name in ("causal", "sliding_window", "hstu", "shared_prefix", "clear"):
-            key = (name, "bf16", 128)
-            if key in kernels:
+        if timing:
+            runs = [(n, None, 128, True) for n in REQUIRED] + [
+                ("causal", 2, 128, False), ("hstu", 2, 128, False),
+                ("causal", None, 64, True), ("causal", 2, 64, False)]
+            for name, mt, dim, sdpa in runs:
+                if (name, mt) not in attns:
+                    continue
+                tag = "" if mt is None else f" [MT={mt}]"
                 try:
-                    time_kernel(name, tables[name], kernels[key], 8192, 4, 16, 128)
-                except Exception as e:
-                    print(f"TIME {name}: failed: {e}", flush=True)
-        for key in (("causal", "bf16", 128, 2), ("hstu", "bf16", 128, 2)):
-            if key in kernels:  # A/B: 32 rows per warp
-                try:
-                    time_kernel(key[0], tables[key[0]], kernels[key], 8192, 4, 16, 128,
-                                sdpa=False)
-                except Exception as e:
-                    print(f"TIME {key}: failed: {e}", flush=True)
-        if "causal" in tables:  # head dim 64, both shapes
-            src = emit(tables["causal"], dtypes=("bf16",), head_dims=(64,), archs=(arch,), kernel="portable",
-                       tiling=LINEAR)
-            for mt in (None, 2):
-                try:
-                    kern = load_kernel(src, src.variants[0], arch, mt=mt)
-                    time_kernel("causal", tables["causal"], kern, 8192, 4, 16, 64,
-                                sdpa=mt is None)
-                except Exception as e:
-                    print(f"TIME causal d64 MT={mt}: failed: {e}", flush=True)
+                    time_kernel(torch, name, tables[name].mask, attns[(name, mt)], 8192, 4, 16,
+                                dim, tag, sdpa=sdpa)
+                except Exception as e:  # noqa: BLE001
+                    print(f"TIME {name} d{dim}{tag}: failed: {e}", flush=True)
     return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("CMC_NO_CACHE", "1")
     sys.exit(main())

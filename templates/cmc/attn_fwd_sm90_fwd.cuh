@@ -6,6 +6,29 @@
 #if !defined(CMC_HOST)
 namespace cmc_sm90 {
 
+// Thread 0: the mbarriers at `bars` (per slot x (item parity): Q full (1 arrival + the TMA
+// bytes), plan full (the builders), slot empty (8 consumer warps, after the epilogue); then
+// the K/V ring of S stages: K full, K empty, V full, V empty), and the tensor-map prefetches.
+template <int S>
+CMC_DEV void init_barriers(unsigned bars, const TensorMaps& maps) {
+  for (int x = 0; x < 2; ++x) {
+    mbar_init(bars + 8 * x, 1);
+    mbar_init(bars + 8 * (2 + x), kBuilders);
+    mbar_init(bars + 8 * (4 + x), 8);
+  }
+  for (int s = 0; s < S; ++s) {
+    mbar_init(bars + 8 * (6 + s), 1);
+    mbar_init(bars + 8 * (6 + S + s), 8);
+    mbar_init(bars + 8 * (6 + 2 * S + s), 1);
+    mbar_init(bars + 8 * (6 + 3 * S + s), 8);
+  }
+  // mbarrier inits must be visible to the async proxy (TMA's complete_tx) too
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  tma_prefetch_map(maps.q);
+  tma_prefetch_map(maps.k);
+  tma_prefetch_map(maps.v);
+}
+
 template <class H, bool BF16, int D>
 CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -68,24 +91,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   auto bar_vempty = [&](int s) { return bars + 8 * (6 + 3 * S + s); };
   auto plan_of = [&](int x) { return reinterpret_cast<int*>(smem + C::kPlan) + x * kPlanInts; };
 
-  if (tid == 0) {
-    for (int x = 0; x < 2; ++x) {
-      mbar_init(bar_qfull(x), 1);
-      mbar_init(bar_plan(x), kBuilders);
-      mbar_init(bar_slot(x), 8);
-    }
-    for (int s = 0; s < S; ++s) {
-      mbar_init(bar_kfull(s), 1);
-      mbar_init(bar_kempty(s), 8);
-      mbar_init(bar_vfull(s), 1);
-      mbar_init(bar_vempty(s), 8);
-    }
-    // mbarrier inits must be visible to the async proxy (TMA's complete_tx) too
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    tma_prefetch_map(maps.q);
-    tma_prefetch_map(maps.k);
-    tma_prefetch_map(maps.v);
-  }
+  if (tid == 0) init_barriers<S>(bars, maps);
   __syncthreads();  // publishes the mbarrier inits
 
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for ptxas (uniform registers)
