@@ -117,8 +117,12 @@ def compile_many(
         from .package import check_stale
 
         return check_stale(list(files), out_dir, opts)
-    for f in files:
-        table = front(f, dict(opts.defines))
+    from .package import check_out_dir
+
+    tables = [front(f, dict(opts.defines)) for f in files]
+    check_unique_names(files, [t.mask.name for t in tables])
+    check_out_dir(out_dir, [t.mask.name for t in tables])
+    for f, table in zip(files, tables, strict=True):
         name = table.mask.name
         if emit_kind == "itab":
             dest = _safe_dest(out_dir, name)
@@ -139,7 +143,33 @@ def compile_many(
         where = package(built, out_dir, Path(f).name)
         secs = sum(c.build_seconds for c in built.cubins)
         echo(f"{f}: {len(built.cubins)} cubin(s) in {where} ({secs:.1f} s of NVRTC)")
+        for line in spill_warnings(built):
+            echo(f"{f}: {line}")
     return []
+
+
+def check_unique_names(files: Sequence[str], names: Sequence[str]) -> None:
+    """Two masks of one name would share OUT/NAME, the second silently replacing the first."""
+    first: dict[str, str] = {}
+    clashes = []
+    for f, name in zip(files, names, strict=True):
+        if name in first:
+            clashes.append(f"mask {name} is declared by both {first[name]} and {f}")
+        else:
+            first[name] = f
+    if clashes:
+        raise CmcError("; ".join(clashes) + " (one artifact folder per name; rename one)")
+
+
+def spill_warnings(built: BuiltKernels) -> list[str]:
+    """A line per kernel that uses local memory: spills cost bandwidth the numbers assume."""
+    return [
+        f"warning: {c.filename}: {c.resources.local_bytes} bytes of local memory per thread, "
+        f"{c.resources.spill_stores} bytes spill stores, {c.resources.spill_loads} bytes "
+        "spill loads"
+        for c in built.cubins
+        if c.resources.spill_stores or c.resources.spill_loads or c.resources.local_bytes
+    ]
 
 
 def _safe_dest(out_dir: Path, name: str) -> Path:
