@@ -1,8 +1,9 @@
 """`cmc inspect OUT/NAME`: validate an artifact folder and list its kernels' resources.
 
 A runtime trusts the folder only as far as it checks it, so this checks everything a loader
-relies on: the manifest against schema/manifest.schema.json, its descriptor against the ABI
-of this cmc, the source and header against their sha256, and each cubin against its sha256,
+relies on: the manifest against schema/manifest.schema.json (cmc/manifest_check.py, no
+jsonschema needed), its launch fields against the cubins and cmc's rules, its descriptor
+against the ABI of this cmc, the source and header against their sha256, and each cubin against its sha256,
 its arch read from the ELF itself, its entry symbol, its parameter block size, and the
 resources the manifest claims. Every problem found is named in one ArtifactError.
 """
@@ -10,19 +11,17 @@ resources the manifest claims. Every problem found is named in one ArtifactError
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .abi import descriptor_layout, param_bytes, tensor_maps
+from .abi import descriptor_layout, tensor_maps
 from .artifacts import SCHEMA_VERSION
-from .cubin import read_cubin
+from .cubin import KernelInfo, read_cubin
 from .errors import ArtifactError
 from .ir import Mask, ParamDecl
+from .manifest_check import launch_problems, read_manifest_json, schema_problems
 from .package import MANIFEST, descriptor_dict
-from .resources import read_text
 
 
 @dataclass(frozen=True)
@@ -56,27 +55,6 @@ class InspectReport:
     exact: bool
     kernels: tuple[KernelReport, ...]
     notes: tuple[str, ...] = ()
-
-
-@lru_cache(maxsize=1)
-def manifest_schema() -> dict[str, Any]:
-    text = read_text("cmc.schema", "manifest.schema.json")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
-def schema_errors(manifest: Any) -> list[str] | None:
-    """Schema violations as 'where: what'; None when jsonschema is not installed."""
-    try:
-        import jsonschema
-    except ImportError:
-        return None
-    validator = jsonschema.Draft202012Validator(manifest_schema())
-    out = []
-    for err in sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in err.absolute_path) or "(top)"
-        out.append(f"manifest {where}: {err.message}")
-    return out
 
 
 def _expected_descriptor(m: dict[str, Any]) -> dict[str, Any]:
@@ -113,28 +91,16 @@ def inspect(path: str | Path) -> InspectReport:
         raise ArtifactError(f"{folder}: not an artifact folder")
     if not mpath.is_file():
         raise ArtifactError(f"{folder}: no {MANIFEST}")
-    try:
-        m = json.loads(mpath.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{mpath}: not valid JSON ({e})") from None
-    if not isinstance(m, dict):
-        raise ArtifactError(f"{mpath}: not a JSON object")
+    m = read_manifest_json(mpath.read_bytes(), str(mpath))
     if m.get("schema_version") != SCHEMA_VERSION:
         raise ArtifactError(
-            f"{mpath}: schema_version {m.get('schema_version')!r}; this cmc reads "
+            f"{mpath}: schema_version {m.get('schema_version')!r:.40}; this cmc reads "
             f"{SCHEMA_VERSION} (rebuild the artifacts with this cmc)"
         )
-    notes: list[str] = []
-    errs = schema_errors(m)
-    if errs is None:
-        notes.append("schema not checked: jsonschema is not installed")
-    elif errs:
+    errs = schema_problems(m)
+    if errs:
         raise ArtifactError(f"{mpath} does not match its schema:\n  " + "\n  ".join(errs))
-
-    try:
-        return _check(folder, m, notes)
-    except (KeyError, TypeError, ValueError) as e:  # only reachable without jsonschema
-        raise ArtifactError(f"{mpath}: malformed manifest ({type(e).__name__}: {e})") from None
+    return _check(folder, m, [])
 
 
 def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
@@ -144,15 +110,19 @@ def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
             "descriptor: layout differs from the one this cmc computes for these params "
             "(built by an incompatible cmc?)"
         )
+    header: str | None = None
     for key in ("source", "header"):
         ref = m[key]
         data = _read(folder, ref["file"], problems)
         if data is not None and hashlib.sha256(data).hexdigest() != ref["sha256"]:
             problems.append(f"{ref['file']}: sha256 differs from the manifest")
+        elif data is not None and key == "header":
+            header = data.decode("utf-8", "replace")
     if m["mask"]["sha256"] != hashlib.sha256(m["mask"]["source"].encode()).hexdigest():
         problems.append("mask: sha256 does not match mask.source")
 
     kernels: list[KernelReport] = []
+    infos: dict[str, KernelInfo] = {}
     seen: set[tuple[str, str, int]] = set()
     for k in m["kernels"]:
         tag = f"{k['file']}"
@@ -177,6 +147,7 @@ def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
             problems.append(f"{tag}: no entry point {k['symbol']} in the cubin")
             continue
         info = cub.kernel(k["symbol"])
+        infos[k["symbol"]] = info
         claimed = {
             "registers": info.registers,
             "shared_static": info.shared_static,
@@ -186,13 +157,6 @@ def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
             if k[field] != actual:
                 problems.append(f"{tag}: manifest says {field} {k[field]}, the cubin {actual}")
         maps = k.get("tensor_maps", [])
-        want = param_bytes(m["descriptor"]["size"], len(maps))
-        if info.param_bytes and info.param_bytes != want:
-            problems.append(
-                f"{tag}: kernel takes {info.param_bytes} parameter bytes, the descriptor is "
-                f"{m['descriptor']['size']}" + (f" and {len(maps)} tensor maps make {want}"
-                                                if maps else "")
-            )
         if [t.get("tensor") for t in maps] != [t.tensor for t in tensor_maps(k["kernel"])]:
             problems.append(f"{tag}: tensor_maps {maps} are not the {k['kernel']} kernel's")
         kernels.append(
@@ -216,6 +180,8 @@ def _check(folder: Path, m: dict[str, Any], notes: list[str]) -> InspectReport:
                 toolkit=cub.toolkit,
             )
         )
+    problems += launch_problems(m["mask"]["name"], m["kernels"], m["descriptor"]["size"],
+                                infos, header)
     if problems:
         raise ArtifactError(f"{folder}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     return InspectReport(
@@ -258,4 +224,10 @@ def report_text(r: InspectReport) -> str:
     lines = [head, ("  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))).rstrip()]
     lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines += [f"note: {n}" for n in r.notes]
+    lines += [
+        f"warning: {k.file}: {k.local_bytes} bytes of local memory per thread, "
+        f"{k.spill_stores} bytes spill stores, {k.spill_loads} bytes spill loads"
+        for k in r.kernels
+        if k.spill_stores or k.spill_loads or k.local_bytes
+    ]
     return "\n".join(lines)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import struct
 import sys
 import threading
@@ -37,6 +36,7 @@ from ..abi import (
 )
 from ..artifacts import SCHEMA_VERSION
 from ..errors import ArtifactError, ParamError
+from ..manifest_check import read_manifest_json
 from . import _driver
 from .arrays import (
     ArrayInfo,
@@ -162,6 +162,8 @@ class Manifest:
 
 
 def _need(d: Mapping[str, Any], key: str, where: str, typ: type | tuple[type, ...]) -> Any:
+    if not isinstance(d, Mapping):
+        raise ArtifactError(f"manifest: {where} is a {type(d).__name__}, not an object")
     if key not in d:
         raise ArtifactError(f"manifest: {where} has no {key!r}")
     v = d[key]
@@ -264,17 +266,15 @@ def read_manifest(path: str | Path) -> Manifest:
     p = Path(path)
     mpath = p if p.is_file() else p / "manifest.json"
     try:
-        raw = json.loads(mpath.read_text())
+        raw = read_manifest_json(mpath.read_bytes(), str(mpath))
     except FileNotFoundError:
         raise ArtifactError(f"{mpath}: no manifest.json (compile the mask first: "
                             "cmc compile x.mask -o out/)") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise ArtifactError(f"{mpath}: cannot read the manifest: {e}") from e
-    if not isinstance(raw, dict):
-        raise ArtifactError(f"{mpath}: the manifest is not a JSON object")
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ArtifactError(f"{mpath}: schema_version {version!r}, this runtime reads "
+        raise ArtifactError(f"{mpath}: schema_version {version!r:.40}, this runtime reads "
                             f"{SCHEMA_VERSION}; recompile with this cmc")
     params = []
     for i, pr in enumerate(_need(raw, "params", "manifest", list)):
