@@ -51,3 +51,12 @@ def random_params(mask, length: int, rng: np.random.Generator) -> dict:
 @pytest.fixture(params=SAMPLES, ids=lambda p: p.stem)
 def sample(request) -> Path:
     return request.param
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The CI fuzz's counts, so that a CI log shows how much was generated and how it ended."""
+    from .test_fuzz_parse import FUZZ_COUNTS
+
+    if FUZZ_COUNTS["inputs"]:
+        terminalreporter.write_line(
+            "cli fuzz: " + ", ".join(f"{k} {v}" for k, v in FUZZ_COUNTS.items()))
