@@ -21,9 +21,10 @@ demo: samples
 samples: $(STAMP)
 	$(BIN)/cmc check $(SAMPLES)
 	$(BIN)/cmc compile $(SAMPLES) -o $(OUT) --jobs 2
+	@echo "cmc is installed in $(VENV): run 'source $(VENV)/bin/activate' to put it on PATH (or call $(BIN)/cmc)"
 
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q   # includes the CLI fuzz: 10,000 inputs, counts in the summary
 
 test-gpu: $(STAMP)
 	$(BIN)/pytest -q -m gpu tests/gpu

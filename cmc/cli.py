@@ -16,6 +16,17 @@ from .errors import CmcError, ParamError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Cells (bools) `cmc show` may allocate for its tile classes: len x key tiles, twice, plus the
+# tile grid (cmc/tiles.py classify). 2^28 is 512 MiB of working memory.
+SHOW_MAX_CELLS = 1 << 28
+
+
+def _echo(message: str, err: bool = False) -> None:
+    """click.echo that cannot fail on a file name of undecodable bytes (Python keeps them as
+    lone surrogates): they are shown as \\xNN escapes."""
+    safe = message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    click.echo(safe, err=err)
+
 
 def _reports_errors(fn: F) -> F:
     @wraps(fn)
@@ -25,7 +36,7 @@ def _reports_errors(fn: F) -> F:
         except CmcError as e:
             if config.debug():
                 traceback.print_exc()
-            click.echo(e.format(), err=True)
+            _echo(e.format(), err=True)
             sys.exit(e.exit_code)
 
     return wrapper  # type: ignore[return-value]
@@ -78,16 +89,16 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
         try:
             table = front(f, defs)
         except CmcError as e:
-            click.echo(e.format(), err=True)
+            _echo(e.format(), err=True)
             failed = True
             continue
         if quiet:
             for r in table.residuals:
-                click.echo(f"{f}: warning: residual: {r.reason}: {r.where}", err=True)
+                _echo(f"{f}: warning: residual: {r.reason}: {r.where}", err=True)
         else:
-            click.echo(f"{f}: ok")
-            click.echo(table_text(table))
-            click.echo(f"transposed: {transposed_summary(transpose(table))}")
+            _echo(f"{f}: ok")
+            _echo(table_text(table))
+            _echo(f"transposed: {transposed_summary(transpose(table))}")
     if failed:
         sys.exit(1)
 
@@ -133,7 +144,8 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
 
 @cli.command("show")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--len", "length", type=click.IntRange(1, 1 << 20), required=True)
+@click.option("--len", "length", type=click.IntRange(1, 1 << 20), required=True,
+              help="Sequence length (len x len / tile_n is bounded: about 131K at 128x128).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
               help="Run-time value; segments as a comma-separated list of starts.")
 @click.option("--tile", default="128x128", show_default=True, metavar="MxN")
@@ -153,27 +165,39 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
             raise ValueError
     except ValueError:
         raise UsageError(f"--tile {tile}: expected MxN with positive integers") from None
+    cells = length * (2 * -(-length // tn) + 1) + -(-length // tm) * -(-length // tn)
+    if cells > SHOW_MAX_CELLS:
+        raise UsageError(
+            f"--len {length} with --tile {tm}x{tn}: the tile classes need {cells:,} cells, more "
+            f"than cmc show computes ({SHOW_MAX_CELLS:,}); use a shorter --len or larger tiles"
+        )
+    if png:
+        try:
+            import PIL  # noqa: F401
+        except ImportError:
+            raise UsageError("--png needs Pillow, which is not installed: "
+                             "pip install 'cmc[png]'") from None
     table = front(file, _defines(defines))
     values = _show_params(table.mask, params, length)
     classes = classify(table, length, values, tm, tn)
     pairs = visible_pairs(table, length, values)
     n = classes.size
     counts = {c: int((classes == c).sum()) for c in (EMPTY, FULL, PARTIAL)}
-    click.echo(f"{table.mask.name}: len {length}, tile {tm}x{tn}")
-    click.echo(f"  visible pairs {pairs} of {length * length} (density {pairs / length**2:.4f})")
-    click.echo(f"  tiles {n}: empty {counts[EMPTY]}, full {counts[FULL]}, partial {counts[PARTIAL]}")
-    click.echo(f"  work skipped {counts[EMPTY] / n:.1%} of tiles; "
+    _echo(f"{table.mask.name}: len {length}, tile {tm}x{tn}")
+    _echo(f"  visible pairs {pairs} of {length * length} (density {pairs / length**2:.4f})")
+    _echo(f"  tiles {n}: empty {counts[EMPTY]}, full {counts[FULL]}, partial {counts[PARTIAL]}")
+    _echo(f"  work skipped {counts[EMPTY] / n:.1%} of tiles; "
                f"mask work on {counts[PARTIAL] / n:.1%}")
-    click.echo(ascii_tiles(classes))
+    _echo(ascii_tiles(classes))
     for r in table.residuals:
-        click.echo(f"  warning: residual: {r.reason}: {r.where}")
+        _echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
         from .oracle import dense
         from .picture import write_png
 
         write_png(Path(png), dense(table.mask, length, values) if length <= 8192 else None,
                   classes, tm, tn, length)
-        click.echo(f"  wrote {png}")
+        _echo(f"  wrote {png}")
 
 
 @cli.command("compile")
@@ -222,10 +246,10 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    tiling=tiling, cache=not no_cache)
-    stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=click.echo)
+    stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:
-            click.echo(f"stale: {s}", err=True)
+            _echo(f"stale: {s}", err=True)
         sys.exit(1)
 
 
@@ -236,7 +260,7 @@ def inspect_cmd(path: str) -> None:
     """Validate an artifact folder and list its kernels and their resources."""
     from .inspection import inspect, report_text
 
-    click.echo(report_text(inspect(Path(path))))
+    _echo(report_text(inspect(Path(path))))
 
 
 def main() -> None:

@@ -60,6 +60,7 @@ class Progress:
     source: EmittedSource | None = None  # emit
     built: BuiltKernels | None = None  # build
     artifact: Path | None = None  # package: OUT/NAME
+    last: str = ""  # the last stage run ("": none)
 
 
 def tile(table: IntervalTable, opts: Options) -> Tiling:
@@ -131,13 +132,14 @@ assert tuple(_RUN) == STAGES
 
 
 def run(path: str | Path, opts: Options, stop_after: str = "package",
-        out_dir: Path | None = None) -> Progress:
-    """One mask file through the stages in order, up to and including `stop_after`."""
+        out_dir: Path | None = None, done: Progress | None = None) -> Progress:
+    """One mask file through the stages in order, up to and including `stop_after`; `done`,
+    what an earlier run of the same file made, resumes after its last stage."""
     if stop_after not in STAGES:
         raise ValueError(f"no stage {stop_after!r} (stages: {', '.join(STAGES)})")
-    p = Progress(Path(path))
-    for name in STAGES:
-        p = _RUN[name](p, opts, out_dir)
+    p = done or Progress(Path(path))
+    for name in STAGES[STAGES.index(p.last) + 1 if p.last else 0:]:
+        p = replace(_RUN[name](p, opts, out_dir), last=name)
         if name == stop_after:
             break
     return p
@@ -152,6 +154,14 @@ def front(path: str | Path, defines: Mapping[str, int] | None = None) -> Interva
     table = run(path, Options(defines=_defines(defines)), "lower").table
     assert table is not None
     return table
+
+
+def back(table: IntervalTable, opts: Options) -> EmittedSource:
+    """tile -> emit for a table already lowered (tools and tests that start from a table)."""
+    done = Progress(Path(table.mask.filename), table=table, last="lower")
+    source = run(done.path, opts, "emit", done=done).source
+    assert source is not None
+    return source
 
 
 def load_mask(path: str | Path, defines: Mapping[str, int] | None = None) -> Mask:
@@ -205,9 +215,15 @@ def compile_many(
 
     if check_only:
         return check_stale(list(files), out_dir, opts)
+    from .package import check_out_dir
+
     stop = EMIT_STOPS[emit_kind]
-    for f in files:
-        p = run(f, opts, stop, out_dir)
+    fronts = [run(f, opts, "lower") for f in files]
+    names = [p.table.mask.name for p in fronts if p.table is not None]
+    check_unique_names(files, names)
+    check_out_dir(out_dir, names)
+    for f, front_done in zip(files, fronts, strict=True):
+        p = run(f, opts, stop, out_dir, done=front_done)
         if stop == "lower":
             assert p.table is not None
             name = p.table.mask.name
@@ -224,6 +240,8 @@ def compile_many(
             assert p.built is not None
             secs = sum(c.build_seconds for c in p.built.cubins)
             echo(f"{f}: {len(p.built.cubins)} cubin(s) in {p.artifact} ({secs:.1f} s of NVRTC)")
+            for line in spill_warnings(p.built):
+                echo(f"{f}: {line}")
     return []
 
 
@@ -252,6 +270,30 @@ def check_stale(
         built = fn(Path(mp), options)
         out.extend(stale_files(built, Path(mp).name, Path(out_dir)))
     return out
+
+
+def check_unique_names(files: Sequence[str], names: Sequence[str]) -> None:
+    """Two masks of one name would share OUT/NAME, the second silently replacing the first."""
+    first: dict[str, str] = {}
+    clashes = []
+    for f, name in zip(files, names, strict=True):
+        if name in first:
+            clashes.append(f"mask {name} is declared by both {first[name]} and {f}")
+        else:
+            first[name] = f
+    if clashes:
+        raise CmcError("; ".join(clashes) + " (one artifact folder per name; rename one)")
+
+
+def spill_warnings(built: BuiltKernels) -> list[str]:
+    """A line per kernel that uses local memory: spills cost bandwidth the numbers assume."""
+    return [
+        f"warning: {c.filename}: {c.resources.local_bytes} bytes of local memory per thread, "
+        f"{c.resources.spill_stores} bytes spill stores, {c.resources.spill_loads} bytes "
+        "spill loads"
+        for c in built.cubins
+        if c.resources.spill_stores or c.resources.spill_loads or c.resources.local_bytes
+    ]
 
 
 def _safe_dest(out_dir: Path, name: str) -> Path:

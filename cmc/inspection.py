@@ -10,17 +10,14 @@ resources the manifest claims. Every problem found is named in one ArtifactError
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-from .abi import descriptor_layout_of, param_bytes, tensor_maps
-from .cubin import read_cubin
+from .abi import descriptor_layout_of, tensor_maps
+from .cubin import KernelInfo, read_cubin
 from .errors import ArtifactError
+from .manifest_check import launch_problems, schema_problems
 from .package import descriptor_dict
-from .resources import read_text
 from .runtime.manifest import (
     MANIFEST,
     Manifest,
@@ -64,27 +61,6 @@ class InspectReport:
     notes: tuple[str, ...] = ()
 
 
-@lru_cache(maxsize=1)
-def manifest_schema() -> dict[str, Any]:
-    text = read_text("cmc.schema", "manifest.schema.json")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
-def schema_errors(manifest: Any) -> list[str] | None:
-    """Schema violations as 'where: what'; None when jsonschema is not installed."""
-    try:
-        import jsonschema
-    except ImportError:
-        return None
-    validator = jsonschema.Draft202012Validator(manifest_schema())
-    out = []
-    for err in sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in err.absolute_path) or "(top)"
-        out.append(f"manifest {where}: {err.message}")
-    return out
-
-
 def _read(folder: Path, fname: str, problems: list[str]) -> bytes | None:
     p = folder / fname
     if Path(fname).name != fname or fname in ("", ".", ".."):
@@ -106,10 +82,8 @@ def inspect(path: str | Path) -> InspectReport:
         raise ArtifactError(f"{folder}: no {MANIFEST}")
     mpath, m = read_manifest_json(mpath)
     notes: list[str] = []
-    errs = schema_errors(m)
-    if errs is None:
-        notes.append("schema not checked: jsonschema is not installed")
-    elif errs:
+    errs = schema_problems(m)
+    if errs:
         raise ArtifactError(f"{mpath} does not match its schema:\n  " + "\n  ".join(errs))
 
     problems: list[str] = []
@@ -130,15 +104,19 @@ def inspect(path: str | Path) -> InspectReport:
 def _check(folder: Path, manifest: Manifest, notes: list[str],
            problems: list[str]) -> InspectReport:
     m = manifest.raw
+    header: str | None = None
     for key in ("source", "header"):
         ref = m[key]
         data = _read(folder, ref["file"], problems)
         if data is not None and hashlib.sha256(data).hexdigest() != ref["sha256"]:
             problems.append(f"{ref['file']}: sha256 differs from the manifest")
+        elif data is not None and key == "header":
+            header = data.decode("utf-8", "replace")
     if m["mask"]["sha256"] != hashlib.sha256(m["mask"]["source"].encode()).hexdigest():
         problems.append("mask: sha256 does not match mask.source")
 
     kernels: list[KernelReport] = []
+    infos: dict[str, KernelInfo] = {}
     seen: set[tuple[str, str, int]] = set()
     for k in m["kernels"]:
         tag = f"{k['file']}"
@@ -163,6 +141,7 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
             problems.append(f"{tag}: no entry point {k['symbol']} in the cubin")
             continue
         info = cub.kernel(k["symbol"])
+        infos[k["symbol"]] = info
         claimed = {
             "registers": info.registers,
             "shared_static": info.shared_static,
@@ -172,13 +151,6 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
             if k[field] != actual:
                 problems.append(f"{tag}: manifest says {field} {k[field]}, the cubin {actual}")
         maps = k.get("tensor_maps", [])
-        want = param_bytes(m["descriptor"]["size"], len(maps))
-        if info.param_bytes and info.param_bytes != want:
-            problems.append(
-                f"{tag}: kernel takes {info.param_bytes} parameter bytes, the descriptor is "
-                f"{m['descriptor']['size']}" + (f" and {len(maps)} tensor maps make {want}"
-                                                if maps else "")
-            )
         if [t.get("tensor") for t in maps] != [t.tensor for t in tensor_maps(k["kernel"])]:
             problems.append(f"{tag}: tensor_maps {maps} are not the {k['kernel']} kernel's")
         kernels.append(
@@ -202,6 +174,8 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
                 toolkit=cub.toolkit,
             )
         )
+    problems += launch_problems(m["mask"]["name"], m["kernels"], m["descriptor"]["size"],
+                                infos, header)
     if problems:
         raise ArtifactError(f"{folder}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     return InspectReport(
@@ -244,4 +218,10 @@ def report_text(r: InspectReport) -> str:
     lines = [head, ("  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))).rstrip()]
     lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines += [f"note: {n}" for n in r.notes]
+    lines += [
+        f"warning: {k.file}: {k.local_bytes} bytes of local memory per thread, "
+        f"{k.spill_stores} bytes spill stores, {k.spill_loads} bytes spill loads"
+        for k in r.kernels
+        if k.spill_stores or k.spill_loads or k.local_bytes
+    ]
     return "\n".join(lines)

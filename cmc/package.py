@@ -9,7 +9,7 @@ also what the staleness check (driver.check_stale) compares against.
 Nothing is written outside OUT/NAME: the mask name must be a C identifier, the folder must
 resolve inside OUT, and only plain file names are written. Files from an earlier build of
 the same mask that this build does not produce (a dropped variant's cubin) are removed, so
-the folder always equals a fresh build.
+the folder always equals a fresh build. The folder is written atomically (`package`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -333,28 +335,70 @@ def _ours(fname: str, name: str) -> bool:
 
 
 def _write(dest: Path, fname: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest, prefix=".tmp-")
+    with open(dest / fname, "xb") as f:  # a fresh folder: nothing to replace or follow
+        f.write(data)
+    os.chmod(dest / fname, 0o644)
+
+
+def check_out_dir(out_dir: Path, names: Sequence[str] = ()) -> None:
+    """Refuse, before anything is built, an OUT that cannot take artifact folders: a file, a
+    path through a file, an unwritable or read-only place, or a NAME that is not a folder.
+
+    It probes by creating (and removing) a temporary folder in OUT, so permissions, read-only
+    mounts and quotas are all answered by the file system itself."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"-o {out}: exists and is not a folder")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest / fname)  # replaces a link itself, never writes through it
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.mkdtemp(dir=out, prefix=".cmc-probe-")
+        os.rmdir(probe)
+    except OSError as e:
+        raise ArtifactError(f"-o {out}: cannot write there ({e.strerror or e})") from None
+    for name in names:
+        artifact_dir(out, name)
 
 
 def package(built: BuiltKernels, out_dir: Path, mask_file: str) -> Path:
-    """Write OUT/NAME/ and return it. The manifest is written last, each file atomically."""
+    """Write OUT/NAME/ atomically and return it.
+
+    Every file goes into a temporary sibling OUT/.NAME.tmp-*, which then takes NAME's place
+    by rename, so OUT/NAME is always either the previous build or this one, never a mixture.
+    Files in an old OUT/NAME that no build of NAME writes (notes of the user's) are carried
+    over; files of NAME's earlier builds that this build does not produce are dropped."""
     files = render_files(built, mask_file)
     name = built.source.table.mask.name
+    check_out_dir(out_dir)
     dest = artifact_dir(out_dir, name)
-    dest.mkdir(parents=True, exist_ok=True)
-    for fname, data in files.items():
-        _write(dest, fname, data)
-    for p in sorted(dest.iterdir()):
-        if p.name not in files and _ours(p.name, name) and (p.is_file() or p.is_symlink()):
-            p.unlink()
+    try:
+        staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{name}.tmp-"))
+    except OSError as e:
+        raise ArtifactError(f"{dest.parent}: cannot write there ({e.strerror or e})") from None
+    old: Path | None = None
+    try:
+        os.chmod(staging, 0o755)
+        for fname, data in files.items():
+            _write(staging, fname, data)
+        if dest.is_dir():
+            for p in sorted(dest.iterdir()):
+                if p.name not in files and not _ours(p.name, name) and p.is_file() \
+                        and not p.is_symlink():
+                    shutil.copy2(p, staging / p.name)
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{name}.old-"))
+            os.replace(dest, old / name)
+        os.replace(staging, dest)
+    except BaseException as e:
+        if old is not None and (old / name).exists() and not dest.exists():
+            os.replace(old / name, dest)  # put the previous build back
+        shutil.rmtree(staging, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise ArtifactError(f"{dest}: cannot write the artifact folder "
+                                f"({e.strerror or e}); it is unchanged") from None
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return dest
 
 

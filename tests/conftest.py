@@ -63,3 +63,12 @@ def emit_tiled(table, *, tiling=None, **kw):
         opts = Options(archs=tuple(kw.get("archs", DEFAULT_ARCHS)), kernel=kw.get("kernel", "auto"))
         tiling = tile(table, opts)
     return emit(table, tiling=tiling, **kw)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The CI fuzz's counts, so that a CI log shows how much was generated and how it ended."""
+    from .test_fuzz_parse import FUZZ_COUNTS
+
+    if FUZZ_COUNTS["inputs"]:
+        terminalreporter.write_line(
+            "cli fuzz: " + ", ".join(f"{k} {v}" for k, v in FUZZ_COUNTS.items()))

@@ -405,3 +405,75 @@ def test_constant_expressions_fold_with_floor_semantics(n):
             assume(False)
         raise
     assert mask.allows == (Cmp("<", Var("k"), Const(value)),), n.text
+
+
+# --------------------------------------------------------------------------- CI fuzz of the CLI
+
+FUZZ_EXAMPLES = int(__import__("os").environ.get("CMC_FUZZ_EXAMPLES", 10_000))
+FUZZ_SECONDS = 5.0  # per input: no input may take longer to check
+FUZZ_COUNTS = {"inputs": 0, "ok": 0, "positioned": 0, "unpositioned": 0, "usage": 0}
+_NAMES = ["W", "C", "P", "R", "n", "x", ""]
+_VALUES = ["1", "0", "-3", "64", "0x10", "abc", "99999999999", "", "1,2,3", "5,1", "-1,4"]
+
+
+@st.composite
+def fuzz_files(draw) -> str:
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return draw(masks())[0]
+    if kind == 1:
+        return draw(st.sampled_from(SAMPLE_TEXTS))
+    if kind == 2:
+        text = draw(st.sampled_from(SAMPLE_TEXTS))
+        i = draw(st.integers(0, len(text)))
+        return text[:i] + draw(st.sampled_from(FRAGMENTS)) + text[i + draw(st.integers(0, 3)):]
+    return " ".join(draw(st.lists(st.sampled_from(FRAGMENTS), max_size=30)))
+
+
+@st.composite
+def fuzz_options(draw) -> list[str]:
+    opts: list[str] = []
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):
+        opts += ["-D", f"{draw(st.sampled_from(_NAMES))}={draw(st.sampled_from(_VALUES))}"]
+    if draw(st.booleans()):
+        return ["check", *opts, *(["-q"] if draw(st.booleans()) else [])]
+    opts += ["--len", str(draw(st.sampled_from([1, 7, 64, 300, 100, 33, 0])))]
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):
+        opts += ["--param", f"{draw(st.sampled_from(_NAMES))}={draw(st.sampled_from(_VALUES))}"]
+    opts += ["--tile", draw(st.sampled_from(["128x128", "16x32", "64x64", "8x8", "0x4", "ax1"]))]
+    return ["show", *opts]
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(fuzz_files(), fuzz_options())
+def test_cli_fuzz_every_input_gets_an_answer(tmp_path_factory, text, options):
+    """Every file and option set: exit 0, a positioned error about the file, or a named
+    usage/value error; never a traceback, never longer than FUZZ_SECONDS."""
+    import time
+
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    path = tmp_path_factory.getbasetemp() / "fuzz.mask"
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    cmd, rest = options[0], options[1:]
+    started = time.monotonic()
+    r = CliRunner().invoke(cli, [cmd, str(path), *rest])
+    took = time.monotonic() - started
+    FUZZ_COUNTS["inputs"] += 1
+    assert took < FUZZ_SECONDS, (took, text, options)
+    assert r.exception is None or isinstance(r.exception, SystemExit), (r.exception, text, options)
+    assert "Traceback" not in r.output
+    assert r.exit_code in (0, 1, 2), (r.exit_code, r.output)
+    if r.exit_code == 0:
+        FUZZ_COUNTS["ok"] += 1
+    elif r.exit_code == 2:
+        FUZZ_COUNTS["usage"] += 1
+        assert "rror" in r.output, r.output
+    elif re.search(rf"^{re.escape(str(path))}:\d+:\d+: (error|warning): ", r.output, re.M):
+        FUZZ_COUNTS["positioned"] += 1
+    else:  # a CmcError about a command-line value (-D, --param), or the file as a whole
+        FUZZ_COUNTS["unpositioned"] += 1
+        assert r.output.startswith(("error: -D ", "error: --", f"{path}: ")), (r.output, options)

@@ -76,6 +76,8 @@ class Manifest:
 
 
 def _need(d: Mapping[str, Any], key: str, where: str, typ: type | tuple[type, ...]) -> Any:
+    if not isinstance(d, Mapping):
+        raise ArtifactError(f"manifest: {where} is a {type(d).__name__}, not an object")
     if key not in d:
         raise ArtifactError(f"manifest: {where} has no {key!r}")
     v = d[key]
@@ -176,25 +178,42 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
 MANIFEST = "manifest.json"
 
 
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def parse_manifest_bytes(data: bytes, where: str) -> dict[str, Any]:
+    """bytes -> a JSON object, refusing oversized or absurdly nested input (json.loads raises
+    RecursionError there) with an ArtifactError, as inspect and load both need."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ArtifactError(f"{where}: {len(data)} bytes, more than any manifest "
+                            f"({MAX_MANIFEST_BYTES} allowed)")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ArtifactError(f"{where}: not a manifest (JSON nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise ArtifactError(f"{where}: the manifest is not a JSON object")
+    return obj
+
+
 def read_manifest_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The manifest's path and JSON object, of this schema version (path: the artifact
     folder or the manifest itself)."""
     p = Path(path)
     mpath = p if p.is_file() else p / MANIFEST
     try:
-        raw = json.loads(mpath.read_text(encoding="utf-8"))
+        data = mpath.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{mpath}: no {MANIFEST} (compile the mask first: "
                             "cmc compile x.mask -o out/)") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{mpath}: not valid JSON ({e})") from None
     except OSError as e:
         raise ArtifactError(f"{mpath}: cannot read the manifest: {e}") from e
-    if not isinstance(raw, dict):
-        raise ArtifactError(f"{mpath}: the manifest is not a JSON object")
+    raw = parse_manifest_bytes(data, str(mpath))
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ArtifactError(f"{mpath}: schema_version {version!r}, this cmc reads "
+        raise ArtifactError(f"{mpath}: schema_version {version!r:.40}, this cmc reads "
                             f"{SCHEMA_VERSION}; recompile with this cmc")
     return mpath, raw
 
