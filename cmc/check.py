@@ -19,6 +19,7 @@ from . import ast, ir
 from .contract import DEFAULT_RANGE, LEN_MAX, Affine, ParamRange
 from .errors import Diagnostic, MaskError, Span
 from .parse import KEYWORDS
+from .ranges import I64_MAX, I64_MIN, Range, RangeEnv, step, value_range
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 MAX_NAME = 64
@@ -55,6 +56,7 @@ class _V:
     depth: int = 1
     size: int = 1
     segments: str = ""  # the parameter name, when kind == "segments"
+    rng: Range | None = None  # an int's value range (None: a leaf, ranged on demand)
 
 
 _ERR = _V("error")
@@ -83,6 +85,10 @@ class _Checker:
         self.defines = defines
         self.diags: list[Diagnostic] = []
         self.defs: dict[str, _Def] = {}
+        # the declared parameter ranges so far (names are defined before use): what a user's
+        # expression is ranged over, so one that could leave int64 is an error here
+        self.param_ranges: dict[str, Range] = {}
+        self.range_env = RangeEnv(self.param_ranges)
         # every name a definition statement introduces -> line of its first definition, so a
         # use before the definition can say where the definition is
         self.later: dict[str, int] = {}
@@ -153,6 +159,7 @@ class _Checker:
                 self._check_descriptor_names(st, params)
                 if self._define(st.name, st.name_span, st.kind, pv):
                     params.append(ir.ParamDecl(st.name, st.kind, rng))
+                    self.param_ranges[st.name] = rng.extremes()
             elif isinstance(st, ast.LetStmt):
                 body = self._int(
                     st.expr, "a let defines an integer expression; use 'region' for a predicate"
@@ -444,7 +451,21 @@ class _Checker:
                 span,
             )
             return _ERR
-        return _V(kind, node, depth, size)
+        if kind != "int":
+            return _V(kind, node, depth, size)
+        rng = step(cast(ir.Expr, node), [self._range_of(p) for p in parts], self.range_env)
+        if not (I64_MIN <= rng[0] and rng[1] <= I64_MAX):
+            self.error(
+                f"this expression can reach [{rng[0]}, {rng[1]}] (q, k < len <= {LEN_MAX}, "
+                "parameters in their declared ranges), beyond int64: the kernels could not "
+                "compute it exactly; declare tighter parameter ranges or restructure it",
+                span,
+            )
+            return _ERR
+        return _V(kind, node, depth, size, rng=rng)
+
+    def _range_of(self, v: _V) -> Range:
+        return v.rng if v.rng is not None else value_range(cast(ir.Expr, v.node), self.range_env)
 
     def _name(self, e: ast.Name) -> _V:
         n = e.name
