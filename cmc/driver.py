@@ -11,10 +11,11 @@ from .errors import CmcError, MaskError, Span
 from .ir import LINEAR, IntervalTable, Mask, Tiling
 
 
-def read_source(path: str | Path) -> str:
+def read_source(path: str | Path, name: str | None = None) -> str:
     """A .mask file's text: at most MAX_FILE_BYTES are read (a larger file is refused without
     reading the rest), a UTF-8 byte-order mark is dropped, and bytes that are not UTF-8 are
-    a MaskError at their line and column, with the line shown (U+FFFD for the bad bytes)."""
+    a MaskError at their line and column, with the line shown (U+FFFD for the bad bytes).
+    `name` is the file name messages give (default: path)."""
     from .parse import MAX_FILE_BYTES
 
     try:
@@ -26,7 +27,7 @@ def read_source(path: str | Path) -> str:
         raise CmcError(f"{path}: cannot read ({e.strerror})") from None
     if len(data) > MAX_FILE_BYTES:
         raise MaskError.at(f"the file is larger than {MAX_FILE_BYTES} bytes (1 MiB), the limit "
-                           "for a mask file", Span(str(path), 1, 1, 1, 1))
+                           "for a mask file", Span(name or str(path), 1, 1, 1, 1))
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -39,7 +40,7 @@ def read_source(path: str | Path) -> str:
         bad = data[start:e.end + (start - e.start)]
         raise MaskError.at(f"not UTF-8 text: byte 0x{bad[:1].hex()} ({e.reason}); a mask "
                            "file is UTF-8",
-                           Span(str(path), line, col, line, col + 1, shown)) from None
+                           Span(name or str(path), line, col, line, col + 1, shown)) from None
 
 
 def front(path: str | Path, defines: Mapping[str, int] | None = None) -> IntervalTable:
