@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the runtime imports this module: no compiler module at run 
     from .ir import Mask
 
 # The manifest's format (cmc/package.py writes it, cmc/runtime/manifest.py reads it).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: params carry their declared range
 
 CTYPES = {
     "uint64_t": (8, "Q"),

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 from . import ast, ir
 from .contract import DEFAULT_RANGE, LEN_MAX, Affine, ParamRange
-from .errors import Diagnostic, MaskError, Span
+from .errors import Diagnostic, MaskError, Span, echo
 from .parse import KEYWORDS
+from .ranges import I64_MAX, I64_MIN, Range, RangeEnv, step, value_range
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 MAX_NAME = 64
@@ -55,6 +56,8 @@ class _V:
     depth: int = 1
     size: int = 1
     segments: str = ""  # the parameter name, when kind == "segments"
+    rng: Range | None = None  # an int's value range (None: a leaf, ranged on demand)
+    inlined: bool = False  # holds a let or region body (messages about size say so)
 
 
 _ERR = _V("error")
@@ -83,6 +86,10 @@ class _Checker:
         self.defines = defines
         self.diags: list[Diagnostic] = []
         self.defs: dict[str, _Def] = {}
+        # the declared parameter ranges so far (names are defined before use): what a user's
+        # expression is ranged over, so one that could leave int64 is an error here
+        self.param_ranges: dict[str, Range] = {}
+        self.range_env = RangeEnv(self.param_ranges)
         # every name a definition statement introduces -> line of its first definition, so a
         # use before the definition can say where the definition is
         self.later: dict[str, int] = {}
@@ -153,6 +160,7 @@ class _Checker:
                 self._check_descriptor_names(st, params)
                 if self._define(st.name, st.name_span, st.kind, pv):
                     params.append(ir.ParamDecl(st.name, st.kind, rng))
+                    self.param_ranges[st.name] = rng.extremes()
             elif isinstance(st, ast.LetStmt):
                 body = self._int(
                     st.expr, "a let defines an integer expression; use 'region' for a predicate"
@@ -211,7 +219,7 @@ class _Checker:
 
     def _check_name(self, name: str, span: Span) -> bool:
         if name in RESERVED:
-            self.error(f"'{name}' is a reserved word and cannot be used as a name", span)
+            self.error(f"'{echo(name)}' is a reserved word and cannot be used as a name", span)
             return False
         if len(name) > MAX_NAME:
             self.error(f"name is {len(name)} characters long; names have at most {MAX_NAME}", span)
@@ -224,7 +232,7 @@ class _Checker:
         if name in self.defs:
             first = self.defs[name]
             self.error(
-                f"'{name}' is already defined on line {first.line} (as {_KIND_WORDS[first.kind]})",
+                f"'{echo(name)}' is already defined on line {first.line} (as {_KIND_WORDS[first.kind]})",
                 span,
             )
             return False
@@ -234,11 +242,11 @@ class _Checker:
     def _define_value(self, name: str) -> int:
         raw = self.defines[name]
         if isinstance(raw, bool) or not isinstance(raw, int):
-            self.error(f"-D {name}={raw!r}: the value must be an integer", None)
+            self.error(f"-D {echo(name)}={raw!r}: the value must be an integer", None)
             return 0
         if not INT32_MIN <= raw <= INT32_MAX:
             self.error(
-                f"-D {name}={raw}: the value is outside the int32 range "
+                f"-D {echo(name)}={raw}: the value is outside the int32 range "
                 f"({INT32_MIN} to {INT32_MAX})",
                 None,
             )
@@ -252,7 +260,7 @@ class _Checker:
                 continue
             if d is not None:
                 self.error(
-                    f"-D {name}={raw}: '{name}' is {_KIND_WORDS[d.kind]}, not a const "
+                    f"-D {echo(name)}={raw}: '{echo(name)}' is {_KIND_WORDS[d.kind]}, not a const "
                     "(-D sets only consts)",
                     None,
                 )
@@ -265,7 +273,7 @@ class _Checker:
                 hint = f" (its consts: {', '.join(consts)})"
             else:
                 hint = " (it has no consts)"
-            self.error(f"-D {name}={raw}: this mask has no const named '{name}'{hint}", None)
+            self.error(f"-D {echo(name)}={raw}: this mask has no const named '{echo(name)}'{hint}", None)
 
     # ------------------------------------------------------------------ expressions
 
@@ -316,9 +324,9 @@ class _Checker:
             for seg, other in ((p, st), (st, p)):
                 if seg.kind == "segments" and other.name in (f"{seg.name}_offsets",
                                                              f"{seg.name}_starts"):
-                    self.error(f"parameter '{other.name}' collides with the descriptor field of "
-                               f"segments parameter '{seg.name}' ({seg.name}_offsets, "
-                               f"{seg.name}_starts); rename one", st.name_span)
+                    self.error(f"parameter '{echo(other.name)}' collides with the descriptor field of "
+                               f"segments parameter '{echo(seg.name)}' ({echo(seg.name)}_offsets, "
+                               f"{echo(seg.name)}_starts); rename one", st.name_span)
 
     def _int(self, e: ast.Expr, wrong_kind: str = "") -> _V:
         v = self._expr(e)
@@ -331,9 +339,9 @@ class _Checker:
             return _ERR
         if v.kind == "segments":
             self.error(
-                f"'{v.segments}' is a segments parameter, not an integer; use "
-                f"seg({v.segments}, i), seg_start({v.segments}, i), "
-                f"seg_end({v.segments}, i) or same({v.segments}, a, b)",
+                f"'{echo(v.segments)}' is a segments parameter, not an integer; use "
+                f"seg({echo(v.segments)}, i), seg_start({echo(v.segments)}, i), "
+                f"seg_end({echo(v.segments)}, i) or same({echo(v.segments)}, a, b)",
                 e.span,
             )
             return _ERR
@@ -350,8 +358,8 @@ class _Checker:
             return _ERR
         if v.kind == "segments":
             self.error(
-                f"'{v.segments}' is a segments parameter, not a predicate; "
-                f"use same({v.segments}, q, k)",
+                f"'{echo(v.segments)}' is a segments parameter, not a predicate; "
+                f"use same({echo(v.segments)}, q, k)",
                 e.span,
             )
             return _ERR
@@ -430,41 +438,53 @@ class _Checker:
     def _compose(self, kind: Kind, node: ir.Expr | ir.Pred, parts: Sequence[_V], span: Span) -> _V:
         depth = 1 + max((p.depth for p in parts), default=0)
         size = 1 + sum(p.size for p in parts)
+        inlined = any(p.inlined for p in parts)
+        after = " after inlining the let and region names it uses" if inlined else ""
         if depth > MAX_IR_DEPTH:
-            self.error(
-                f"expression too deeply nested after inlining let and region names "
-                f"(more than {MAX_IR_DEPTH} levels)",
-                span,
-            )
+            self.error(f"this expression is nested more than {MAX_IR_DEPTH} levels deep{after}",
+                       span)
             return _ERR
         if size > MAX_IR_SIZE:
+            self.error(f"this expression has more than {MAX_IR_SIZE} operators and operands"
+                       f"{after}", span)
+            return _ERR
+        if kind != "int":
+            return _V(kind, node, depth, size, inlined=inlined)
+        rng = step(cast(ir.Expr, node), [self._range_of(p) for p in parts], self.range_env)
+        if not (I64_MIN <= rng[0] and rng[1] <= I64_MAX):
             self.error(
-                f"expression too large after inlining let and region names "
-                f"(more than {MAX_IR_SIZE} nodes)",
+                f"this expression can reach [{rng[0]}, {rng[1]}] (q, k < len <= {LEN_MAX}, "
+                "parameters in their declared ranges), beyond int64: the kernels could not "
+                "compute it exactly; declare tighter parameter ranges or restructure it",
                 span,
             )
             return _ERR
-        return _V(kind, node, depth, size)
+        return _V(kind, node, depth, size, rng=rng, inlined=inlined)
+
+    def _range_of(self, v: _V) -> Range:
+        return v.rng if v.rng is not None else value_range(cast(ir.Expr, v.node), self.range_env)
 
     def _name(self, e: ast.Name) -> _V:
         n = e.name
         if n in VARS:
             return _V("int", ir.Var(n))
         if n in FUNCTIONS:
-            self.error(f"'{n}' is a function; call it as {n}(...)", e.span)
+            self.error(f"'{echo(n)}' is a function; call it as {echo(n)}(...)", e.span)
             return _ERR
         d = self.defs.get(n)
         if d is not None:
+            if d.kind in ("let", "region") and d.value.kind != "error":
+                return replace(d.value, inlined=True)
             return d.value
         if n in self.later:
             self.error(
-                f"'{n}' is used before its definition on line {self.later[n]} "
+                f"'{echo(n)}' is used before its definition on line {self.later[n]} "
                 "(names must be defined before use)",
                 e.span,
             )
             return _ERR
         hint = _suggest(n, [*self.defs, *VARS, *self.later])
-        self.error(f"unknown name '{_short(n)}'" + (f"; {hint}" if hint else ""), e.span)
+        self.error(f"unknown name '{echo(n)}'" + (f"; {hint}" if hint else ""), e.span)
         return _ERR
 
     def _binop(self, e: ast.BinOp) -> _V:
@@ -506,18 +526,18 @@ class _Checker:
             for arg in args:  # still report problems inside the arguments
                 self._expr(arg)
             if fn in self.defs or fn in VARS:
-                self.error(f"'{fn}' is not a function", e.fn_span)
+                self.error(f"'{echo(fn)}' is not a function", e.fn_span)
             else:
                 hint = _suggest(fn, list(FUNCTIONS))
                 self.error(
-                    f"unknown function '{_short(fn)}'"
+                    f"unknown function '{echo(fn)}'"
                     + (f"; {hint}" if hint else f" (functions: {', '.join(FUNCTIONS)})"),
                     e.fn_span,
                 )
             return _ERR
         if fn in ("min", "max"):
             if len(args) < 2:
-                self._arity(e, f"{fn} takes at least 2 arguments")
+                self._arity(e, f"{echo(fn)} takes at least 2 arguments")
                 return _ERR
             vals = [self._int(arg) for arg in args]
             if any(v.kind == "error" for v in vals):
@@ -541,8 +561,8 @@ class _Checker:
             return self._compose("int", ir.Call("abs", (cast(ir.Expr, x.node),)), [x], e.span)
         want = 2 if fn in SEG_FUNCS else 3
         if len(args) != want:
-            shape = f"{fn}(S, i)" if want == 2 else "same(S, a, b)"
-            self._arity(e, f"{fn} takes {want} arguments ({shape}, S a segments parameter)")
+            shape = f"{echo(fn)}(S, i)" if want == 2 else "same(S, a, b)"
+            self._arity(e, f"{echo(fn)} takes {want} arguments ({shape}, S a segments parameter)")
             return _ERR
         segs = self._segments_arg(fn, args[0])
         rest = [self._int(arg) for arg in args[1:]]
@@ -564,7 +584,7 @@ class _Checker:
         if not isinstance(a, ast.Name):
             self._expr(a)
             self.error(
-                f"the first argument of {fn} must be the name of a segments parameter", a.span
+                f"the first argument of {echo(fn)} must be the name of a segments parameter", a.span
             )
             return None
         d = self.defs.get(a.name)
@@ -574,14 +594,14 @@ class _Checker:
             if d.value.kind == "error":
                 return None
             self.error(
-                f"the first argument of {fn} must be a segments parameter; "
-                f"'{a.name}' is {_KIND_WORDS[d.kind]}",
+                f"the first argument of {echo(fn)} must be a segments parameter; "
+                f"'{echo(a.name)}' is {_KIND_WORDS[d.kind]}",
                 a.span,
             )
             return None
         if a.name in VARS:
             self.error(
-                f"the first argument of {fn} must be a segments parameter, not '{a.name}'", a.span
+                f"the first argument of {echo(fn)} must be a segments parameter, not '{echo(a.name)}'", a.span
             )
             return None
         self._name(a)  # unknown / used before definition
@@ -619,9 +639,9 @@ def _suggest(name: str, candidates: Sequence[str]) -> str:
     """'did you mean ...?' for a misspelt name, or ''."""
     for c in candidates:
         if c.lower() == name.lower():
-            return f"did you mean '{c}'?"
+            return f"did you mean '{echo(c)}'?"
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else ""
+    return f"did you mean '{echo(close[0])}'?" if close else ""
 
 
 def _affine_in_len(e: ir.Expr | ir.Pred) -> Affine | None:
@@ -652,7 +672,7 @@ def _what(e: ast.Expr, defs: Mapping[str, _Def]) -> str:
     """' ('hist' is a let ...)' when the offending expression is a defined name."""
     if isinstance(e, ast.Name) and e.name in defs:
         d = defs[e.name]
-        return f" ('{e.name}' is {_SHORT_KIND[d.kind]}, line {d.line})"
+        return f" ('{echo(e.name)}' is {_SHORT_KIND[d.kind]}, line {d.line})"
     return ""
 
 

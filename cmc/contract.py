@@ -99,24 +99,37 @@ def check_in_range(name: str, values: np.ndarray, rng: ParamRange,
                    lengths: np.ndarray | None) -> None:
     """Rule 'must be in the declared range': values[b] within rng at lengths[b].
 
-    Without lengths (not readable here) only the len-free ends are checked."""
-    vals = np.asarray(values, dtype=np.int64)
+    A sequence of length 0 has no rows, so no expression ever reads its value at that len;
+    its value need only lie in the range's hull over every len (`extremes()`), which is what
+    the compiler assumed when it typed the kernels' arithmetic (so [1, len] accepts 5 for an
+    empty sequence, but not 0). Without lengths (a device cu_seqlens that cannot be read)
+    every value is held to that hull as well."""
+    vals = np.asarray(values, dtype=np.int64).reshape(-1)
     if vals.size and (vals.min() < INT32_MIN or vals.max() > INT32_MAX):
         b = int(np.nonzero((vals < INT32_MIN) | (vals > INT32_MAX))[0][0])
         raise ParamError(name, f"must fit int32; sequence {b} has {int(vals[b])}")
+    hull_lo, hull_hi = rng.extremes()
     if lengths is None:
-        if rng.uses_len:
-            return
-        lens = np.zeros_like(vals)
-    else:
-        lens = np.asarray(lengths, dtype=np.int64)
-    lo = rng.lo.len_coef * lens + rng.lo.add
-    hi = rng.hi.len_coef * lens + rng.hi.add
+        bad = np.nonzero((vals < hull_lo) | (vals > hull_hi))[0]
+        if bad.size:
+            b = int(bad[0])
+            hull = f" (for some len: [{hull_lo}, {hull_hi}])" if rng.uses_len else ""
+            raise ParamError(name, f"must be in the declared range {rng.text()}{hull}; "
+                                   f"got {int(vals[b])}")
+        return
+    lens = np.broadcast_to(np.asarray(lengths, dtype=np.int64).reshape(-1), vals.shape)
+    lo = np.where(lens > 0, rng.lo.len_coef * lens + rng.lo.add, hull_lo)
+    hi = np.where(lens > 0, rng.hi.len_coef * lens + rng.hi.add, hull_hi)
     bad = np.nonzero((vals < lo) | (vals > hi))[0]
     if bad.size:
         b = int(bad[0])
-        where = f"; sequence {b} has len {int(lens[b])} and value {int(vals[b])}" \
-            if rng.uses_len else f"; got {int(vals[b])}"
+        if not rng.uses_len:
+            where = f"; got {int(vals[b])}"
+        elif lens[b] == 0:
+            where = (f"; sequence {b} is empty, so its value need only lie in [{hull_lo}, "
+                     f"{hull_hi}] (the range over every len), and is {int(vals[b])}")
+        else:
+            where = f"; sequence {b} has len {int(lens[b])} and value {int(vals[b])}"
         raise ParamError(name, f"must be in the declared range {rng.text()}{where}")
 
 

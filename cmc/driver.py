@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .artifacts import DEFAULT_ARCHS, BuiltKernels, EmittedSource
-from .errors import CmcError
+from .errors import CmcError, MaskError, Span
 from .ir import LINEAR, IntervalTable, Mask, Tiling
 from .kernels import SPECS, forward_kinds
 
@@ -25,15 +25,36 @@ STAGES = ("parse", "check", "lower", "tile", "emit", "build", "package")
 EMIT_STOPS = {"itab": "lower", "cu": "emit", "cubin": "package"}
 
 
-def read_source(path: str | Path) -> str:
+def read_source(path: str | Path, name: str | None = None) -> str:
+    """A .mask file's text: at most MAX_FILE_BYTES are read (a larger file is refused without
+    reading the rest), a UTF-8 byte-order mark is dropped, and bytes that are not UTF-8 are
+    a MaskError at their line and column, with the line shown (U+FFFD for the bad bytes).
+    `name` is the file name messages give (default: path)."""
+    from .parse import MAX_FILE_BYTES
+
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise CmcError(f"{path}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise CmcError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise CmcError(f"{path}: cannot read ({e.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise MaskError.at(f"the file is larger than {MAX_FILE_BYTES} bytes (1 MiB), the limit "
+                           "for a mask file", Span(name or str(path), 1, 1, 1, 1))
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+        start = e.start + bom if e.object is not data else e.start
+        line_start = data.rfind(b"\n", 0, start) + 1
+        line = data.count(b"\n", bom, start) + 1
+        col = len(data[max(line_start, bom):start].decode("utf-8", "replace")) + 1
+        shown = data[bom:].decode("utf-8", "replace")
+        bad = data[start:e.end + (start - e.start)]
+        raise MaskError.at(f"not UTF-8 text: byte 0x{bad[:1].hex()} ({e.reason}); a mask "
+                           "file is UTF-8",
+                           Span(name or str(path), line, col, line, col + 1, shown)) from None
 
 
 @dataclass(frozen=True)

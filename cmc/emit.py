@@ -17,7 +17,7 @@ the top of that header):
 
 Integer semantics follow cmc/evaluate.py exactly: floor division and remainder, x / 0 == 0,
 x % 0 == x. Every expression node gets a static value range (q, k, len within int32, params
-int32); a node whose range fits int32 is computed in int32, anything else in int64, so no
+in their declared ranges, which the runtime enforces); a node whose range fits int32 is computed in int32, anything else in int64, so no
 intermediate overflows where evaluate's int64 would not.
 
 Only identifiers that pass abi.check_identifier and Python ints reach the C text; the mask's
@@ -312,6 +312,12 @@ class _Scope:
     index: str | None = None
     index_range: tuple[int, int] = (0, 0)
     tables: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    # each int parameter's declared range over every len (the runtime enforces it), which
+    # types the arithmetic it meets; a name missing here is any int32
+    ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    def param_range(self, name: str) -> tuple[int, int]:
+        return self.ranges.get(name, (I32_MIN, I32_MAX))
 
     def param(self, name: str) -> str:
         kind = self.params.get(name)
@@ -415,7 +421,7 @@ class _ExactGen:
                 return _C("s.len", 0, self.len_max)
             raise ValueError(f"unknown variable {e.name!r} in a mask predicate")
         if isinstance(e, ParamRef):
-            return _C(self.scope.param(e.name), I32_MIN, I32_MAX)
+            return _C(self.scope.param(e.name), *self.scope.param_range(e.name))
         if isinstance(e, BinOp):
             return self._binop(e, mode)
         if isinstance(e, Neg):
@@ -764,7 +770,9 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
     mask = table.mask
     _check_table(table)
     params = {check_identifier(p.name): p.kind for p in mask.params}
-    scope = _Scope(params)
+    ranges = {check_identifier(p.name): p.range.extremes() for p in mask.params
+              if p.kind != "segments"}
+    scope = _Scope(params, ranges=ranges)
 
     seq_fields = ["int len;", "cmc_i64 tok0;"]
     seq_lines = [
@@ -813,7 +821,7 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         tabs: dict[str, str] = {}
         if term.family is not None:
             fam = term.family
-            tscope = _Scope(params, fam.index, (fam.start, fam.stop - 1), {})
+            tscope = _Scope(params, fam.index, (fam.start, fam.stop - 1), {}, ranges)
             for tj, (tname, vals) in enumerate(fam.tables):
                 arr = f"{prefix}{ti}_{tj}"
                 tabs[tname] = arr

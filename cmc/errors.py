@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MAX_ECHO = 64  # characters of a name or token quoted in a message (names have at most 64)
+MAX_MESSAGE = 1000  # characters of one message: a backstop for anything echoed untruncated
+MAX_SHOWN_LINE = 160  # characters of the source line shown above the caret
+
+
+def echo(text: str, limit: int = MAX_ECHO) -> str:
+    """Input text as a message may quote it: at most `limit` characters, so a 1 MB name or
+    line is never printed in full (every valid name fits the default)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 
 @dataclass(frozen=True)
 class Span:
@@ -40,13 +51,21 @@ class Diagnostic:
         if self.span is None:
             return f"{self.severity}: {self.message}"
         s = self.span
-        head = f"{s.file}:{s.line}:{s.col}: {self.severity}: {self.message}"
+        head = f"{s.file}:{s.line}:{s.col}: {self.severity}: {echo(self.message, MAX_MESSAGE)}"
         text = s.source_line()
         if not text:
             return head
         width = (s.end_col - s.col) if s.end_line == s.line and s.end_col > s.col else 1
         width = max(1, min(width, len(text) - s.col + 1)) if len(text) >= s.col else 1
-        caret = " " * (s.col - 1) + "^" * width
+        col = s.col - 1
+        if len(text) > MAX_SHOWN_LINE:  # a window around the caret, with ... on cut sides
+            start = max(0, min(col - MAX_SHOWN_LINE // 4, len(text) - MAX_SHOWN_LINE))
+            cut_left, cut_right = start > 0, start + MAX_SHOWN_LINE < len(text)
+            text = ("..." if cut_left else "") + text[start:start + MAX_SHOWN_LINE] + \
+                ("..." if cut_right else "")
+            col = col - start + (3 if cut_left else 0)
+            width = max(1, min(width, len(text) - col - (3 if cut_right else 0)))
+        caret = " " * col + "^" * width
         return f"{head}\n  {text}\n  {caret}"
 
 

@@ -74,6 +74,15 @@ def _validate(x: Any, s: Mapping[str, Any], root: Mapping[str, Any], at: str,
         elif key == "enum":
             if not any(x == w and type(x) is type(w) for w in want):
                 out.append(f"{where}: {x!r:.60} is not one of {want!r}")
+        elif key == "if":
+            branch = s.get("then") if not _errors_of(x, want, root, at) else s.get("else")
+            if branch is not None:
+                _validate(x, branch, root, at, out)
+        elif key in ("then", "else"):
+            continue  # applied by "if"
+        elif key == "not":
+            if not _errors_of(x, want, root, at):
+                out.append(f"{where}: {x!r:.60} matches a form that is not allowed")
         elif key == "oneOf":
             hits = sum(not _errors_of(x, alt, root, at) for alt in want)
             if hits != 1:

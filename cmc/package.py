@@ -40,6 +40,8 @@ from .resources import jinja_env
 if TYPE_CHECKING:
     import jinja2
 
+    from .ir import ParamDecl
+
 MANIFEST = "manifest.json"
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -201,6 +203,15 @@ def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
     }
 
 
+def param_dict(p: ParamDecl) -> dict[str, Any]:
+    """One params entry; an int parameter carries its declared range, the contract the
+    compiler assumed and the runtime checks (segments starts always lie in [0, len])."""
+    out: dict[str, Any] = {"name": p.name, "kind": p.kind}
+    if p.kind != "segments":
+        out["range"] = p.range.to_json()
+    return out
+
+
 def manifest_dict(
     built: BuiltKernels, mask_file: str, source_bytes: bytes, header_bytes: bytes
 ) -> dict[str, Any]:
@@ -218,7 +229,7 @@ def manifest_dict(
             "sha256": sha256(mask.source.encode()),
         },
         "constants": dict(mask.consts),
-        "params": [{"name": p.name, "kind": p.kind} for p in mask.params],
+        "params": [param_dict(p) for p in mask.params],
         "descriptor": descriptor_dict(src.layout),
         "interval_table": table_dict(src.table),
         "layout": layout_dict(src.layout),

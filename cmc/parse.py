@@ -26,6 +26,13 @@ from .errors import Diagnostic, MaskError, Span
 
 MAX_DEPTH = 100  # expression nesting (brackets, operators, unary chains) per statement
 MAX_BRACKETS = 64  # open ( and [ at once
+# Limits on the input, checked before parsing so that any input is answered in about a second
+# (the parser costs tens of microseconds per token; the largest sample has under 300 tokens).
+MAX_FILE_BYTES = 1 << 20  # 1 MiB of UTF-8
+MAX_LINE_CHARS = 4096
+MAX_STATEMENTS = 1000
+MAX_TOKENS = 20_000
+BOM = "\ufeff"
 
 KEYWORDS = frozenset(
     "mask doc const param let region allow deny int batch segments in and or not true false".split()
@@ -94,14 +101,64 @@ def parse(text: str, filename: str = "<string>") -> ast.Module:
     """Parse one .mask file. Raises MaskError (with position and caret) on a syntax error."""
     if not isinstance(text, str):
         raise MaskError(Diagnostic(f"expected mask text as str, got {type(text).__name__}", None))
+    if text.startswith(BOM):  # a UTF-8 byte-order mark is not part of the mask
+        text = text[1:]
     spans_source = _EXTRA_BREAKS.sub(" ", text)
     ctx = _Ctx(filename, spans_source)
+    _check_limits(text, ctx)
     try:
         tree = _run_parser(text if text.endswith("\n") else text + "\n", ctx)
         stmts = _Builder(ctx).build(tree)
     except RecursionError:
         raise MaskError(Diagnostic("the file is nested too deeply to parse", None)) from None
     return ast.Module(tuple(stmts), text, filename)
+
+
+# a string, a comment, a name or number, or one other character: what the lexer would
+# make tokens of, cheaply (comments and blanks are skipped when counting)
+_ROUGH_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|[A-Za-z_0-9]+|[^\sA-Za-z_0-9]')
+
+
+def _check_limits(text: str, ctx: _Ctx) -> None:
+    """File size, line length, statement and token counts, before any parsing: each error
+    says the limit, and no echoed text is longer than the caret picture's window."""
+    size = len(text) if len(text) > MAX_FILE_BYTES else len(text.encode("utf-8", "replace"))
+    if size > MAX_FILE_BYTES:
+        raise ctx.error(f"the file is {size} bytes long; a mask file has at most "
+                        f"{MAX_FILE_BYTES} bytes (1 MiB)", ctx.span(1, 1, 1, 2))
+    line_no, depth, statements, tokens = 1, 0, 0, 0
+    for i, line in enumerate(text.split("\n"), 1):
+        if len(line.rstrip("\r")) > MAX_LINE_CHARS:
+            raise ctx.error(f"line {i} is {len(line.rstrip(chr(13)))} characters long; lines "
+                            f"have at most {MAX_LINE_CHARS} (wrap a long expression inside "
+                            "brackets)", ctx.span(i, MAX_LINE_CHARS + 1, i, MAX_LINE_CHARS + 2))
+    line_start = 0
+    starts_statement = True  # the next token at bracket depth 0 on a new line starts one
+    for m in _ROUGH_TOKEN.finditer(text):
+        tok = m.group()
+        if tok[0] == "#":
+            continue
+        nl = text.count("\n", line_start, m.start())
+        if nl:
+            line_no += nl
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            starts_statement = depth == 0
+        col = m.start() - line_start + 1
+        tokens += 1
+        if tokens > MAX_TOKENS:
+            raise ctx.error(f"the file has more than {MAX_TOKENS} tokens (names, numbers, "
+                            f"operators); a mask file has at most {MAX_TOKENS}",
+                            ctx.span(line_no, col, line_no, col + len(tok)))
+        if starts_statement:
+            starts_statement = False
+            statements += 1
+            if statements > MAX_STATEMENTS:
+                raise ctx.error(f"more than {MAX_STATEMENTS} statements; a mask file has at "
+                                f"most {MAX_STATEMENTS}", ctx.span(line_no, col, line_no, col + 1))
+        if tok in "([":
+            depth += 1
+        elif tok in ")]":
+            depth = max(0, depth - 1)
 
 
 class _Ctx:

@@ -69,6 +69,20 @@ def value_range(e: Expr, env: RangeEnv, seen: list[int] | None = None) -> Range:
 
 
 def _range(e: Expr, env: RangeEnv, seen: list[int] | None) -> Range:
+    if isinstance(e, (Neg, BinOp)):
+        kids = [e.a] if isinstance(e, Neg) else [e.a, e.b]
+        return step(e, [value_range(x, env, seen) for x in kids], env)
+    if isinstance(e, Call):
+        return step(e, [value_range(x, env, seen) for x in e.args], env)
+    if isinstance(e, SegFn):
+        value_range(e.arg, env, seen)
+    return step(e, [], env)
+
+
+def step(e: Expr, args: list[Range], env: RangeEnv) -> Range:
+    """The range of e from its operands' ranges (`args`, in operand order; none for a leaf
+    or SegFn): one step of value_range, so the checker can range expressions as it builds
+    them."""
     if isinstance(e, Const):
         return (e.value, e.value)
     if isinstance(e, Var):
@@ -80,10 +94,10 @@ def _range(e: Expr, env: RangeEnv, seen: list[int] | None) -> Range:
     if isinstance(e, ParamRef):
         return env.params.get(e.name, (I32_MIN, I32_MAX))
     if isinstance(e, Neg):
-        lo, hi = value_range(e.a, env, seen)
+        lo, hi = args[0]
         return (-hi, -lo)
     if isinstance(e, BinOp):
-        a, b = value_range(e.a, env, seen), value_range(e.b, env, seen)
+        a, b = args
         if e.op == "+":
             return (a[0] + b[0], a[1] + b[1])
         if e.op == "-":
@@ -95,14 +109,12 @@ def _range(e: Expr, env: RangeEnv, seen: list[int] | None) -> Range:
             return _div(a, b)
         return _mod(a, b)
     if isinstance(e, Call):
-        rs = [value_range(x, env, seen) for x in e.args]
         if e.fn == "abs":
-            lo, hi = rs[0]
+            lo, hi = args[0]
             return (lo, hi) if lo >= 0 else (-hi, -lo) if hi <= 0 else (0, max(-lo, hi))
         pick = min if e.fn == "min" else max
-        return (pick(r[0] for r in rs), pick(r[1] for r in rs))
+        return (pick(r[0] for r in args), pick(r[1] for r in args))
     if isinstance(e, SegFn):
-        value_range(e.arg, env, seen)
         return (-1, LEN_MAX - 1) if e.fn == "seg" else (0, LEN_MAX)
     if isinstance(e, TableRef):
         return env.tables.get(e.table, (I32_MIN, I32_MAX))

@@ -14,6 +14,7 @@ import pytest
 
 from cmc.check import check
 from cmc.config import regen_golden
+from cmc.driver import read_source
 from cmc.errors import CmcError, MaskError
 from cmc.parse import parse
 
@@ -35,9 +36,9 @@ def _defines(text: str) -> dict[str, int]:
 
 def diagnostics_for(path: Path) -> str:
     """What `cmc check` would print for one file (no traceback, every error)."""
-    text = path.read_text()
     rel = path.relative_to(ROOT).as_posix()
     try:
+        text = read_source(path, rel)  # as the CLI reads it: BOM, undecodable bytes, size
         check(parse(text, rel), _defines(text))
     except MaskError as e:
         return e.format() + "\n"

@@ -68,9 +68,9 @@ def test_writes_the_artifact_folder(built, tmp_path):
     }
     assert m["constants"] == {"W": 4, "A_FIRST": 1}
     assert m["params"] == [
-        {"name": "n_targets", "kind": "batch"},
+        {"name": "n_targets", "kind": "batch", "range": {"lo": [0, -2**31], "hi": [0, 2**31 - 1]}},
         {"name": "docs", "kind": "segments"},
-        {"name": "window", "kind": "scalar"},
+        {"name": "window", "kind": "scalar", "range": {"lo": [0, -2**31], "hi": [0, 2**31 - 1]}},
     ]
     d = m["descriptor"]
     assert (d["struct"], d["size"], d["align"]) == ("cmc_demo_desc", LAYOUT.size, 8)

@@ -23,6 +23,7 @@ from cuda.bindings import driver as cu
 from cmc import kernels
 from cmc.abi import CTYPES, DescriptorLayout, descriptor_layout
 from cmc.artifacts import SCHEMA_VERSION
+from cmc.contract import FULL_INT32, Affine, ParamRange
 from cmc.errors import ArtifactError, ParamError
 from cmc.ir import Mask, ParamDecl
 from cmc.runtime import _driver, device, loader
@@ -222,6 +223,8 @@ def test_max_len():
 
 DECLS = [("window", "scalar"), ("n_targets", "batch"), ("docs", "segments")]
 LENS = np.array([10, 4])
+ZERO_TO_LEN = ParamRange(Affine(0, 0), Affine(1, 0))
+RANGES = {"n_targets": ZERO_TO_LEN}
 
 
 def good(**over):
@@ -231,7 +234,7 @@ def good(**over):
 
 
 def test_params_pack():
-    out = check_params(DECLS, good(), batch=2, lengths=LENS)
+    out = check_params(DECLS, good(), batch=2, lengths=LENS, ranges=RANGES)
     assert out[0].value == 7
     assert out[1].arrays[0].dtype == np.int32 and out[1].arrays[0].tolist() == [2, 4]
     offsets, starts = out[2].arrays
@@ -241,7 +244,7 @@ def test_params_pack():
 
 def test_params_broadcast_int_and_numpy():
     out = check_params(DECLS, good(n_targets=3, docs=np.array([[1, 2], [3, 4]])), batch=2,
-                       lengths=LENS)
+                       lengths=LENS, ranges=RANGES)
     assert out[1].arrays[0].tolist() == [3, 3]
     assert out[2].arrays[1].tolist() == [1, 2, 3, 4]
 
@@ -263,15 +266,49 @@ def test_params_broadcast_int_and_numpy():
 ])
 def test_param_rules(over, param, words):
     with pytest.raises(ParamError) as e:
-        check_params(DECLS, good(**over), batch=2, lengths=LENS)
+        check_params(DECLS, good(**over), batch=2, lengths=LENS, ranges=RANGES)
     assert e.value.param == param and words in e.value.rule
+
+
+def test_params_follow_the_declared_range_not_a_fixed_one():
+    """The runtime checks exactly the manifest's ranges: a prefix longer than its sequence is
+    fine without a declared range, and a range like [1, len - 1] is enforced per sequence."""
+    d = [("n", "batch"), ("w", "scalar")]
+    out = check_params(d, {"n": [99, -3], "w": -7}, batch=2, lengths=LENS)  # default: int32
+    assert out[0].arrays[0].tolist() == [99, -3] and out[1].value == -7
+    ranges = {"n": ParamRange(Affine(0, 1), Affine(1, -1)), "w": ParamRange(Affine(0, 0),
+                                                                           Affine(0, 64))}
+    check_params(d, {"n": [9, 3], "w": 64}, batch=2, lengths=LENS, ranges=ranges)
+    for given, param, words in [({"n": [10, 3], "w": 0}, "n", "[1, len - 1]; sequence 0 has len 10"),
+                                ({"n": [1, 0], "w": 0}, "n", "sequence 1 has len 4 and value 0"),
+                                ({"n": 2**31, "w": 0}, "n", "int32"),
+                                ({"n": [1, 1], "w": 65}, "w", "declared range [0, 64]; got 65")]:
+        with pytest.raises(ParamError) as e:
+            check_params(d, given, batch=2, lengths=LENS, ranges=ranges)
+        assert e.value.param == param and words in e.value.rule, e.value.rule
+
+
+def test_empty_sequence_value_needs_only_the_hull():
+    """len 0: no row reads the value, but the kernels' arithmetic was typed for the range over
+    every len, so [1, len] takes 5 (or 1) for an empty sequence, never 0 or a negative."""
+    d = [("n", "batch")]
+    ranges = {"n": ParamRange(Affine(0, 1), Affine(1, 0))}
+    lens = np.array([0, 3])
+    check_params(d, {"n": [5, 3]}, batch=2, lengths=lens, ranges=ranges)
+    with pytest.raises(ParamError) as e:
+        check_params(d, {"n": [0, 3]}, batch=2, lengths=lens, ranges=ranges)
+    assert "sequence 0 is empty" in e.value.rule and "[1, 2147483647]" in e.value.rule
+    # lengths unknown (device cu_seqlens during capture): the hull as well
+    check_params(d, {"n": [7, 1]}, batch=2, lengths=None, ranges=ranges)
+    with pytest.raises(ParamError):
+        check_params(d, {"n": [7, 0]}, batch=2, lengths=None, ranges=ranges)
 
 
 def test_missing_param():
     p = good()
     del p["docs"]
     with pytest.raises(ParamError) as e:
-        check_params(DECLS, p, batch=2, lengths=LENS)
+        check_params(DECLS, p, batch=2, lengths=LENS, ranges=RANGES)
     assert e.value.param == "docs" and "missing" in e.value.rule
 
 
@@ -371,10 +408,11 @@ def test_device_params_are_range_checked_through_a_host_copy():
     d = [("n_targets", "batch")]
     good_arr, bad_arr = FakeDeviceInts([1, 4], ptr=0x5000), FakeDeviceInts([1, 5], ptr=0x6000)
     read = reader({0x5000: [1, 4], 0x6000: [1, 5]})
-    out = check_params(d, {"n_targets": good_arr}, batch=2, lengths=LENS, device=None, read=read)
+    out = check_params(d, {"n_targets": good_arr}, batch=2, lengths=LENS, device=None, read=read,
+                       ranges=RANGES)
     assert isinstance(out[0].arrays[0], ArrayInfo) and out[0].arrays[0].ptr == 0x5000
     with pytest.raises(ParamError) as e:
-        check_params(d, {"n_targets": bad_arr}, batch=2, lengths=LENS, read=read)
+        check_params(d, {"n_targets": bad_arr}, batch=2, lengths=LENS, read=read, ranges=RANGES)
     assert e.value.param == "n_targets" and "[0, len]" in e.value.rule
     # during capture (read=None) the values cannot be checked, the shape and type still are
     check_params(d, {"n_targets": bad_arr}, batch=2, lengths=LENS, read=None)
@@ -583,7 +621,10 @@ def write_artifact(root: Path, name: str = "hstu", params=(("n_targets", "batch"
     manifest = {
         "schema_version": SCHEMA_VERSION, "cmc_version": "0.1.0",
         "mask": {"name": name, "doc": "", "file": f"{name}.mask", "source": "", "sha256": ""},
-        "constants": {}, "params": [{"name": n, "kind": k} for n, k in params],
+        "constants": {}, "params": [{"name": n, "kind": k} if k == "segments" else
+                                    {"name": n, "kind": k, "range": (ZERO_TO_LEN if k == "batch"
+                                                                     else FULL_INT32).to_json()}
+                                    for n, k in params],
         "descriptor": {"struct": layout.struct_name, "size": layout.size, "align": layout.align,
                        "fields": [{"name": f.name, "ctype": f.ctype, "offset": f.offset,
                                    "size": f.size, "param": f.param, "role": f.role}
@@ -635,6 +676,9 @@ def test_missing_cubin_names_the_file(tmp_path):
     (lambda m: m["kernels"][0].update(dtype="fp8"), "dtype"),
     (lambda m: m["kernels"][0].update(grid=["os.system('x')", "heads_q", "batch"]), "grid"),
     (lambda m: m["params"][0].update(kind="tensor"), "unknown kind"),
+    (lambda m: m["params"][0].pop("range"), "range"),
+    (lambda m: m["params"][0].update(range={"lo": [0, 0]}), "range"),
+    (lambda m: m["params"][0].update(range={"lo": [0, 0], "hi": [0, 2**40]}), "int32"),
     (lambda m: m["descriptor"]["fields"].pop(0), "header field"),
     (lambda m: m["descriptor"]["fields"][-1].update(role="value"), "role"),
     (lambda m: m["descriptor"]["fields"][1].update(offset=4), "offset"),

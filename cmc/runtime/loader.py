@@ -268,7 +268,8 @@ class Attention:
                 lengths = np.full(nb, mlen, dtype=np.int64)
                 host.append(("cu_seqlens", batch_cu_seqlens(nb, mlen)))
             packed_params = check_params(self.manifest.params, params, batch=nb,
-                                         lengths=lengths, device=dev, read=read, stream=sh)
+                                         lengths=lengths, device=dev, read=read, stream=sh,
+                                         ranges=self.manifest.ranges)
             values: dict[str, int] = {}
             for fname, val in self._param_slots(packed_params):
                 if isinstance(val, int):
@@ -404,7 +405,8 @@ class Attention:
             lengths = np.full(batch, mlen, dtype=np.int64)
             seq_ptr = 0  # filled from the cache below, once everything else is checked
         packed_params = check_params(self.manifest.params, params, batch=batch, lengths=lengths,
-                                     device=device, read=read, stream=sh)
+                                     device=device, read=read, stream=sh,
+                                     ranges=self.manifest.ranges)
         slog2 = scale_log2(scale, geo.head_dim)
         if capturing and (uploads.items or any(isinstance(a, np.ndarray)
                                                for p in packed_params for a in p.arrays)):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..abi import (
     DescriptorLayout,
     Field,
 )
+from ..contract import INT32_MAX, INT32_MIN, ParamRange
 from ..errors import ArtifactError
 from .params import parse_grid_expr
 
@@ -66,6 +67,8 @@ class Manifest:
     params: tuple[tuple[str, str], ...]  # (name, kind) in declaration order
     layout: DescriptorLayout
     kernels: tuple[KernelEntry, ...]
+    # the declared range of each int parameter: the contract the kernels were compiled for
+    ranges: Mapping[str, ParamRange] = field(default_factory=dict)
 
     def param_fields(self) -> dict[str, dict[str, Field]]:
         out: dict[str, dict[str, Field]] = {}
@@ -233,6 +236,24 @@ def read_params(raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(params)
 
 
+def read_ranges(raw: Mapping[str, Any]) -> dict[str, ParamRange]:
+    """The declared range of every int parameter (required: the compiler assumed it, so a
+    runtime that checked less could pass values the kernels were not compiled for)."""
+    out: dict[str, ParamRange] = {}
+    for i, pr in enumerate(_need(raw, "params", "manifest", list)):
+        if pr.get("kind") == "segments":
+            continue
+        try:
+            rng = ParamRange.from_json(_need(pr, "range", f"params[{i}]", dict))
+        except ValueError as e:
+            raise ArtifactError(f"manifest: params[{i}]: {e}") from None
+        ends = (rng.lo.len_coef, rng.lo.add, rng.hi.len_coef, rng.hi.add)
+        if not all(INT32_MIN <= x <= INT32_MAX for x in ends):
+            raise ArtifactError(f"manifest: params[{i}]: range ends must be int32")
+        out[str(pr["name"])] = rng
+    return out
+
+
 def read_name(mpath: Path, raw: Mapping[str, Any]) -> str:
     mask_info = raw.get("mask")
     mask: Mapping[str, Any] = mask_info if isinstance(mask_info, dict) else {}
@@ -247,7 +268,7 @@ def parse_manifest(mpath: Path, raw: Mapping[str, Any]) -> Manifest:
     if not kernels:
         raise ArtifactError(f"{mpath}: the manifest lists no kernels")
     return Manifest(mpath.parent, read_name(mpath, raw), raw, params, _read_layout(raw, params),
-                    kernels)
+                    kernels, read_ranges(raw))
 
 
 def read_manifest(path: str | Path) -> Manifest:
@@ -278,4 +299,4 @@ def verify_cubins(m: Manifest) -> dict[str, bytes]:
 
 
 __all__ = ["DEFAULT_GRID", "MANIFEST", "RESERVED", "KernelEntry", "Manifest", "parse_manifest",
-           "read_manifest", "read_manifest_json", "read_name", "read_params", "verify_cubins"]
+           "read_manifest", "read_manifest_json", "read_name", "read_params", "read_ranges", "verify_cubins"]

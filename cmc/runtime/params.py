@@ -21,11 +21,13 @@ Tensors (q, k, v, out):
 Sequences: cu_seqlens non-decreasing, starts at 0, ends at T; max_len, when given, is at
 least the longest sequence (a larger value only adds idle blocks).
 
-Mask parameters (every declared one present, no unknown ones):
-- scalar `int`: a Python int in the int32 range.
+Mask parameters (every declared one present, no unknown ones), checked by cmc/contract.py,
+the validator the oracle and `cmc show` use, against the range the manifest declares:
+- scalar `int`: a Python int in int32 ('must fit int32') and in its declared range ('must
+  be in the declared range'; by default every int32).
 - `int[batch]`: an int (same value for every sequence), a sequence or 1-D array of B ints,
-  or a device int32 array [B]; every value in [0, len_b] (positions or counts inside that
-  sequence).
+  or a device int32 array [B]; every value in int32 and in its declared range at len_b
+  (an empty sequence: in the range's hull over every len, since no row reads it).
 - `segments`: a list of B lists of starts (one list for B == 1 may be given flat), or
   `Segments(offsets, starts)` already packed (offsets int32 [B+1] into starts int32 []);
   each sequence's starts non-decreasing and inside [0, len_b].
@@ -44,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ..contract import DEFAULT_RANGE, ParamRange, check_in_range, check_int
 from ..errors import ArtifactError, ParamError
 from .arrays import ArrayInfo, host_or_device_ints
 
@@ -292,43 +295,32 @@ class PackedParam:
     arrays: tuple[np.ndarray | ArrayInfo, ...] = ()
 
 
-def _check_range(name: str, vals: np.ndarray, lengths: np.ndarray, what: str) -> None:
-    bad = np.nonzero((vals < 0) | (vals > lengths))[0]
-    if bad.size:
-        b = int(bad[0])
-        raise ParamError(name, f"{what} must be in [0, len] of its sequence; sequence {b} has "
-                               f"len {int(lengths[b])} and value {int(vals[b])}")
+def _scalar(name: str, v: Any, rng: ParamRange) -> PackedParam:
+    """Rule 'must be an int' and 'must fit int32' (contract.check_int), then 'must be in the
+    declared range' (a scalar's range never uses len)."""
+    iv = check_int(name, v)
+    check_in_range(name, np.array([iv]), rng, None)
+    return PackedParam(name, "scalar", value=iv)
 
 
-def _scalar(name: str, v: Any) -> PackedParam:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise ParamError(name, f"must be an int (scalar parameter); got {type(v).__name__}")
-    if not INT32_MIN <= int(v) <= INT32_MAX:
-        raise ParamError(name, f"must fit int32; got {int(v)}")
-    return PackedParam(name, "scalar", value=int(v))
-
-
-def _per_sequence(name: str, v: Any, batch: int, lengths: np.ndarray | None, device: int | None,
-                  read: ReadFn | None, stream: int) -> PackedParam:
+def _per_sequence(name: str, v: Any, rng: ParamRange, batch: int, lengths: np.ndarray | None,
+                  device: int | None, read: ReadFn | None, stream: int) -> PackedParam:
     if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
-        vals = np.full(batch, int(v), dtype=np.int64)
+        vals = np.full(batch, check_int(name, v), dtype=np.int64)
     else:
         got = host_or_device_ints(v, name, stream)
         if isinstance(got, ArrayInfo):
             check_int32_device(name, got, batch, device)
             if read is None:  # cannot copy (graph capture): shape/type checks only
                 return PackedParam(name, "batch", arrays=(got,))
-            if lengths is not None:
-                _check_range(name, np.asarray(read(got), dtype=np.int64), lengths,
-                             "per-sequence values")
+            check_in_range(name, np.asarray(read(got), dtype=np.int64), rng, lengths)
             return PackedParam(name, "batch", arrays=(got,))
         if got.ndim != 1 or got.shape[0] != batch:
             raise ParamError(name, f"needs one value per sequence: {batch} values "
                                    f"(got shape {list(got.shape)})")
         vals = got
-    if lengths is not None:
-        _check_range(name, vals, lengths, "per-sequence values")
-    return PackedParam(name, "batch", arrays=(_int32(name, vals),))
+    check_in_range(name, vals, rng, lengths)
+    return PackedParam(name, "batch", arrays=(vals.astype(np.int32),))
 
 
 def _pack_segments_fast(per_seq: Sequence[Sequence[int]],
@@ -464,11 +456,14 @@ def _packed_segments(name: str, v: Segments, batch: int, lengths: np.ndarray | N
 
 def check_params(decls: Sequence[tuple[str, str]], given: Mapping[str, Any], *, batch: int,
                  lengths: np.ndarray | None, device: int | None = None,
-                 read: ReadFn | None = None, stream: int = 0) -> list[PackedParam]:
+                 read: ReadFn | None = None, stream: int = 0,
+                 ranges: Mapping[str, ParamRange] | None = None) -> list[PackedParam]:
     """Every declared mask parameter present and valid, and no unknown ones.
 
     `lengths` (int64 [B]) are the sequence lengths when known; `read` copies a device int32
-    array to the host (None: values cannot be read, e.g. during graph capture).
+    array to the host (None: values cannot be read, e.g. during graph capture). `ranges`
+    are the declared ranges from the manifest (an int parameter missing there accepts every
+    int32, the language's default).
     """
     declared = [n for n, _ in decls]
     for name in given:
@@ -481,10 +476,11 @@ def check_params(decls: Sequence[tuple[str, str]], given: Mapping[str, Any], *, 
             raise ParamError(name, f"missing: the mask declares `param {name} : "
                                    f"{KIND_SYNTAX.get(kind, kind)}`")
         v = given[name]
+        rng = (ranges or {}).get(name, DEFAULT_RANGE)
         if kind == "scalar":
-            out.append(_scalar(name, v))
+            out.append(_scalar(name, v, rng))
         elif kind == "batch":
-            out.append(_per_sequence(name, v, batch, lengths, device, read, stream))
+            out.append(_per_sequence(name, v, rng, batch, lengths, device, read, stream))
         elif kind == "segments":
             out.append(_segments(name, v, batch, lengths, device, read, stream))
         else:
