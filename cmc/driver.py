@@ -48,6 +48,7 @@ class Options:
     cache: bool = True
     kernel: str = "auto"  # "auto": sm90 kernel on sm_90a; "portable": mma.sync everywhere
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
+    backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
 
 
 def tile(table: IntervalTable, opts: Options) -> Tiling:
@@ -64,7 +65,7 @@ def back(table: IntervalTable, opts: Options) -> EmittedSource:
     from .emit import emit
 
     return emit(table, dtypes=opts.dtypes, head_dims=opts.head_dims, archs=opts.archs,
-                kernel=opts.kernel, tiling=tile(table, opts))
+                kernel=opts.kernel, tiling=tile(table, opts), backward=opts.backward)
 
 
 def compile_file(
@@ -78,6 +79,7 @@ def compile_file(
     cache: bool = True,
     kernel: str = "auto",
     tiling: str = "auto",
+    backward: bool = True,
 ) -> Path:
     """parse -> check -> lower -> emit -> build -> package; returns OUT/NAME."""
     from .build import build
@@ -92,6 +94,7 @@ def compile_file(
         cache=cache,
         kernel=kernel,
         tiling=tiling,
+        backward=backward,
     )
     table = front(path, dict(opts.defines))
     source = back(table, opts)
