@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the runtime imports this module: no compiler module at run 
     from .ir import Mask
 
 # The manifest's format (cmc/package.py writes it, cmc/runtime/manifest.py reads it).
-SCHEMA_VERSION = 4  # 4: params carry their declared range
+SCHEMA_VERSION = 4  # 4: params carry their declared range; kernels their pass, role, params; the backward section
 
 CTYPES = {
     "uint64_t": (8, "Q"),
@@ -118,9 +118,36 @@ def tensor_maps_offset(desc_size: int) -> int:
     return -(-end // TENSOR_MAP_ALIGN) * TENSOR_MAP_ALIGN - PARAM_CBANK_BASE
 
 
-def param_bytes(desc_size: int, n_maps: int) -> int:
-    """Bytes of the kernel's parameter block: the descriptor, then the maps (if any)."""
+def param_bytes(desc_size: int, n_maps: int, bwd_args: bool = False) -> int:
+    """Bytes of the kernel's parameter block: the descriptor, then the maps (if any) or the
+    backward's cmc_bwd_args (8-byte aligned)."""
+    if bwd_args:
+        return (desc_size + BWD_ARGS_ALIGN - 1) // BWD_ARGS_ALIGN * BWD_ARGS_ALIGN + BWD_ARGS_SIZE
     return tensor_maps_offset(desc_size) + TENSOR_MAP_BYTES * n_maps if n_maps else desc_size
+
+
+def kernel_param_bytes(desc_size: int, kernel: str) -> int:
+    """param_bytes of a kind, from its launch parameters (kernels.KernelSpec.params)."""
+    s = spec(kernel)
+    return param_bytes(desc_size, len(tensor_maps(kernel)), "bwd_args" in s.params)
+
+
+# The backward's second launch parameter, `struct cmc_bwd_args` of
+# templates/cmc/attn_bwd_portable.cuh (the same for every mask): gradient outputs, the fp32
+# workspaces and their strides. /work/notes/bwd_contract.md; emit and the header assert it.
+BWD_ARGS_STRUCT = "cmc_bwd_args"
+BWD_ARGS_FIELDS: tuple[tuple[str, str], ...] = (
+    ("dout", "uint64_t"), ("dq", "uint64_t"), ("dk", "uint64_t"), ("dv", "uint64_t"),
+    ("dq_accum", "uint64_t"), ("dsum", "uint64_t"),
+    ("dout_stride_tok", "int64_t"), ("dout_stride_head", "int64_t"),
+    ("dq_stride_tok", "int64_t"), ("dq_stride_head", "int64_t"),
+    ("dk_stride_tok", "int64_t"), ("dk_stride_head", "int64_t"),
+    ("dv_stride_tok", "int64_t"), ("dv_stride_head", "int64_t"),
+    ("total_tokens", "int32_t"), ("flags", "int32_t"),
+)
+BWD_ARGS_ALIGN = 8
+BWD_ARGS_SIZE = 120
+BWD_FLAG_DETERMINISTIC = 1
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -162,6 +189,19 @@ class DescriptorLayout:
             lines.append(f"  {f.ctype} {f.name};")
         lines.append("};")
         return "\n".join(lines)
+
+
+def bwd_args_layout() -> DescriptorLayout:
+    """cmc_bwd_args as a layout (natural alignment, the order above): 120 bytes, align 8."""
+    fields, off = [], 0
+    for name, ctype in BWD_ARGS_FIELDS:
+        size = CTYPES[ctype][0]
+        off = (off + size - 1) // size * size
+        fields.append(Field(name, ctype, off, size))
+        off += size
+    total = (off + BWD_ARGS_ALIGN - 1) // BWD_ARGS_ALIGN * BWD_ARGS_ALIGN
+    assert total == BWD_ARGS_SIZE, total
+    return DescriptorLayout(BWD_ARGS_STRUCT, tuple(fields), total, BWD_ARGS_ALIGN)
 
 
 def check_identifier(name: str) -> str:

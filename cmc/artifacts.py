@@ -51,6 +51,11 @@ class EmittedSource:
     filename: str  # NAME.cu
     text: str  # the exact source handed to NVRTC (headers inlined: self-contained)
     variants: tuple[KernelVariant, ...]
+    transposed: IntervalTable | None = None  # the backward's table; None: forward only
+
+    @property
+    def backward(self) -> bool:
+        return self.transposed is not None
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import __version__, config
-from .abi import param_bytes, tensor_maps
+from .abi import kernel_param_bytes, tensor_maps
 from .artifacts import (
     SUPPORTED_ARCHS,
     BuiltCubin,
@@ -54,6 +54,7 @@ from .artifacts import (
 )
 from .cubin import Cubin, parse_ptxas_log, read_cubin, wgmma_pipeline_notes
 from .errors import ArtifactError, BuildError, UsageError
+from .kernels import spec
 
 BASE_OPTIONS = ("-std=c++17", "-default-device", "--ptxas-options=-v")
 CUDA_INCLUDE_TOKEN = "-I$CUDA_INCLUDE"
@@ -305,9 +306,11 @@ def _validate(
             f'`extern "C" __global__ void {v.symbol}(...)`'
         ) from None
     maps = tensor_maps(v.kernel)
-    want = param_bytes(source.layout.size, len(maps))
+    want = kernel_param_bytes(source.layout.size, v.kernel)
     if k.param_bytes and k.param_bytes != want:
         what = f" and {len(maps)} tensor maps" if maps else ""
+        if "bwd_args" in spec(v.kernel).params:
+            what = " and cmc_bwd_args"
         raise BuildError(
             f"{where}: kernel {v.symbol} takes {k.param_bytes} bytes of parameters, but the "
             f"descriptor {source.layout.struct_name} ({source.layout.size} bytes){what} "

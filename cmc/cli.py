@@ -215,14 +215,17 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
 @click.option("--tiling", type=click.Choice(["auto", "linear"]), default="auto",
               show_default=True,
               help="auto: the tile stage may cut grid masks into patches (sm90 kernel).")
+@click.option("--backward/--no-backward", default=True, show_default=True,
+              help="Also build the backward kernels (dQ, dK, dV); --no-backward keeps "
+                   "forward-only artifacts small.")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every kernel.")
 @_reports_errors
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
-                defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str, jobs: int,
-                check_only: bool,
+                defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
+                backward: bool, jobs: int, check_only: bool,
                 no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
@@ -245,7 +248,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
 
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
-                   tiling=tiling, cache=not no_cache)
+                   tiling=tiling, cache=not no_cache, backward=backward)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

@@ -67,6 +67,7 @@ class Options:
     cache: bool = True
     kernel: str = "auto"  # "auto": each arch's own kind (kernels.forward_kinds); "portable"
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
+    backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
 
     assert p.table is not None and p.tiling is not None
     return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
-                                       archs=opts.archs, kernel=opts.kernel, tiling=p.tiling))
+                                       archs=opts.archs, kernel=opts.kernel, tiling=p.tiling,
+                                       backward=opts.backward))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -203,6 +205,7 @@ def compile_file(
     cache: bool = True,
     kernel: str = "auto",
     tiling: str = "auto",
+    backward: bool = True,
 ) -> Path:
     """Every stage; returns OUT/NAME."""
     opts = Options(
@@ -214,6 +217,7 @@ def compile_file(
         cache=cache,
         kernel=kernel,
         tiling=tiling,
+        backward=backward,
     )
     artifact = run(path, opts, "package", Path(out_dir)).artifact
     assert artifact is not None

@@ -61,7 +61,15 @@ from .ir import (
     Var,
     nodes,
 )
-from .kernels import ROWS_PER_WARP, SPECS, KernelKind, KernelSpec, forward_kinds
+from .kernels import (
+    ROWS_PER_WARP,
+    SPECS,
+    KernelKind,
+    KernelSpec,
+    Pass,
+    backward_kinds,
+    forward_kinds,
+)
 from .resources import jinja_env, read_text
 
 TEMPLATE = "kernel.cu.j2"
@@ -953,11 +961,61 @@ def sm90_header_text() -> str:
     return header_text(SM90)
 
 
-def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks) -> str:
+def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
+                       archs: Sequence[str], n_terms: int, n_terms_t: int
+                       ) -> tuple[KernelVariant, ...]:
+    """One variant per (dtype, head dim) and backward kind (kernels.backward_kinds), each
+    its own cubin; a kind's plan is sized by the table it walks (kv: the transposed one)."""
+    out = []
+    for dt in dict.fromkeys(dtypes):
+        for hd in dict.fromkeys(head_dims):
+            for kind, kind_archs in backward_kinds(tuple(archs)):
+                s = SPECS[kind]
+                nt = n_terms_t if s.walks == "transposed" else n_terms
+                out.append(KernelVariant(
+                    symbol=s.symbol.format(mask=name, dtype=dt, head_dim=int(hd)),
+                    dtype=dt,
+                    head_dim=int(hd),
+                    block_m=s.block_m,
+                    block_n=s.block_n,
+                    threads=s.threads[int(hd)],
+                    smem_bytes=s.smem(int(hd), s.plan_ints(nt, None)),
+                    kernel=kind,
+                    archs=kind_archs,
+                ))
+    return tuple(out)
+
+
+def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
+                    struct_name: str) -> dict[str, object]:
+    """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant."""
+    headers = dict.fromkeys(h for v in variants for h in SPECS[v.kernel].headers)
+    return {
+        "tables": list(hooks_t.tables),
+        "hooks": render_hooks(hooks_t, struct_name, "cmc_hooks_t"),
+        "header": "\n\n".join(_read_resource(h).rstrip("\n") for h in headers),
+        "variants": [{
+            "symbol": check_identifier(v.symbol),
+            "define": v.define,
+            "threads": int(v.threads),
+            "smem_bytes": int(v.smem_bytes),
+            "threads_expr": SPECS[v.kernel].threads_expr.format(head_dim=int(v.head_dim)),
+            "smem_expr": SPECS[v.kernel].smem_expr.format(head_dim=int(v.head_dim)),
+            "entry": SPECS[v.kernel].entry.format(
+                head_dim=int(v.head_dim), bf16="true" if v.dtype == "bf16" else "false"),
+        } for v in variants],
+    }
+
+
+def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks,
+           hooks_t: Hooks | None = None) -> str:
+    """NAME.cu; with `hooks_t` (the transposed table's hooks) also the backward variants."""
     mask = table.mask
     name = check_identifier(mask.name)
     layout = descriptor_layout(mask)
     tmpl = _env().get_template(TEMPLATE)
+    fwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.FORWARD]
+    bwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.BACKWARD]
     return tmpl.render(
         mask_name=name,
         doc=sanitize_doc(mask.doc),
@@ -967,7 +1025,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         fields=_layout_fields(layout),
         kernel_header=header_text(PORTABLE),
         sm90_header=(header_text(SM90)
-                     if any(v.kernel is SM90.kind for v in variants) else ""),
+                     if any(v.kernel is SM90.kind for v in fwd) else ""),
         kinds=KernelKind,
         block_m=PORTABLE.block_m,
         block_n=PORTABLE.block_n,
@@ -975,6 +1033,8 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         tables=list(hooks.tables),
         mask_table=_mask_table(hooks.tiling.masks),
         hooks=render_hooks(hooks, check_identifier(layout.struct_name), "cmc_hooks"),
+        backward=(_backward_parts(bwd, hooks_t, check_identifier(layout.struct_name))
+                  if hooks_t is not None and bwd else None),
         variants=[{
             "symbol": check_identifier(v.symbol),
             "define": v.define,
@@ -984,7 +1044,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
             "threads": int(v.threads),
             "mt": rows_per_warp(int(v.head_dim)) // 16,
             "smem_bytes": int(v.smem_bytes),
-        } for v in variants],
+        } for v in fwd],
     )
 
 
@@ -1019,11 +1079,14 @@ def emit(
     kernel: str = "auto",
     *,
     tiling: Tiling,
+    backward: bool = False,
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
     portable (mma.sync) kernel elsewhere). `tiling` is the tile stage's, used by the kinds
-    that follow it (driver.tile)."""
+    that follow it (driver.tile). `backward` adds the transposed table's hooks (`cmc_hooks_t`),
+    the backward header and one variant per backward kind, dtype and head dim; without it
+    the text is the forward's alone."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     for a in archs:
@@ -1033,11 +1096,21 @@ def emit(
     hooks = build_hooks(table, tiling)
     variants = _variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)), hooks.n_terms,
                          kernel, hooks.tiling)
-    text = render(table, variants, hooks)
+    transposed = None
+    hooks_t = None
+    if backward:
+        from .transpose import transpose
+
+        transposed = transpose(table)
+        hooks_t = build_hooks(transposed, LINEAR, prefix="cmc_tabT")
+        variants += _backward_variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)),
+                                       hooks.n_terms, hooks_t.n_terms)
+    text = render(table, variants, hooks, hooks_t)
     return EmittedSource(
         table=table,
         layout=descriptor_layout(table.mask),
         filename=f"{name}.cu",
         text=text,
         variants=variants,
+        transposed=transposed,
     )

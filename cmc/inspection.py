@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .abi import descriptor_layout_of, tensor_maps
 from .cubin import KernelInfo, read_cubin
@@ -72,6 +73,43 @@ def _read(folder: Path, fname: str, problems: list[str]) -> bytes | None:
     return p.read_bytes()
 
 
+def _kind_problems(tag: str, k: dict[str, Any]) -> list[str]:
+    """The entry's pass, role and launch parameters are its kind's (cmc/kernels.py)."""
+    from .kernels import spec
+
+    try:
+        s = spec(k["kernel"])
+    except ValueError:
+        return [f"{tag}: unknown kernel kind {k['kernel']!r}"]
+    want = {"pass": s.pass_.value, "role": s.role, "params": list(s.params)}
+    return [f"{tag}: {key} {k[key]!r}, the {s.kind.value} kernel's is {v!r}"
+            for key, v in want.items() if k[key] != v]
+
+
+def _backward_problems(m: dict[str, Any]) -> list[str]:
+    """The backward section against this cmc's cmc_bwd_args and the kernels it lists: every
+    role of its sequences has a kernel on each arch, dtype and head dim that has any."""
+    from .package import bwd_args_dict
+
+    b = m.get("backward")
+    roles = {(k["arch"], k["dtype"], k["head_dim"], k["role"]) for k in m["kernels"]
+             if k["pass"] == "backward"}
+    if b is None:
+        return ["backward is null but the manifest lists backward kernels"] if roles else []
+    out = []
+    if b["args"] != bwd_args_dict():
+        out.append("backward.args: cmc_bwd_args differs from this cmc's (incompatible cmc?)")
+    need = {r for seq in b["sequence"].values() for r in seq}
+    groups = {(a, d, h) for a, d, h, _ in roles}
+    if not groups:
+        out.append("backward: no backward kernels listed")
+    for a, d, h in sorted(groups):
+        missing = sorted(r for r in need if (a, d, h, r) not in roles)
+        if missing:
+            out.append(f"backward: {a} {d} d{h} has no kernel for role(s) {', '.join(missing)}")
+    return out
+
+
 def inspect(path: str | Path) -> InspectReport:
     """Validate OUT/NAME; raise ArtifactError naming every problem, else report its kernels."""
     folder = Path(path)
@@ -114,13 +152,14 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
             header = data.decode("utf-8", "replace")
     if m["mask"]["sha256"] != hashlib.sha256(m["mask"]["source"].encode()).hexdigest():
         problems.append("mask: sha256 does not match mask.source")
+    problems += _backward_problems(dict(m))
 
     kernels: list[KernelReport] = []
     infos: dict[str, KernelInfo] = {}
-    seen: set[tuple[str, str, int]] = set()
+    seen: set[tuple[str, str, str, int]] = set()
     for k in m["kernels"]:
         tag = f"{k['file']}"
-        ident = (k["arch"], k["dtype"], k["head_dim"])
+        ident = (k["arch"], k["role"], k["dtype"], k["head_dim"])
         if ident in seen:
             problems.append(f"{tag}: a second kernel for {ident}")
         seen.add(ident)
@@ -151,6 +190,7 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
             if k[field] != actual:
                 problems.append(f"{tag}: manifest says {field} {k[field]}, the cubin {actual}")
         maps = k.get("tensor_maps", [])
+        problems += _kind_problems(tag, k)
         if [t.get("tensor") for t in maps] != [t.tensor for t in tensor_maps(k["kernel"])]:
             problems.append(f"{tag}: tensor_maps {maps} are not the {k['kernel']} kernel's")
         kernels.append(

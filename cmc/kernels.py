@@ -6,12 +6,15 @@ maps, persistence), the templates (header file, launch parameters) and the runti
 runtime may import it without pulling in the compiler; what a runtime needs of a kind at
 launch time it reads from the manifest, which package writes from these specs.
 
-Adding a kind (e.g. the backward's preprocess, per-key-tile dK/dV, deterministic dQ and dQ
-convert kernels): add a KernelKind member, a KernelSpec in SPECS with its own threads, tile
-shape, shared-memory and grid rules, its launch `params` (a backward kernel: ("desc",
-"bwd_args")) and `pass_=Pass.BACKWARD`, `cubin_group="backward"` (one cubin per dtype and
-head dim holds the group); then the entry point in templates/kernel.cu.j2 and, for a new
-launch parameter, its packing in the runtime. docs/architecture.md, "Where to change what".
+Adding a kind: a KernelKind member and a KernelSpec in SPECS with its own threads, tile
+shape, shared-memory and grid rules, launch `params` and `role`. Every kind is its own
+variant with its own cubin (one entry point per cubin). A kind whose `archs` names some
+archs replaces the portable kind of the same pass and role there (`kinds_for`): FWD_SM90
+replaces FWD_PORTABLE on sm_90a, and a later "bwd_kv_sm90" spec with role "kv" and
+archs ("sm_90a",) would replace BWD_KV the same way. Backward kinds carry their entry
+point (`entry`, `threads_expr`, `smem_expr`), so emit renders them without a template
+change; the forward's entry points are in templates/kernel.cu.j2. A new launch parameter
+also needs its packing in the runtime. docs/architecture.md, "Where to change what".
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ class KernelKind(str, Enum):
 
     FWD_PORTABLE = "portable"  # mma.sync, sm_80 and later
     FWD_SM90 = "sm90"  # wgmma + TMA, producer and two consumer warpgroups, sm_90a only
+    BWD_PRE = "bwd_pre"  # Dsum = rowsum(dO * O); zeroes the dQ workspace
+    BWD_KV = "bwd_kv"  # one key tile: dK, dV; dQ atomically into the workspace
+    BWD_DQ = "bwd_dq"  # deterministic mode: one query tile's dQ
+    BWD_POST = "bwd_post"  # dQ workspace * scale -> dtype
 
     def __str__(self) -> str:
         return self.value
@@ -62,6 +69,12 @@ class KernelSpec:
     cubin_group: str  # kernels of one group share a cubin per (dtype, head dim): "forward"
     symbol: str  # extern "C" name: {mask}, {dtype}, {head_dim}
     tag: str  # names the variant in cubin files and header macros: {dtype}, {head_dim}
+    role: str = "fwd"  # manifest "role": "fwd" | "pre" | "kv" | "dq" | "post"
+    walks: str = "forward"  # whose term count sizes the plan: "forward" | "transposed" table
+    # Backward kinds: the C++ of the generated entry point ({head_dim}, {bf16} filled).
+    entry: str = ""  # the device template call
+    threads_expr: str = ""  # launch bounds (static_assert'ed == threads)
+    smem_expr: str = ""  # dynamic shared memory (static_assert'ed == smem); "" for none
 
     def grid_rule(self, query_tiles: str, block_m: int) -> list[str]:
         """Grid dimensions as expressions over descriptor fields and max_ctas, for a variant
@@ -184,6 +197,118 @@ def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind,
     rest = tuple(a for a in archs if a not in taken)
     out = [(KernelKind.FWD_PORTABLE, rest)] if rest else []
     return out + list(claimed.items())
+
+
+# --------------------------------------------------------------------------- backward
+
+# cmc_bwd (templates/cmc/attn_bwd_portable.cuh): kPreRows, kBM, kBN; 4 warps in kv and dq.
+BWD_PRE_ROWS = 64
+BWD_BM = 64
+BWD_BN = 64
+BWD_THREADS = {"pre": 256, "kv": 128, "dq": 128, "post": 256}  # cmc_bwd::Cfg<D>::kThreads*
+
+
+def _bwd_plan_ints(n_terms: int, patch_key_tiles: int | None) -> int:
+    """The part-A plan of the portable kernels (linear): term ranges, runs, two counts."""
+    return 8 * n_terms + 2
+
+
+def _no_smem(head_dim: int, plan_ints: int) -> int:
+    return 0
+
+
+def _bwd_kv_smem(head_dim: int, plan_ints: int) -> int:
+    """cmc_bwd::smem_kv: K, V, Q x2, dO x2, LSE x2, Dsum x2, dS^T, the transposed plan."""
+    tile = 64 * head_dim * 2
+    fixed = 2 * tile + 4 * tile + 4 * BWD_BM * 4 + BWD_BN * BWD_BM * 2
+    return (fixed + plan_ints * 4 + 15) // 16 * 16
+
+
+def _bwd_dq_smem(head_dim: int, plan_ints: int) -> int:
+    """cmc_bwd::smem_dq: Q, dO, K x2, V x2, the forward plan."""
+    tile = 64 * head_dim * 2
+    return (6 * tile + plan_ints * 4 + 15) // 16 * 16
+
+
+def _bwd_spec(kind: KernelKind, role: str, block_m: int, smem: Callable[[int, int], int],
+              heads: str, walks: str, targs: str, smem_expr: str) -> KernelSpec:
+    cfg = {"pre": "kThreadsPre", "kv": "kThreadsKV", "dq": "kThreadsDQ", "post": "kThreadsPost"}
+    return KernelSpec(
+        kind=kind,
+        pass_=Pass.BACKWARD,
+        headers=("cmc/attn_bwd_portable.cuh",),
+        archs=None,
+        threads={64: BWD_THREADS[role], 128: BWD_THREADS[role]},
+        block_m=block_m,
+        block_n=BWD_BN,
+        stages={64: 1, 128: 1},
+        tiled=False,
+        plan_ints=_bwd_plan_ints,
+        smem=smem,
+        grid=("ceil_div(max_len, {block_m})", heads, "batch"),
+        work_counter=False,
+        persistent=False,
+        tensor_maps=(),
+        params=("desc", "bwd_args"),
+        cubin_group=kind.value,
+        symbol=f"cmc_{{mask}}_bwd_{role}_{{dtype}}_d{{head_dim}}",
+        tag=f"bwd_{role}_{{dtype}}_d{{head_dim}}",
+        role=role,
+        walks=walks,
+        entry=f"cmc_bwd::{role}<{targs}, {{bf16}}, {{head_dim}}>(desc, args)",
+        threads_expr=f"cmc_bwd::Cfg<{{head_dim}}>::{cfg[role]}",
+        smem_expr=smem_expr,
+    )
+
+
+BWD_SPECS: Mapping[KernelKind, KernelSpec] = {
+    KernelKind.BWD_PRE: _bwd_spec(KernelKind.BWD_PRE, "pre", BWD_PRE_ROWS, _no_smem, "heads_q",
+                                  "forward", "cmc_hooks", ""),
+    KernelKind.BWD_KV: _bwd_spec(
+        KernelKind.BWD_KV, "kv", BWD_BN, _bwd_kv_smem, "heads_kv", "transposed",
+        "cmc_hooks, cmc_hooks_t",
+        "cmc_bwd::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>()"),
+    KernelKind.BWD_DQ: _bwd_spec(KernelKind.BWD_DQ, "dq", BWD_BM, _bwd_dq_smem, "heads_q",
+                                 "forward", "cmc_hooks",
+                                 "cmc_bwd::smem_dq<{head_dim}, cmc_hooks::kTerms>()"),
+    KernelKind.BWD_POST: _bwd_spec(KernelKind.BWD_POST, "post", BWD_PRE_ROWS, _no_smem,
+                                   "heads_q", "forward", "cmc_hooks", ""),
+}
+SPECS = {**SPECS, **BWD_SPECS}
+
+# The manifest's backward "sequence": kernel roles in launch order per mode.
+BWD_SEQUENCE = {"atomic": ("pre", "kv", "post"), "deterministic": ("pre", "kv", "dq")}
+BWD_ROLES = ("pre", "kv", "dq", "post")
+
+
+def kinds_for(pass_: Pass, archs: tuple[str, ...], choice: str = "auto"
+              ) -> list[tuple[KernelKind, tuple[str, ...]]]:
+    """(kind, archs it is built for) of one pass, in variant order: per role, the portable
+    kind (archs None) gets every arch that no arch-specific kind of that role claims; with
+    choice "auto" the claiming kinds follow it, with "portable" they are not used."""
+    out: list[tuple[KernelKind, tuple[str, ...]]] = []
+    roles = list(dict.fromkeys(s.role for s in SPECS.values() if s.pass_ is pass_))
+    for role in roles:
+        mine = [s for s in SPECS.values() if s.pass_ is pass_ and s.role == role]
+        claimed: dict[KernelKind, tuple[str, ...]] = {}
+        if choice == "auto":
+            for s in mine:
+                if s.archs is not None:
+                    got = tuple(a for a in archs if a in s.archs)
+                    if got:
+                        claimed[s.kind] = got
+        taken = {a for got in claimed.values() for a in got}
+        rest = tuple(a for a in archs if a not in taken)
+        portable = [s.kind for s in mine if s.archs is None]
+        if rest and portable:
+            out.append((portable[0], rest))
+        out += list(claimed.items())
+    return out
+
+
+def backward_kinds(archs: tuple[str, ...]) -> list[tuple[KernelKind, tuple[str, ...]]]:
+    """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post)."""
+    return kinds_for(Pass.BACKWARD, archs)
 
 
 # --------------------------------------------------------------------------- launch policy

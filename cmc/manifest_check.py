@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from .abi import param_bytes, tensor_maps
+from .abi import kernel_param_bytes
 from .cubin import KernelInfo
 from .errors import ArtifactError
 from .resources import read_text
@@ -202,9 +202,8 @@ def launch_problems(name: str, kernels: Sequence[Mapping[str, Any]], descriptor_
         elif list(info.max_threads) != [k["threads"], 1, 1]:
             out.append(f"{tag}: manifest launches {k['threads']} threads, the cubin's launch "
                        f"bounds are {list(info.max_threads)}")
-        maps = len(tensor_maps(k["kernel"]))
-        if info.param_bytes != param_bytes(descriptor_size, maps):
-            out.append(f"{tag}: kernel takes {info.param_bytes} parameter bytes, the "
-                       f"descriptor of {descriptor_size} B and {maps} tensor map(s) make "
-                       f"{param_bytes(descriptor_size, maps)}")
+        want_bytes = kernel_param_bytes(descriptor_size, k["kernel"])
+        if info.param_bytes != want_bytes:
+            out.append(f"{tag}: kernel takes {info.param_bytes} parameter bytes, its launch "
+                       f"parameters {k.get('params', ['desc'])} make {want_bytes}")
     return out

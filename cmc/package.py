@@ -26,14 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .abi import (
+    BWD_FLAG_DETERMINISTIC,
     HEADER_FIELDS,
     DescriptorLayout,
+    bwd_args_layout,
     check_identifier,
     tensor_maps,
 )
 from .artifacts import SCHEMA_VERSION, BuiltCubin, BuiltKernels, KernelVariant
 from .errors import ArtifactError
-from .kernels import spec
+from .kernels import BWD_SEQUENCE, Pass, spec
 from .render import table_dict
 from .resources import jinja_env
 
@@ -174,7 +176,11 @@ def layout_dict(layout: DescriptorLayout) -> dict[str, Any]:
 def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
     v = _variant_of(built, c)
     r = c.resources
+    s = spec(v.kernel)
     return {
+        "pass": s.pass_.value,
+        "role": s.role,
+        "params": list(s.params),
         "symbol": c.symbol,
         "arch": c.arch,
         "file": c.filename,
@@ -212,6 +218,37 @@ def param_dict(p: ParamDecl) -> dict[str, Any]:
     return out
 
 
+def bwd_args_dict() -> dict[str, Any]:
+    """cmc_bwd_args, the backward kernels' second launch parameter (cmc/abi.py)."""
+    lay = bwd_args_layout()
+    return {
+        "struct": lay.struct_name,
+        "size": lay.size,
+        "align": lay.align,
+        "fields": [{"name": f.name, "ctype": f.ctype, "offset": f.offset, "size": f.size}
+                   for f in lay.fields],
+    }
+
+
+def backward_dict(built: BuiltKernels) -> dict[str, Any] | None:
+    """The manifest's "backward" section (None: compiled with --no-backward): the args
+    struct, the fp32 workspaces' rules, the launch order per mode, the transposed table."""
+    src = built.source
+    if src.transposed is None:
+        return None
+    return {
+        "args": bwd_args_dict(),
+        "workspace": {
+            "dq_accum": {"dtype": "float32", "shape": ["T", "heads_q", "head_dim"],
+                         "bytes": "4 * T * heads_q * head_dim"},
+            "dsum": {"dtype": "float32", "shape": ["heads_q", "T"],
+                     "bytes": "4 * T * heads_q"},
+        },
+        "sequence": {mode: list(roles) for mode, roles in BWD_SEQUENCE.items()},
+        "transposed_table": table_dict(src.transposed),
+    }
+
+
 def manifest_dict(
     built: BuiltKernels, mask_file: str, source_bytes: bytes, header_bytes: bytes
 ) -> dict[str, Any]:
@@ -236,6 +273,7 @@ def manifest_dict(
         "source": {"file": src.filename, "sha256": sha256(source_bytes)},
         "header": {"file": f"{name}.h", "sha256": sha256(header_bytes)},
         "kernels": [kernel_dict(built, c) for c in built.cubins],
+        "backward": backward_dict(built),
     }
 
 
@@ -258,11 +296,31 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
     name = safe_name(src.table.mask.name)
     up = name.upper()
     variants = []
+    bwd_variants = []
     for v in src.variants:
         cubins = [c for c in built.cubins if c.symbol == v.symbol]
         if not cubins:
             continue
         tag = v.tag
+        ks = spec(v.kernel)
+        if ks.pass_ is Pass.BACKWARD:
+            bwd_variants.append({
+                "tag": tag,
+                "TAG": tag.upper(),
+                "role": ks.role,
+                "symbol": _c_string(v.symbol),
+                "threads": v.threads,
+                "block_m": v.block_m,
+                "block_n": v.block_n,
+                "smem": v.smem_bytes,
+                "kernel": v.kernel.value,
+                "heads": "heads_kv" if "heads_kv" in ks.grid else "heads_q",
+                "cubins": [
+                    {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
+                    for c in cubins
+                ],
+            })
+            continue
         variants.append(
             {
                 "tag": tag,
@@ -300,6 +358,9 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
         size=src.layout.size,
         align=src.layout.align,
         variants=variants,
+        bwd_variants=bwd_variants,
+        bwd=bwd_args_layout() if src.transposed is not None else None,
+        bwd_flag_deterministic=BWD_FLAG_DETERMINISTIC,
     )
 
 

@@ -46,7 +46,7 @@ def test_demo_builds_against_the_emitted_header(tmp_path):
     from cmc.driver import compile_file
 
     art = compile_file(ROOT / "samples" / "causal.mask", tmp_path, archs=["sm_90a"],
-                       dtypes=["bf16"], head_dims=[128])
+                       dtypes=["bf16"], head_dims=[128], backward=False)
     r = compile_demo(art, tmp_path / "attn_demo")
     assert r.returncode == 0, r.stderr
     nm = shutil.which("nm")
@@ -71,7 +71,7 @@ def test_demo_without_a_driver_exits_2(tmp_path):
     if Path("/dev/nvidiactl").exists():
         pytest.skip("a GPU driver is present (tests/gpu runs the demo)")
     art = compile_file(ROOT / "samples" / "causal.mask", tmp_path, archs=["sm_90a"],
-                       dtypes=["bf16"], head_dims=[128])
+                       dtypes=["bf16"], head_dims=[128], backward=False)
     r = compile_demo(art, tmp_path / "attn_demo")
     assert r.returncode == 0, r.stderr
     run = subprocess.run([str(tmp_path / "attn_demo"), str(art)], capture_output=True,

@@ -16,7 +16,7 @@ from cmc.build import build, cuda_include_dir
 from cmc.ir import Tiling
 from cmc.package import package
 
-from .handmade import VARIANTS, emitted
+from .handmade import BWD_VARIANTS, VARIANTS, emitted
 
 CC, CXX = shutil.which("gcc"), shutil.which("g++")
 pytestmark = pytest.mark.skipif(not (CC and CXX), reason="needs gcc and g++")
@@ -153,3 +153,88 @@ def test_header_names_every_cubin(folder, manifest):
         assert f"#define CMC_DEMO_{tag}_PERSISTENT {int(k['kernel'] == 'sm90')}" in text
         assert f"#define CMC_DEMO_{tag}_DYNAMIC_SMEM {k['dynamic_smem']}u" in text
     assert "cuLaunchKernel" in text and "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES" in text
+
+
+# ------------------------------------------------------------------------------ backward
+
+
+@pytest.fixture(scope="module")
+def bwd_folder(tmp_path_factory) -> Path:
+    built: BuiltKernels = build(emitted(VARIANTS + BWD_VARIANTS), archs=["sm_80"], cache=False,
+                                jobs=2)
+    return package(built, tmp_path_factory.mktemp("bwd"), "demo.mask")
+
+
+@pytest.mark.parametrize("lang", ["c", "c++"])
+@pytest.mark.parametrize("driver_api", [False, True], ids=["plain", "driver_api"])
+def test_backward_header_compiles(bwd_folder, lang, driver_api):
+    extra = ["-DCMC_WITH_DRIVER_API", "-I", cuda_include_dir()] if driver_api else []
+    r = compile_(lang, bwd_folder / "demo.h", None, *extra)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("lang", ["c", "c++"])
+def test_backward_args_grid_and_workspace_match_the_manifest(bwd_folder, tmp_path, lang):
+    m = json.loads((bwd_folder / "manifest.json").read_text())
+    b = m["backward"]
+    lines = ['#include "demo.h"', "#include <stdio.h>", "#include <string.h>",
+             "int main(void) {", "  cmc_demo_desc d;", "  unsigned g[3];",
+             "  uint64_t wa, wb;",
+             '  printf("size %u\\n", (unsigned)sizeof(cmc_bwd_args));']
+    for f in b["args"]["fields"]:
+        lines.append(f'  printf("{f["name"]} %u\\n", (unsigned)offsetof(cmc_bwd_args, {f["name"]}));')
+    bwd = [k for k in m["kernels"] if k["pass"] == "backward"]
+    cases = [(0, 4, 2, 1), (1, 4, 2, 3), (130, 8, 2, 2), (4096, 16, 4, 1)]
+    for max_len, hq, hkv, batch in cases:
+        lines += ["  memset(&d, 0, sizeof d);",
+                  f"  d.max_len = {max_len}; d.heads_q = {hq}; d.heads_kv = {hkv};"
+                  f" d.batch = {batch};"]
+        for k in bwd:
+            t = _tag(k)
+            lines += [f"  cmc_demo_grid_{t}(&d, g);",
+                      f'  printf("grid {t} {max_len} {hq} {hkv} {batch} %u %u %u\\n", '
+                      "g[0], g[1], g[2]);"]
+    lines += ["  cmc_demo_bwd_workspace(1000u, 6u, 128u, &wa, &wb);",
+              '  printf("ws %llu %llu\\n", (unsigned long long)wa, (unsigned long long)wb);',
+              "  return 0;", "}"]
+    src = tmp_path / "probe.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "probe"
+    r = compile_(lang, src, exe, "-I", str(bwd_folder))
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    got, grids = {}, 0
+    for line in out.splitlines():
+        p = line.split()
+        if p[0] == "grid":
+            tag, max_len, hq, hkv, batch, *g = p[1], *map(int, p[2:])
+            k = next(k for k in bwd if _tag(k) == tag)
+            env = {"ceil_div": lambda a, b: -(-a // b), "max_len": max_len, "heads_q": hq,
+                   "heads_kv": hkv, "batch": batch, "__builtins__": {}}
+            assert g == [eval(e, env) for e in k["grid"]], (tag, max_len)
+            grids += 1
+        elif p[0] == "ws":
+            env = {"T": 1000, "heads_q": 6, "head_dim": 128, "__builtins__": {}}
+            assert [int(p[1]), int(p[2])] == [eval(b["workspace"][w]["bytes"], env)
+                                              for w in ("dq_accum", "dsum")]
+        else:
+            got[p[0]] = int(p[1])
+    assert grids == len(cases) * 4
+    assert got.pop("size") == b["args"]["size"] == 120
+    assert got == {f["name"]: f["offset"] for f in b["args"]["fields"]}
+    kv = next(k for k in bwd if k["role"] == "kv")
+    assert kv["grid"][1] == "heads_kv"
+
+
+def test_backward_static_asserts_catch_a_wrong_args_layout(bwd_folder, tmp_path):
+    text = (bwd_folder / "demo.h").read_text()
+    bad = text.replace("flags) == 116", "flags) == 112")
+    assert bad != text
+    (tmp_path / "bad.h").write_text(bad)
+    r = compile_("c", tmp_path / "bad.h", None)
+    assert r.returncode != 0 and "cmc_bwd_args.flags offset" in r.stderr
+
+
+def test_forward_only_header_has_no_backward(folder):
+    text = (folder / "demo.h").read_text()
+    assert "cmc_bwd_args" not in text and "bwd_workspace" not in text

@@ -137,3 +137,45 @@ def test_cli_inspect(folder):
     (folder / "demo.sm_80.bf16_d64.cubin").write_bytes(b"junk")
     bad = CliRunner().invoke(cli, ["inspect", str(folder)])
     assert bad.exit_code == 1 and "sha256 differs" in bad.output
+
+
+# ------------------------------------------------------------------------------ backward
+
+
+@pytest.fixture(scope="module")
+def bwd_built() -> BuiltKernels:
+    from .handmade import BWD_VARIANTS, VARIANTS
+
+    return build(emitted(VARIANTS + BWD_VARIANTS), archs=["sm_80"], cache=False, jobs=2)
+
+
+@pytest.fixture
+def bwd_folder(bwd_built, tmp_path) -> Path:
+    return package(bwd_built, tmp_path / "bwd", "demo.mask")
+
+
+def test_backward_folder_passes(bwd_folder):
+    r = inspect(bwd_folder)
+    assert {k.kernel for k in r.kernels} >= {"bwd_pre", "bwd_kv", "bwd_dq", "bwd_post"}
+
+
+def test_backward_missing_role(bwd_folder):
+    edit_manifest(bwd_folder, lambda m: m.update(
+        kernels=[k for k in m["kernels"] if k["role"] != "dq"]))
+    assert "no kernel for role(s) dq" in problems(bwd_folder)
+
+
+def test_backward_wrong_args_and_params(bwd_folder):
+    def bad(m):
+        m["backward"]["args"]["fields"][-1]["offset"] = 112
+        kv = next(k for k in m["kernels"] if k["role"] == "kv")
+        kv["params"] = ["desc"]
+    edit_manifest(bwd_folder, bad)
+    text = problems(bwd_folder)
+    assert "cmc_bwd_args differs" in text
+    assert "params ['desc'], the bwd_kv kernel's is ['desc', 'bwd_args']" in text
+
+
+def test_backward_null_with_backward_kernels(bwd_folder):
+    edit_manifest(bwd_folder, lambda m: m.update(backward=None))
+    assert "backward is null" in problems(bwd_folder)

@@ -244,7 +244,7 @@ def test_check_stale_default_rebuild_uses_the_pipeline(monkeypatch, tmp_path):
         return build(source, archs=["sm_80"], cache=False)
 
     monkeypatch.setattr(cmc.build, "build", fake_build)
-    opts = Options(archs=("sm_80",), defines=(("W", 3),), jobs=2)
+    opts = Options(archs=("sm_80",), defines=(("W", 3),), jobs=2, backward=False)
     stale = check_stale([tmp_path / "demo.mask"], tmp_path / "out", opts)
     assert seen["front"] == (tmp_path / "demo.mask", {"W": 3})
     assert seen["build"] == (("sm_80",), 2, True)
@@ -283,3 +283,53 @@ def test_variant_constants_reach_the_manifest(built):
                     k["kernel"], k["dtype"], k["head_dim"]) == (
                 v.symbol, v.threads, v.block_m, v.block_n, v.smem_bytes, v.kernel, v.dtype,
                 v.head_dim)
+
+
+# ------------------------------------------------------------------------------ backward
+
+
+@pytest.fixture(scope="module")
+def bwd_built() -> BuiltKernels:
+    from .handmade import BWD_VARIANTS
+
+    return build(emitted(VARIANTS + BWD_VARIANTS), archs=["sm_80"], cache=False, jobs=2)
+
+
+def test_backward_manifest_section_and_entries(bwd_built):
+    from cmc.render import table_dict
+
+    m = json.loads(render_files(bwd_built, "demo.mask")["manifest.json"])
+    validate(m)
+    b = m["backward"]
+    assert b["args"]["struct"] == "cmc_bwd_args" and b["args"]["size"] == 120
+    assert [f["name"] for f in b["args"]["fields"]][-2:] == ["total_tokens", "flags"]
+    assert b["sequence"] == {"atomic": ["pre", "kv", "post"], "deterministic": ["pre", "kv", "dq"]}
+    assert b["workspace"]["dq_accum"]["bytes"] == "4 * T * heads_q * head_dim"
+    assert b["transposed_table"] == table_dict(bwd_built.source.transposed)
+    roles = {k["role"]: k for k in m["kernels"]}
+    assert set(roles) == {"fwd", "pre", "kv", "dq", "post"}
+    for r in ("pre", "kv", "dq", "post"):
+        k = roles[r]
+        assert (k["pass"], k["params"], k["kernel"]) == ("backward", ["desc", "bwd_args"],
+                                                          f"bwd_{r}")
+        assert k["file"] == f"demo.sm_80.bwd_{r}_bf16_d64.cubin"
+    assert roles["kv"]["grid"] == ["ceil_div(max_len, 64)", "heads_kv", "batch"]
+    assert (roles["fwd"]["pass"], roles["fwd"]["params"]) == ("forward", ["desc"])
+
+
+def test_forward_only_manifest_has_null_backward(built):
+    m = json.loads(render_files(built, "demo.mask")["manifest.json"])
+    validate(m)
+    assert m["backward"] is None and {k["pass"] for k in m["kernels"]} == {"forward"}
+
+
+def test_schema_rejects_a_bad_backward(bwd_built):
+    m = json.loads(render_files(bwd_built, "demo.mask")["manifest.json"])
+    for bad in (lambda x: x["backward"].pop("workspace"),
+                lambda x: x["backward"]["sequence"]["atomic"].append("fwd2"),
+                lambda x: x["kernels"][0].update(params=["desc", "bwd"]),
+                lambda x: x["kernels"][0].pop("role")):
+        mm = json.loads(json.dumps(m))
+        bad(mm)
+        with pytest.raises(jsonschema.ValidationError):
+            validate(mm)

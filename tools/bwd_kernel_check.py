@@ -2,9 +2,10 @@
 """GPU check of the portable backward (templates/cmc/attn_bwd_portable.cuh), issue 21.
 
 Run on the GPU machine from the repository root:  python3 tools/bwd_kernel_check.py
-(--no-timing skips the causal timing). For each case: the source from tools/bwd_source.py,
-NVRTC for the device's arch (builds in parallel processes first), the portable forward of the
-same .cu for O and LSE, then pre -> kv -> post (non-deterministic) and pre -> kv -> dq
+(--no-timing skips the causal timing). For each case: the real pipeline (cmc.driver front ->
+back with backward on, the portable forward -> cmc.build.build) for the device's arch (builds
+in parallel processes first), so the cubins, symbols, threads and shared memory are exactly
+what `cmc compile` ships; the portable forward cubin of the same build for O and LSE, then pre -> kv -> post (non-deterministic) and pre -> kv -> dq
 (deterministic, twice: bitwise equal), against float64 torch autograd of masked softmax
 attention on the dense mask of cmc.oracle. Outputs and workspaces are NaN-poisoned first.
 Checks: no NaN, relative error (Frobenius) < 1e-2 for dq, dk, dv, dK = dV = 0 exactly for
@@ -19,7 +20,6 @@ import ctypes
 import importlib.util
 import math
 import os
-import struct
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-import bwd_source as bs  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from cuda.bindings import driver as cu  # noqa: E402
@@ -82,17 +81,23 @@ def table_of(name: str):
 
 
 def build_variant(name: str, dtype: str, d: int, arch: str):
-    """Worker: (fwd cubin, fwd variant fields, bwd cubin, bwd resources, n_terms, n_terms_t)."""
-    from cmc.build import BASE_OPTIONS, nvrtc_compile
+    """Worker: {role: (cubin, symbol, threads, dynamic smem, block_m, grid y)} of the forward
+    ("fwd") and the four backward kernels, and {symbol: (registers, spill st, spill ld)}."""
+    from cmc.build import build
+    from cmc.driver import Options, back
+    from cmc.kernels import spec
 
-    src = bs.assemble(table_of(name), dtypes=(dtype,), head_dims=(d,), archs=(arch,))
-    fv = src.fwd.variants[0]
-    res = nvrtc_compile(src.text, src.filename, [f"-arch={arch}", *BASE_OPTIONS, f"-D{fv.define}"])
-    if not res.ok:
-        raise RuntimeError(f"forward build failed: {res.log[:3000]}")
-    bcub, bres = bs.build(src, src.variants[0], arch)
-    return (res.cubin, (fv.symbol, fv.threads, fv.smem_bytes, fv.block_m), bcub, bres,
-            bs.n_terms(src.text), bs.n_terms(src.text, "cmc_hooks_t"))
+    opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
+                   backward=True, cache=False)
+    built = build(back(table_of(name), opts), archs=(arch,), jobs=1, cache=False)
+    kernels, res = {}, {}
+    for v in built.source.variants:
+        s = spec(v.kernel)
+        c = next(c for c in built.cubins if c.symbol == v.symbol)
+        kernels[s.role] = (c.data, v.symbol, v.threads, v.smem_bytes, v.block_m, s.grid[1])
+        r = c.resources
+        res[v.symbol] = (r.registers, r.spill_stores, r.spill_loads)
+    return kernels, res
 
 
 _MODULES: list = []
@@ -117,35 +122,38 @@ def launch(func, grid, threads: int, smem: int, params: list[bytes]) -> None:
 
 
 def pack_args(do, dq, dk, dv, acc, dsum, total: int, deterministic: bool) -> bytes:
-    b = struct.pack("<6Q8q2i", do.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                    acc.data_ptr(), dsum.data_ptr(), do.stride(0), do.stride(1), dq.stride(0),
-                    dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), total,
-                    1 if deterministic else 0)
-    assert len(b) == 120
-    return b
+    """cmc_bwd_args packed from the layout the manifest's backward.args is written from."""
+    from cmc.abi import BWD_FLAG_DETERMINISTIC, bwd_args_layout
+
+    vals = {"dout": do.data_ptr(), "dq": dq.data_ptr(), "dk": dk.data_ptr(),
+            "dv": dv.data_ptr(), "dq_accum": acc.data_ptr(), "dsum": dsum.data_ptr(),
+            "total_tokens": total, "flags": BWD_FLAG_DETERMINISTIC if deterministic else 0}
+    for n, t in (("dout", do), ("dq", dq), ("dk", dk), ("dv", dv)):
+        vals[f"{n}_stride_tok"], vals[f"{n}_stride_head"] = t.stride(0), t.stride(1)
+    return bwd_args_layout().pack(vals)
 
 
 class Bwd:
     """The four backward kernels of one variant and their launch shapes."""
 
-    def __init__(self, name: str, dtype: str, d: int, bcub: bytes, nt: int, ntt: int):
-        v = bs.BwdVariant(dtype, d)
-        self.d = d
-        self.smem_kv, self.smem_dq = bs.smem_kv(d, ntt), bs.smem_dq(d, nt)
-        self.pre = get_func(bcub, v.symbol(name, "pre"), 0)
-        self.kv = get_func(bcub, v.symbol(name, "kv"), self.smem_kv)
-        self.dq = get_func(bcub, v.symbol(name, "dq"), self.smem_dq)
-        self.post = get_func(bcub, v.symbol(name, "post"), 0)
+    def __init__(self, kernels: dict):
+        self.k = {r: (get_func(cub, sym, smem), threads, smem, bm, heads)
+                  for r, (cub, sym, threads, smem, bm, heads) in kernels.items() if r != "fwd"}
+        self.smem_kv = self.k["kv"][2]
+
+    def launch_role(self, role: str, desc: bytes, args: bytes, max_len: int, hq: int, hk: int,
+                    batch: int) -> None:
+        """One kernel, on the grid rule of its spec (the manifest's)."""
+        f, threads, smem, bm, heads = self.k[role]
+        grid = (-(-max_len // bm), hk if heads == "heads_kv" else hq, batch)
+        launch(f, grid, threads, smem, [desc, args])
 
     def run(self, desc: bytes, args: bytes, max_len: int, hq: int, hk: int, batch: int,
             deterministic: bool) -> None:
-        pre_grid = (-(-max_len // 64), hq, batch)
-        launch(self.pre, pre_grid, 256, 0, [desc, args])
-        launch(self.kv, (-(-max_len // 64), hk, batch), 128, self.smem_kv, [desc, args])
-        if deterministic:
-            launch(self.dq, (-(-max_len // 64), hq, batch), 128, self.smem_dq, [desc, args])
-        else:
-            launch(self.post, pre_grid, 256, 0, [desc, args])
+        from cmc.kernels import BWD_SEQUENCE
+
+        for role in BWD_SEQUENCE["deterministic" if deterministic else "atomic"]:
+            self.launch_role(role, desc, args, max_len, hq, hk, batch)
 
 
 def reference(lens, q, k, v, do, masks, scale):
@@ -175,7 +183,8 @@ def rel(got, ref) -> float:
 
 
 def run_case(name, dtype, d, built, table) -> list[tuple[str, bool, str]]:
-    fcub, (fsym, fthreads, fsmem, fbm), bcub, _, nt, ntt = built
+    kernels, _ = built
+    fcub, fsym, fthreads, fsmem, fbm, _ = kernels["fwd"]
     mask = table.mask
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
     hq, hk = 4, 2
@@ -196,7 +205,7 @@ def run_case(name, dtype, d, built, table) -> list[tuple[str, bool, str]]:
     launch(ffunc, (-(-max(LENS) // fbm), hq, len(LENS)), fthreads, fsmem, [desc])
     g = torch.Generator(device="cuda").manual_seed(99)
     do = torch.randn(total, hq, d, device="cuda", generator=g).to(tdt)
-    bwd = Bwd(name, dtype, d, bcub, nt, ntt)
+    bwd = Bwd(kernels)
     ref = reference(LENS, qt, kt, vt, do, masks, 1.0 / math.sqrt(d))
 
     seen_k = np.concatenate([m.any(0) for m in masks])  # keys some query sees
@@ -297,7 +306,7 @@ def main() -> int:
     print(f"built {len(built)} variants for {arch} in {time.perf_counter() - t_start:.1f} s")
     print("resources (registers, spill stores, spill loads):")
     for b in built.values():
-        for sym, r in b[3].items():
+        for sym, r in b[1].items():
             print(f"  {sym:48s} {r}")
     tables = {n: table_of(n) for n in MASKS}
     from cmc.abi import descriptor_layout
@@ -319,7 +328,7 @@ def main() -> int:
     timing_lines = []
     if not opts.no_timing and failed == 0:
         b = built[("causal", "bf16", 128)]
-        bwd = Bwd("causal", "bf16", 128, b[2], b[4], b[5])
+        bwd = Bwd(b[0])
         timing_lines = timing(bwd, _LAYOUTS[("causal", "bf16", 128)], tables["causal"], "bf16")
 
     print(f"\n{'case':28s} {'mode':12s} {'result':6s} detail   (lens {LENS}, heads 4/2)")

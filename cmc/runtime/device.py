@@ -83,7 +83,7 @@ class _DeviceKernels:
                 self.counters.for_stream(0)  # the first chunk, outside any capture
             self.kernels: dict[tuple[str, int], _Kernel] = {}
             for k in m.kernels:
-                if k.arch != self.arch:
+                if k.arch != self.arch or k.role != "fwd":  # the forward's kernels only
                     continue
                 if k.dynamic_smem > smem_max:
                     raise ArtifactError(f"{k.file}: needs {k.dynamic_smem} bytes of shared "

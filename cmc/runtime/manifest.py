@@ -57,6 +57,7 @@ class KernelEntry:
     box_rows: int = 128  # tokens per tensor-map box
     max_len: int | None = None  # longest sequence the kernel takes (patch tilings)
     work_counter: bool = False  # takes its work units from desc.sched (sm90)
+    role: str = "fwd"  # "fwd", or a backward kernel's "pre" | "kv" | "dq" | "post"
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         grid=tuple(parse_grid_expr(g) for g in grid_raw),
         dynamic_smem=_need(k, "dynamic_smem", where, int),
         tensor_maps=tuple(t["tensor"] for t in maps),
-        box_rows=rows.pop() if maps else 128, max_len=max_len, work_counter=work_counter)
+        box_rows=rows.pop() if maps else 128, max_len=max_len, work_counter=work_counter,
+        role=str(k.get("role", "fwd")))
 
 
 MANIFEST = "manifest.json"
