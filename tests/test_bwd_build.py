@@ -76,9 +76,8 @@ def test_causal_backward_builds_without_spills_on_every_arch():
 
 def test_hstu_artifacts_with_backward_pass_inspect(tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc")
-    from cmc.inspection import inspect
-
     from cmc.driver import compile_file
+    from cmc.inspection import inspect
 
     art = compile_file(ROOT / "samples" / "hstu.mask", tmp_path, archs=["sm_80"],
                        dtypes=["fp16"], head_dims=[64])

@@ -26,7 +26,7 @@ from cmc.artifacts import SCHEMA_VERSION
 from cmc.contract import FULL_INT32, Affine, ParamRange
 from cmc.errors import ArtifactError, ParamError
 from cmc.ir import Mask, ParamDecl
-from cmc.runtime import _driver, device, loader
+from cmc.runtime import _driver, backward, device, loader
 from cmc.runtime.arrays import (
     ArrayInfo,
     DeviceArray,
@@ -766,6 +766,7 @@ class FakeGPU:
             cuLaunchKernel=self.launch)
         monkeypatch.setattr(loader, "cu", fake_cu)
         monkeypatch.setattr(device, "cu", fake_cu)
+        monkeypatch.setattr(backward, "cu", fake_cu)
         monkeypatch.setattr(device, "_seqlens", {})
         monkeypatch.setattr(device, "_staging", {})
         monkeypatch.setattr(device, "_tmaps", device.OrderedDict())
@@ -1023,7 +1024,8 @@ def test_torch_op_schema_and_fake_shapes(tmp_path, gpu):
     with FakeTensorMode():
         q = torch.empty(2, 16, 4, 128, dtype=torch.bfloat16)
         k = torch.empty(2, 16, 2, 128, dtype=torch.bfloat16)
-        o, lse = fn.op(q, k, k, None, None, None, True, torch.zeros(2, dtype=torch.int32),
+        o, lse = fn.op(q, k, k, None, None, None, True, False,
+                       torch.zeros(2, dtype=torch.int32),
                        torch.zeros(3, dtype=torch.int32), torch.zeros(0, dtype=torch.int32))
         assert o.shape == q.shape and lse.shape == (4, 32) and lse.dtype == torch.float32
     with pytest.raises(ParamError) as e:

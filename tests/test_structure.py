@@ -10,7 +10,7 @@ import sys
 from .conftest import ROOT
 
 # What the runtime may load besides its own modules: the dependency-free contract modules.
-RUNTIME_MAY_IMPORT = {"cmc", "cmc.abi", "cmc.errors", "cmc.kernels"}
+RUNTIME_MAY_IMPORT = {"cmc", "cmc.abi", "cmc.contract", "cmc.errors", "cmc.kernels"}
 
 
 def test_runtime_imports_nothing_from_the_compiler():

@@ -471,3 +471,28 @@ class DeviceArray:
 
 
 ReadDevice = Callable[[ArrayInfo], np.ndarray]
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def empty_like_q(q: Any, qi: ArrayInfo, lib: str) -> Any:
+    """A C-contiguous array shaped like q, from q's own library (so it follows its streams)."""
+    if lib == "torch":
+        return sys.modules["torch"].empty_like(q, memory_format=sys.modules["torch"].contiguous_format)
+    if lib == "cupy":
+        with q.device:
+            return sys.modules["cupy"].empty_like(q, order="C")
+    assert qi.device is not None
+    return DeviceArray(qi.shape, qi.dtype, qi.device)
+
+
+def empty_lse(q: Any, qi: ArrayInfo, lib: str, heads: int, tokens: int) -> Any:
+    """A float32 [heads, tokens] LSE from q's own library."""
+    if lib == "torch":
+        return sys.modules["torch"].empty((heads, tokens), dtype=sys.modules["torch"].float32, device=q.device)
+    if lib == "cupy":
+        with q.device:
+            return sys.modules["cupy"].empty((heads, tokens), dtype=sys.modules["cupy"].float32)
+    assert qi.device is not None
+    return DeviceArray((heads, tokens), "f32", qi.device)

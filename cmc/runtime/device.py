@@ -81,9 +81,11 @@ class _DeviceKernels:
             self.counters = _Counters(device)
             if any(k.work_counter for k in m.kernels if k.arch == self.arch):
                 self.counters.for_stream(0)  # the first chunk, outside any capture
-            self.kernels: dict[tuple[str, int], _Kernel] = {}
+            self.kernels: dict[tuple[str, int], _Kernel] = {}  # the forward
+            # (dtype, head_dim) -> role -> kernel; manifest.py checked every role is there
+            self.backward: dict[tuple[str, int], dict[str, _Kernel]] = {}
             for k in m.kernels:
-                if k.arch != self.arch or k.role != "fwd":  # the forward's kernels only
+                if k.arch != self.arch:
                     continue
                 if k.dynamic_smem > smem_max:
                     raise ArtifactError(f"{k.file}: needs {k.dynamic_smem} bytes of shared "
@@ -106,7 +108,11 @@ class _DeviceKernels:
                 if threads > int(max_threads):
                     raise ArtifactError(f"{k.file}: block of {threads} threads, the kernel "
                                         f"allows {int(max_threads)}")
-                self.kernels[(k.dtype, k.head_dim)] = _Kernel(k, module, func)
+                if k.pass_ == "backward":
+                    self.backward.setdefault((k.dtype, k.head_dim), {})[k.role] = \
+                        _Kernel(k, module, func)
+                else:
+                    self.kernels[(k.dtype, k.head_dim)] = _Kernel(k, module, func)
 
 
 # --------------------------------------------------------------------------- cu_seqlens cache

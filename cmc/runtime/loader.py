@@ -33,6 +33,8 @@ from .arrays import (
     _Allocation,
     current_stream_of,
     describe,
+    empty_like_q,
+    empty_lse,
     host_or_device_ints,
     library_of,
     stream_handle,
@@ -116,28 +118,12 @@ def _cupy() -> Any:
     return sys.modules["cupy"]
 
 
+_empty_like_q = empty_like_q
+_empty_lse = empty_lse  # the tools patch this name to poison the LSE (tools/runtime_check.py)
+
 _TORCH_OF = {"bf16": "bfloat16", "fp16": "float16", "f32": "float32"}
 
 
-def _empty_like_q(q: Any, qi: ArrayInfo, lib: str) -> Any:
-    """A C-contiguous array shaped like q, from q's own library (so it follows its streams)."""
-    if lib == "torch":
-        return _torch().empty_like(q, memory_format=_torch().contiguous_format)
-    if lib == "cupy":
-        with q.device:
-            return _cupy().empty_like(q, order="C")
-    assert qi.device is not None
-    return DeviceArray(qi.shape, qi.dtype, qi.device)
-
-
-def _empty_lse(q: Any, qi: ArrayInfo, lib: str, heads: int, tokens: int) -> Any:
-    if lib == "torch":
-        return _torch().empty((heads, tokens), dtype=_torch().float32, device=q.device)
-    if lib == "cupy":
-        with q.device:
-            return _cupy().empty((heads, tokens), dtype=_cupy().float32)
-    assert qi.device is not None
-    return DeviceArray((heads, tokens), "f32", qi.device)
 
 
 def lse_batch_view(lse: Any, batch: int, heads: int, seq_len: int) -> Any:
@@ -167,6 +153,9 @@ class Plan:
     tokens: int  # T the plan was made for (cu_seqlens[-1]; B * L for the batch layout)
     values: Mapping[str, int]  # descriptor fields: cu_seqlens and the mask parameters
     buffer: _Allocation | None = field(default=None, repr=False)
+    # (mask name, descriptor layout, params) of the artifact that made it: a plan's values are
+    # descriptor fields, so only an artifact with the same layout may use them
+    owner: Any = field(default=None, repr=False)
 
 
 class Attention:
@@ -187,6 +176,7 @@ class Attention:
         self._lock = threading.Lock()
         self._param_fields = manifest.param_fields()
         self._launches: OrderedDict[tuple[Any, ...], _Launch] = OrderedDict()
+        self._plan_owner = (manifest.name, manifest.layout, manifest.params)
 
     # -- introspection
     @property
@@ -201,6 +191,13 @@ class Attention:
     def params(self) -> tuple[tuple[str, str], ...]:
         """Declared mask parameters as (name, kind), kind in scalar / batch / segments."""
         return self.manifest.params
+
+    @property
+    def has_backward(self) -> bool:
+        """Whether the artifact has the backward kernels for the current device's arch (False
+        for `cmc compile --no-backward`)."""
+        return self.manifest.backward is not None and \
+            bool(self._kernels(self._device(None)).backward)
 
     def variants(self, device: int | None = None) -> list[tuple[str, int]]:
         """(dtype, head_dim) pairs with a kernel for the device's arch."""
@@ -287,13 +284,19 @@ class Attention:
                 blob[off:off + a.nbytes] = a.view(np.uint8)
                 values[fname] = buf.ptr + off
             _driver.htod(buf.ptr, blob.ctypes.data, size)
-        return Plan(dev, packed, nb, mlen, tokens, values, buf)
+        return Plan(dev, packed, nb, mlen, tokens, values, buf, owner=self._plan_owner)
 
     # -- launch
     def __call__(self, q: Any, k: Any, v: Any, *, scale: float | None = None,
                  return_lse: bool = False, out: Any = None, cu_seqlens: Any = None,
                  max_len: int | None = None, stream: Any = None, plan: Plan | None = None,
-                 **params: Any) -> Any:
+                 deterministic: bool = False, **params: Any) -> Any:
+        if _wants_grad(q, k, v):  # torch autograd: keep the LSE, backpropagate through it
+            from .torch_op import autograd_call
+
+            return autograd_call(self, q, k, v, scale=scale, return_lse=return_lse, out=out,
+                                 cu_seqlens=cu_seqlens, max_len=max_len, stream=stream,
+                                 plan=plan, deterministic=deterministic, params=params)
         if plan is not None and (cu_seqlens is not None or max_len is not None or params):
             given = [n for n, x in (("cu_seqlens", cu_seqlens), ("max_len", max_len))
                      if x is not None] + sorted(params)
@@ -325,6 +328,23 @@ class Attention:
         with _driver.on_device(device):
             return self._launch(dk, lib, sh, q, qi, k, v, out, scale, return_lse,
                                 cu_seqlens, max_len, params, plan)
+
+    def backward(self, dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *,
+                 scale: float | None = None, cu_seqlens: Any = None, max_len: int | None = None,
+                 plan: Plan | None = None, stream: Any = None, deterministic: bool = False,
+                 dq: Any = None, dk: Any = None, dv: Any = None,
+                 **params: Any) -> tuple[Any, Any, Any]:
+        """Gradients (dq, dk, dv) of the forward `out, lse = attn(q, k, v, return_lse=True,
+        ...)` for the output gradient dout: the same q, k, v, scale and parameters (or plan),
+        with out and lse exactly as that call returned them. dq, dk, dv are written into the
+        given arrays or allocated like q, k, v. deterministic=True accumulates dQ in a fixed
+        order (bitwise reproducible, a second pass over the keys) instead of fp32 atomics.
+        Breaking a rule raises ParamError naming the argument (backward.py)."""
+        from .backward import run_backward
+
+        return run_backward(self, dout, q, k, v, out, lse, scale=scale, cu_seqlens=cu_seqlens,
+                            max_len=max_len, plan=plan, stream=stream,
+                            deterministic=deterministic, dq=dq, dk=dk, dv=dv, params=params)
 
     def _replay(self, rec: _Launch, plan: Plan, q: Any, qi: ArrayInfo, lib: str, out: Any,
                 return_lse: bool) -> Any:
@@ -380,6 +400,39 @@ class Attention:
             if a is not None and a.cai_stream is not None and a.cai_stream != sh:
                 _driver.stream_wait_stream(sh, a.cai_stream)
         capturing = _driver.is_capturing(sh)
+        batch, mlen, seq_ptr, packed_params, uploads = self._sequences(
+            device, sh, geo, packed, cu_seqlens, max_len, params, capturing)
+        slog2 = scale_log2(scale, geo.head_dim)
+        if capturing and (uploads.items or any(isinstance(a, np.ndarray)
+                                               for p in packed_params for a in p.arrays)):
+            raise ParamError(_host_param_name(packed_params, uploads),
+                             "host values cannot be uploaded during CUDA graph capture; pass "
+                             "device int32 arrays (and cu_seqlens on the device)")
+        kern = dk.kernels[(geo.dtype, geo.head_dim)]
+        if out is None:
+            out = _empty_like_q(q, qi, lib)
+            oi = describe(out, "out", sh)
+            geo = replace(geo, strides={**geo.strides, "out": kernel_strides("out", oi, packed)})
+        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens) if return_lse else None
+        lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
+        assert oi is not None
+        if not packed:
+            seq_ptr = _cached_seqlens(device, batch, mlen, capturing) if batch and mlen else 0
+        if geo.tokens and batch and geo.heads_q and mlen:
+            self._run(kern, dk, packed, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch,
+                      mlen, slog2, packed_params, uploads)
+        if lse is None:
+            return out
+        if not packed:
+            lse = lse_batch_view(lse, batch, geo.heads_q, mlen)
+        return out, lse
+
+    def _sequences(self, device: int, sh: int, geo: Geometry, packed: bool, cu_seqlens: Any,
+                   max_len: Any, params: Mapping[str, Any], capturing: bool
+                   ) -> tuple[int, int, int | tuple[str, int], list[PackedParam], _Uploads]:
+        """The unplanned call's checks of cu_seqlens, max_len and the mask parameters (the
+        forward's and the backward's): batch, max_len, the cu_seqlens pointer (or its
+        upload), the checked parameters and the uploads they need."""
         read = None if capturing else self._read(sh)
         uploads = _Uploads(device)
         seq_ptr: int | tuple[str, int]
@@ -407,37 +460,12 @@ class Attention:
         packed_params = check_params(self.manifest.params, params, batch=batch, lengths=lengths,
                                      device=device, read=read, stream=sh,
                                      ranges=self.manifest.ranges)
-        slog2 = scale_log2(scale, geo.head_dim)
-        if capturing and (uploads.items or any(isinstance(a, np.ndarray)
-                                               for p in packed_params for a in p.arrays)):
-            raise ParamError(_host_param_name(packed_params, uploads),
-                             "host values cannot be uploaded during CUDA graph capture; pass "
-                             "device int32 arrays (and cu_seqlens on the device)")
-        kern = dk.kernels[(geo.dtype, geo.head_dim)]
-        if out is None:
-            out = _empty_like_q(q, qi, lib)
-            oi = describe(out, "out", sh)
-            geo = replace(geo, strides={**geo.strides, "out": kernel_strides("out", oi, packed)})
-        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens) if return_lse else None
-        lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
-        assert oi is not None
-        if not packed:
-            seq_ptr = _cached_seqlens(device, batch, mlen, capturing) if batch and mlen else 0
-        if geo.tokens and batch and geo.heads_q and mlen:
-            self._run(kern, dk, packed, sh, geo, qi, ki, vi, oi, lse_ptr, seq_ptr, batch,
-                      mlen, slog2, packed_params, uploads)
-        if lse is None:
-            return out
-        if not packed:
-            lse = lse_batch_view(lse, batch, geo.heads_q, mlen)
-        return out, lse
+        return batch, mlen, seq_ptr, list(packed_params), uploads
 
     def _launch_planned(self, dk: _DeviceKernels, lib: str, sh: int, q: Any, qi: ArrayInfo,
                         ki: ArrayInfo, vi: ArrayInfo, out: Any, oi: ArrayInfo | None,
                         scale: Any, return_lse: bool, plan: Plan) -> Any:
-        if plan.device != dk.device:
-            raise ParamError("plan", f"made for device {plan.device}; the tensors are on "
-                                     f"device {dk.device}")
+        self._check_plan(plan, dk.device, qi)
         if plan.packed != (qi.ndim == 3):
             want = "packed [T, H, D]" if plan.packed else "batch [B, L, H, D]"
             raise ParamError("plan", f"made for the {want} layout; q has {qi.ndim} dimensions")
@@ -475,6 +503,18 @@ class Attention:
                     if len(self._launches) > _LAUNCH_CACHE_SIZE:
                         self._launches.popitem(last=False)
         return out if lse is None else (out, self._lse_result(lse, plan, geo.heads_q))
+
+    def _check_plan(self, plan: Any, device: int, qi: ArrayInfo) -> None:
+        if not isinstance(plan, Plan):
+            raise ParamError("plan", f"must be a Plan from attn.plan(...), not "
+                                     f"{type(plan).__name__}")
+        if plan.owner != self._plan_owner:
+            other = plan.owner[0] if isinstance(plan.owner, tuple) else "?"
+            raise ParamError("plan", f"made by another artifact (mask {other!r}); this is "
+                                     f"{self.name!r}: make the plan with this attn.plan(...)")
+        if plan.device != device:
+            raise ParamError("plan", f"made for device {plan.device}; the tensors are on "
+                                     f"device {device}")
 
     @staticmethod
     def _lse_result(lse: Any, plan: Plan, heads: int) -> Any:
@@ -567,6 +607,14 @@ class Attention:
                        (grid[0], grid[1], grid[2]), (e.block[0], e.block[1], e.block[2]),
                        e.dynamic_smem, sh, desc, self.manifest.layout.field("o").offset,
                        self.manifest.layout.field("lse").offset, maps, maps_at, e.symbol)
+
+
+def _wants_grad(q: Any, k: Any, v: Any) -> bool:
+    """torch tensors that need gradients, with grad mode on (never true without torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(q, torch.Tensor) or not torch.is_grad_enabled():
+        return False
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v))
 
 
 def _host_param_name(packed_params: Sequence[PackedParam], uploads: _Uploads) -> str:

@@ -28,7 +28,21 @@ from ..contract import INT32_MAX, INT32_MIN, ParamRange
 from ..errors import ArtifactError
 from .params import parse_grid_expr
 
-RESERVED = ("q", "k", "v", "scale", "return_lse", "out", "cu_seqlens", "max_len", "stream")
+RESERVED = ("q", "k", "v", "scale", "return_lse", "out", "cu_seqlens", "max_len", "stream",
+            "plan", "deterministic", "dout", "lse", "dq", "dk", "dv")
+PASSES = {"forward": ("fwd",), "backward": ("pre", "kv", "dq", "post")}
+KERNEL_PARAMS = (["desc"], ["desc", "maps"], ["desc", "bwd_args"], ["desc", "maps", "bwd_args"])
+# cmc_bwd_args (templates/cmc/attn_bwd_portable.cuh, /work/notes/bwd_contract.md): the runtime
+# packs these fields by name, so the manifest must list exactly them (offsets may differ).
+BWD_ARGS = (("dout", "uint64_t"), ("dq", "uint64_t"), ("dk", "uint64_t"), ("dv", "uint64_t"),
+            ("dq_accum", "uint64_t"), ("dsum", "uint64_t"),
+            ("dout_stride_tok", "int64_t"), ("dout_stride_head", "int64_t"),
+            ("dq_stride_tok", "int64_t"), ("dq_stride_head", "int64_t"),
+            ("dk_stride_tok", "int64_t"), ("dk_stride_head", "int64_t"),
+            ("dv_stride_tok", "int64_t"), ("dv_stride_head", "int64_t"),
+            ("total_tokens", "int32_t"), ("flags", "int32_t"))
+WORKSPACES = ("dq_accum", "dsum")
+SEQUENCES = {"atomic": ("pre", "kv", "post"), "deterministic": ("pre", "kv", "dq")}
 DEFAULT_GRID = ("ceil(max_len / block_m)", "heads_q", "batch")
 _ROLES = {"scalar": (("value", "int32_t"),), "batch": (("per_sequence", "uint64_t"),),
           "segments": (("segment_offsets", "uint64_t"), ("segment_starts", "uint64_t"))}
@@ -57,7 +71,19 @@ class KernelEntry:
     box_rows: int = 128  # tokens per tensor-map box
     max_len: int | None = None  # longest sequence the kernel takes (patch tilings)
     work_counter: bool = False  # takes its work units from desc.sched (sm90)
-    role: str = "fwd"  # "fwd", or a backward kernel's "pre" | "kv" | "dq" | "post"
+    pass_: str = "forward"  # "forward" | "backward"
+    role: str = "fwd"  # fwd | pre | kv | dq | post
+    params: tuple[str, ...] = ("desc",)  # the kernel's by-value parameters, in order
+
+
+@dataclass(frozen=True)
+class BackwardSpec:
+    """The manifest's "backward" section: how to pack cmc_bwd_args, how big the fp32
+    workspaces are (rules over T, heads_q, head_dim), and which roles run in which order."""
+
+    args: DescriptorLayout
+    workspace: Mapping[str, Callable[[Mapping[str, int]], int]]  # name -> bytes rule
+    sequence: Mapping[str, tuple[str, ...]]  # "atomic" / "deterministic" -> roles
 
 
 @dataclass(frozen=True)
@@ -70,6 +96,7 @@ class Manifest:
     kernels: tuple[KernelEntry, ...]
     # the declared range of each int parameter: the contract the kernels were compiled for
     ranges: Mapping[str, ParamRange] = field(default_factory=dict)
+    backward: BackwardSpec | None = None  # None: compiled with --no-backward
 
     def param_fields(self) -> dict[str, dict[str, Field]]:
         out: dict[str, dict[str, Field]] = {}
@@ -167,6 +194,21 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
     work_counter = k.get("work_counter", False)
     if not isinstance(work_counter, bool):
         raise ArtifactError(f"manifest: {where}.work_counter must be true or false")
+    pass_ = k.get("pass", "forward")
+    if pass_ not in PASSES:
+        raise ArtifactError(f"manifest: {where}.pass must be one of {list(PASSES)}, "
+                            f"not {pass_!r}")
+    role = k.get("role", PASSES[pass_][0])
+    if role not in PASSES[pass_]:
+        raise ArtifactError(f"manifest: {where}.role {role!r} is not a {pass_} role "
+                            f"({', '.join(PASSES[pass_])})")
+    kparams = k.get("params", ["desc", "maps"] if maps else ["desc"])
+    if kparams not in KERNEL_PARAMS or (("maps" in kparams) != bool(maps)) \
+            or (("bwd_args" in kparams) != (pass_ == "backward")):
+        raise ArtifactError(f"manifest: {where}.params {kparams!r} is not one this runtime "
+                            f"passes for a {pass_} kernel (one of {list(KERNEL_PARAMS)}; "
+                            "maps exactly when tensor_maps are listed, bwd_args exactly "
+                            "for backward kernels)")
     return KernelEntry(
         symbol=_need(k, "symbol", where, str), arch=_need(k, "arch", where, str), file=file,
         sha256=_need(k, "sha256", where, str).lower(), dtype=dtype,
@@ -177,7 +219,83 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         dynamic_smem=_need(k, "dynamic_smem", where, int),
         tensor_maps=tuple(t["tensor"] for t in maps),
         box_rows=rows.pop() if maps else 128, max_len=max_len, work_counter=work_counter,
-        role=str(k.get("role", "fwd")))
+        pass_=pass_, role=role, params=tuple(kparams))
+
+
+def _read_backward(raw: Mapping[str, Any], kernels: Sequence[KernelEntry]) -> BackwardSpec | None:
+    """The "backward" section (null or absent: forward only), checked against the kernels:
+    every role a sequence names has a kernel for every (arch, dtype, head_dim) that has any
+    backward kernel."""
+    bwd = raw.get("backward")
+    has_kernels = any(k.pass_ == "backward" for k in kernels)
+    if bwd is None:
+        if has_kernels:
+            raise ArtifactError("manifest: backward kernels are listed but \"backward\" is null")
+        return None
+    if not isinstance(bwd, dict):
+        raise ArtifactError("manifest: backward must be an object or null")
+    a = _need(bwd, "args", "backward", dict)
+    fields = []
+    for i, f in enumerate(_need(a, "fields", "backward.args", list)):
+        where = f"backward.args.fields[{i}]"
+        if not isinstance(f, dict):
+            raise ArtifactError(f"manifest: {where} must be an object")
+        ctype = _need(f, "ctype", where, str)
+        size, off = _need(f, "size", where, int), _need(f, "offset", where, int)
+        if ctype not in CTYPES or size != CTYPES[ctype][0] or off < 0 or off % size:
+            raise ArtifactError(f"manifest: {where} has a bad C type/size/offset "
+                                f"({ctype}/{size}/{off})")
+        fields.append(Field(_need(f, "name", where, str), ctype, off, size))
+    args = DescriptorLayout(_need(a, "struct", "backward.args", str), tuple(fields),
+                            _need(a, "size", "backward.args", int),
+                            _need(a, "align", "backward.args", int))
+    got = sorted((f.name, f.ctype) for f in fields)
+    if got != sorted(BWD_ARGS):
+        raise ArtifactError(f"manifest: backward.args must have exactly the cmc_bwd_args fields "
+                            f"{[n for n, _ in BWD_ARGS]} with their C types; has "
+                            f"{[n for n, _ in got]}")
+    spans = sorted((f.offset, f.offset + f.size, f.name) for f in fields)
+    for (_, a1, an), (b0, _, bn) in zip(spans, spans[1:], strict=False):
+        if b0 < a1:
+            raise ArtifactError(f"manifest: backward.args fields {an} and {bn} overlap")
+    if spans[-1][1] > args.size or args.align not in (8, 16) or args.size % args.align:
+        raise ArtifactError(f"manifest: backward.args size {args.size} / align {args.align} "
+                            "does not hold its fields")
+    ws = _need(bwd, "workspace", "backward", dict)
+    workspace = {}
+    for name in WORKSPACES:
+        w = _need(ws, name, "backward.workspace", dict)
+        if w.get("dtype") != "float32":
+            raise ArtifactError(f"manifest: backward.workspace.{name}.dtype must be float32")
+        try:
+            workspace[name] = parse_grid_expr(_need(w, "bytes", f"backward.workspace.{name}",
+                                                    str))
+        except ArtifactError as e:
+            raise ArtifactError(f"manifest: backward.workspace.{name}.bytes: {e}") from None
+    if set(ws) != set(WORKSPACES):
+        raise ArtifactError(f"manifest: backward.workspace must name exactly {list(WORKSPACES)}")
+    seq = _need(bwd, "sequence", "backward", dict)
+    sequence = {}
+    for mode, roles in SEQUENCES.items():
+        got_roles = _need(seq, mode, "backward.sequence", list)
+        if tuple(got_roles) != roles:  # the kernels' contract: what each role leaves behind
+            raise ArtifactError(f"manifest: backward.sequence.{mode} must be {list(roles)}, "
+                                f"not {got_roles!r}")
+        sequence[mode] = roles
+    need = {r for roles in sequence.values() for r in roles}
+    groups: dict[tuple[str, str, int], dict[str, KernelEntry]] = {}
+    for k in kernels:
+        if k.pass_ == "backward":
+            g = groups.setdefault((k.arch, k.dtype, k.head_dim), {})
+            if k.role in g:
+                raise ArtifactError(f"manifest: two backward {k.role} kernels for {k.arch} "
+                                    f"{k.dtype} d{k.head_dim} ({g[k.role].symbol}, {k.symbol})")
+            g[k.role] = k
+    for (arch, dtype, hd), g in sorted(groups.items()):
+        if need - set(g):
+            raise ArtifactError(f"manifest: backward kernels for {arch} {dtype} d{hd} lack "
+                                f"the roles {sorted(need - set(g))}")
+    return BackwardSpec(args, workspace, sequence)
 
 
 MANIFEST = "manifest.json"
@@ -270,7 +388,7 @@ def parse_manifest(mpath: Path, raw: Mapping[str, Any]) -> Manifest:
     if not kernels:
         raise ArtifactError(f"{mpath}: the manifest lists no kernels")
     return Manifest(mpath.parent, read_name(mpath, raw), raw, params, _read_layout(raw, params),
-                    kernels, read_ranges(raw))
+                    kernels, read_ranges(raw), _read_backward(raw, kernels))
 
 
 def read_manifest(path: str | Path) -> Manifest:
@@ -300,5 +418,6 @@ def verify_cubins(m: Manifest) -> dict[str, bytes]:
 # --------------------------------------------------------------------------- per device
 
 
-__all__ = ["DEFAULT_GRID", "MANIFEST", "RESERVED", "KernelEntry", "Manifest", "parse_manifest",
-           "read_manifest", "read_manifest_json", "read_name", "read_params", "read_ranges", "verify_cubins"]
+__all__ = ["BackwardSpec", "DEFAULT_GRID", "MANIFEST", "RESERVED", "KernelEntry", "Manifest", "parse_manifest",
+           "read_manifest", "read_manifest_json", "read_name", "read_params", "read_ranges",
+           "verify_cubins"]

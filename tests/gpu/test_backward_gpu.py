@@ -1,0 +1,243 @@
+"""GPU tier of the backward (issue 21): every sample, compiled by the pipeline with the
+backward (on by default), against float64 torch autograd of masked softmax attention on the
+dense oracle mask (tests/gpu/harness.py).
+
+Per sample: a jagged packed batch (bf16, D=128, GQA 4/2) and the batch layout (fp16, D=64,
+MQA 2/1), each in the atomic and the deterministic mode (twice: bitwise equal). Gradients
+are NaN-poisoned first; pass: no NaN, ||g - ref|| / ||ref|| < 1e-2 for dq, dk, dv, dK = dV = 0
+exactly for keys no query sees, dQ = 0 exactly for rows that see no key. Once each: the
+torch autograd path, torch.compile(fullgraph=True) of a layer calling the registered op,
+CUDA-graph capture of forward + backward with a plan, and compute-sanitizer memcheck of one
+backward per sample (skipped without compute-sanitizer).
+
+Run on a GPU machine: `pytest -m gpu tests/gpu/test_backward_gpu.py -q` (artifacts from
+gpu_common.artifact: built here, or CMC_GPU_ARTIFACTS).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .gpu_common import ROOT, SAMPLES, artifact, mask_of, requires_gpu
+from .harness import (
+    call_params,
+    compare_grads,
+    oracle_masks,
+    reference_grads,
+    scalar_values,
+    seq_params,
+)
+from .test_sanitizer import sanitizer
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+TOL = 1e-2
+torch: Any = None
+_loaded: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    global torch
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def load_bwd(name: str) -> Any:
+    from cmc.runtime import load
+
+    if name not in _loaded:
+        attn = load(artifact(name))
+        assert attn.has_backward, f"{name}: artifact has no backward (built --no-backward?)"
+        _loaded[name] = attn
+    return _loaded[name]
+
+
+CASES = [  # (packed, lengths, dtype, head_dim, hq, hkv)
+    (True, [1, 0, 77, 200, 130], "bf16", 128, 4, 2),
+    (False, [129, 129], "fp16", 64, 2, 1),
+]
+
+
+def setup_case(name: str, packed: bool, lengths: list[int], dtype: str, d: int, hq: int,
+               hkv: int, seed: int) -> dict[str, Any]:
+    mask = mask_of(name)
+    rng = np.random.default_rng(seed)
+    scal = scalar_values(mask, seed)
+    per_seq = [seq_params(mask, n, seed + j, rng, scal) for j, n in enumerate(lengths)]
+    kw = call_params(mask, per_seq)
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    t = sum(lengths)
+    q, k, v, do = (torch.randn((t, h, d), generator=g, device="cuda").to(dt)
+                   for h in (hq, hkv, hkv, hq))
+    if packed:
+        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
+                                        dtype=torch.int32, device="cuda")
+        shaped = (q, k, v, do)
+    else:
+        b, n = len(lengths), lengths[0]
+        shaped = tuple(x.view(b, n, x.shape[1], d) for x in (q, k, v, do))
+    masks = oracle_masks(torch, mask, lengths, per_seq, "cuda")
+    scale = 1.0 / math.sqrt(d)
+    _, _, rdq, rdk, rdv = reference_grads(torch, q, k, v, do, lengths, masks, scale)
+    dense = [fn(0, n) for n, fn in zip(lengths, masks, strict=True)]
+    seen = torch.cat([m.any(0) for m in dense]) if dense else torch.zeros(0, dtype=torch.bool)
+    sees = torch.cat([m.any(1) for m in dense]) if dense else torch.zeros(0, dtype=torch.bool)
+    return {"kw": kw, "shaped": shaped, "ref": (rdq, rdk, rdv), "seen": seen.cuda(),
+            "sees": sees.cuda(), "tokens": t}
+
+
+def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:
+    t = c["tokens"]
+    flat = [g.reshape(t, g.shape[-2], g.shape[-1]) for g in grads]
+    errs = compare_grads(torch, flat, c["ref"])
+    assert all(e < TOL for e in errs.values()), f"{what}: {errs}"
+    dead, blind = ~c["seen"], ~c["sees"]
+    if dead.any():
+        assert (flat[1][dead] == 0).all() and (flat[2][dead] == 0).all(), \
+            f"{what}: keys no query sees must get dK = dV = 0"
+    if blind.any():
+        assert (flat[0][blind] == 0).all(), f"{what}: rows that see no key must get dQ = 0"
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=["packed-bf16-d128", "batch-fp16-d64"])
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_backward_matches_reference(sample, case):
+    name = sample.stem
+    attn = load_bwd(name)
+    packed, lengths, dtype, d, hq, hkv = CASES[case]
+    c = setup_case(name, packed, lengths, dtype, d, hq, hkv, seed=7 + case)
+    q, k, v, do = c["shaped"]
+    out, lse = attn(q, k, v, return_lse=True, **c["kw"])
+    runs = []
+    for mode in ("atomic", "det", "det"):
+        dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+        res = attn.backward(do, q, k, v, out, lse, dq=dq, dk=dk, dv=dv,
+                            deterministic=mode == "det", **c["kw"])
+        assert res[0] is dq and res[1] is dk and res[2] is dv
+        torch.cuda.synchronize()
+        check_grads(c, (dq, dk, dv), f"{name} {mode}")
+        if mode == "det":
+            runs.append((dq.clone(), dk.clone(), dv.clone()))
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True)), \
+        "deterministic mode must be bitwise reproducible"
+
+
+def test_torch_autograd_path():
+    attn = load_bwd("hstu")
+    c = setup_case("hstu", True, [50, 0, 190], "bf16", 128, 4, 2, seed=3)
+    q, k, v, do = (x.detach().clone() for x in c["shaped"])
+    for x in (q, k, v):
+        x.requires_grad_(True)
+    out = attn(q, k, v, **c["kw"])
+    assert out.requires_grad
+    out.backward(do)
+    check_grads(c, (q.grad, k.grad, v.grad), "autograd")
+
+
+def test_torch_compile_fullgraph_trains():
+    from cmc.runtime.torch_op import register
+
+    attn = load_bwd("causal")
+    fn = register(attn, "bwdtest_causal")
+    c = setup_case("causal", False, [128, 128], "bf16", 64, 2, 2, seed=5)
+
+    class Layer(torch.nn.Module):
+        def forward(self, q: Any, k: Any, v: Any) -> Any:
+            return fn(q * 1.0, k, v)
+
+    layer = torch.compile(Layer(), fullgraph=True)
+    q, k, v, do = (x.detach().clone() for x in c["shaped"])
+    for x in (q, k, v):
+        x.requires_grad_(True)
+    out = layer(q, k, v)
+    out.backward(do)
+    check_grads(c, (q.grad, k.grad, v.grad), "torch.compile")
+
+
+def test_cuda_graph_forward_backward_with_plan():
+    attn = load_bwd("shared_prefix")
+    c = setup_case("shared_prefix", True, [64, 130, 7], "bf16", 128, 4, 4, seed=11)
+    plan = attn.plan(**c["kw"])
+    q, k, v, do = (x.detach().clone() for x in c["shaped"])
+    for x in (q, k, v):
+        x.requires_grad_(True)
+
+    def step() -> None:
+        for x in (q, k, v):
+            x.grad = None
+        attn(q, k, v, plan=plan).backward(do)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    for x in (q, k, v):
+        x.grad = None
+    with torch.cuda.graph(g):
+        attn(q, k, v, plan=plan).backward(do)
+    grads = (q.grad, k.grad, v.grad)
+    for x in grads:
+        x.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    check_grads(c, grads, "cuda graph")
+
+
+SCRIPT = r'''
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from cmc.runtime import DeviceArray, load
+from tests.gpu.gpu_common import mask_of
+from tests.gpu.harness import call_params, scalar_values, seq_params
+
+rng = np.random.default_rng(0)
+for spec in sys.argv[2:]:
+    name, path = spec.split("=", 1)
+    attn = load(path)
+    mask = mask_of(name)
+    lengths = [1, 0, 200, 64, 130]
+    scal = scalar_values(mask, 0)
+    kw = call_params(mask, [seq_params(mask, n, j, rng, scal) for j, n in enumerate(lengths)])
+    t = sum(lengths)
+    kw["cu_seqlens"] = DeviceArray.from_numpy(
+        np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    q, do = (DeviceArray.from_numpy(rng.standard_normal((t, 4, 128)).astype(np.float32), "bf16")
+             for _ in range(2))
+    k, v = (DeviceArray.from_numpy(rng.standard_normal((t, 2, 128)).astype(np.float32), "bf16")
+            for _ in range(2))
+    o, lse = attn(q, k, v, return_lse=True, **kw)
+    for det in (False, True):
+        dq, dk, dv = attn.backward(do, q, k, v, o, lse, deterministic=det, **kw)
+        dq.to_numpy()
+    print(f"OK {name}", flush=True)
+'''
+
+
+def test_backward_memcheck(tmp_path):
+    tool = sanitizer()
+    if tool is None:
+        pytest.skip("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    specs = [f"{p.stem}={artifact(p.stem)}" for p in SAMPLES]
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    r = subprocess.run([tool, "--tool", "memcheck", "--print-limit", "200", sys.executable,
+                        str(script), str(ROOT), *specs], capture_output=True, text=True,
+                       timeout=900, cwd=ROOT)
+    log = r.stdout + r.stderr
+    m = re.search(r"ERROR SUMMARY: (\d+) error", log)
+    assert m and m.group(1) == "0" and r.returncode == 0, log[-8000:]
+    for p in SAMPLES:
+        assert f"OK {p.stem}" in log, log[-4000:]
