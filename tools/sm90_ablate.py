@@ -60,7 +60,7 @@ def compile_edited(dest: Path, edit: Callable[[str], str],
     from cmc.driver import Options, back, front
     from cmc.package import package
 
-    opts = Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(bench.HEAD_DIM,), jobs=2)
+    opts = Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(bench.HEAD_DIM,), jobs=2, backward=False)
     for key, (mask, defines) in bench.ARTIFACTS.items():
         table = front(ROOT / mask, defines)
         source = back(table, opts)
