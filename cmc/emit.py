@@ -70,6 +70,17 @@ from .kernels import (
     backward_kinds,
     forward_kinds,
 )
+from .ranges import (
+    I32_MAX,
+    I32_MIN,
+    I64_MAX,
+    I64_MIN,
+    div_range,
+    fdiv,
+    fmod,
+    mod_range,
+    mul_range,
+)
 from .resources import jinja_env, read_text
 
 TEMPLATE = "kernel.cu.j2"
@@ -143,8 +154,6 @@ def rows_per_warp(head_dim: int) -> int:
 MAX_TERMS = 512
 SMEM_LIMIT = 227 * 1024  # opt-in dynamic shared memory per block, sm_90 and sm_100
 
-I32_MIN, I32_MAX = -(2**31), 2**31 - 1
-I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 POS_MAX = I32_MAX - 1  # q, k < len <= INT32_MAX
 
 _DOC_ALLOWED = re.compile(r"[^A-Za-z0-9 ,.:;()_+\-=<>]")
@@ -167,48 +176,6 @@ def _fits32(lo: int, hi: int) -> bool:
     return I32_MIN <= lo and hi <= I32_MAX
 
 
-def _fdiv(a: int, b: int) -> int:
-    return 0 if b == 0 else a // b
-
-
-def _fmod(a: int, b: int) -> int:
-    return a if b == 0 else a % b
-
-
-def _range_div(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-    if b[0] == b[1]:
-        c = b[0]
-        if c == 0:
-            return (0, 0)
-        x, y = _fdiv(a[0], c), _fdiv(a[1], c)
-        return (min(x, y), max(x, y))
-    if b[0] > 0 or b[1] < 0:
-        ps = [_fdiv(x, y) for x in a for y in b]
-        return (min(ps), max(ps))
-    m = max(abs(a[0]), abs(a[1]))
-    return (-m, m)
-
-
-def _range_mod(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-    if b[0] == b[1]:
-        c = b[0]
-        if c == 0:
-            return a
-        if _fdiv(a[0], c) == _fdiv(a[1], c):
-            return (_fmod(a[0], c), _fmod(a[1], c))
-        return (0, c - 1) if c > 0 else (c + 1, 0)
-    if b[0] > 0:
-        return (0, b[1] - 1)
-    if b[1] < 0:
-        return (b[0] + 1, 0)
-    return (min(a[0], b[0] + 1, 0), max(a[1], b[1] - 1, 0))
-
-
-def _range_mul(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-    ps = [x * y for x in a for y in b]
-    return (min(ps), max(ps))
-
-
 def _const_value(e: Expr) -> int | None:
     """The value of a constant-only expression (evaluate semantics), else None."""
     if isinstance(e, Const):
@@ -220,7 +187,7 @@ def _const_value(e: Expr) -> int | None:
         a, b = _const_value(e.a), _const_value(e.b)
         if a is None or b is None:
             return None
-        return {"+": a + b, "-": a - b, "*": a * b, "/": _fdiv(a, b), "%": _fmod(a, b)}[e.op]
+        return {"+": a + b, "-": a - b, "*": a * b, "/": fdiv(a, b), "%": fmod(a, b)}[e.op]
     if isinstance(e, Call):
         vs = [_const_value(x) for x in e.args]
         if any(v is None for v in vs) or not vs:
@@ -481,11 +448,11 @@ class _ExactGen:
         elif e.op == "-":
             lo, hi = a.lo - b.hi, a.hi - b.lo
         elif e.op == "*":
-            lo, hi = _range_mul(ra, rb)
+            lo, hi = mul_range(ra, rb)
         elif e.op == "/":
-            lo, hi = _range_div(ra, rb)
+            lo, hi = div_range(ra, rb)
         else:
-            lo, hi = _range_mod(ra, rb)
+            lo, hi = mod_range(ra, rb)
         res_wide = not _fits32(lo, hi)
         wide = a.wide or b.wide or res_wide
         x, y = a.as_type(wide), b.as_type(wide)

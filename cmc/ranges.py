@@ -18,27 +18,38 @@ LEN_MAX = I32_MAX  # documented limit: a sequence holds at most 2**31 - 1 tokens
 Range = tuple[int, int]
 
 
-def _fdiv(a: int, b: int) -> int:
+def fdiv(a: int, b: int) -> int:
+    """Floor division with x / 0 == 0 (evaluate's semantics)."""
     return 0 if b == 0 else a // b
 
 
-def _div(a: Range, b: Range) -> Range:
+def fmod(a: int, b: int) -> int:
+    """Its remainder, x % 0 == x."""
+    return a if b == 0 else a % b
+
+
+def mul_range(a: Range, b: Range) -> Range:
+    ps = [x * y for x in a for y in b]
+    return (min(ps), max(ps))
+
+
+def div_range(a: Range, b: Range) -> Range:
     if b[0] == b[1]:
-        x, y = _fdiv(a[0], b[0]), _fdiv(a[1], b[0])
+        x, y = fdiv(a[0], b[0]), fdiv(a[1], b[0])
         return (min(x, y), max(x, y))
     if b[0] > 0 or b[1] < 0:
-        ps = [_fdiv(x, y) for x in a for y in b]
+        ps = [fdiv(x, y) for x in a for y in b]
         return (min(ps), max(ps))
     m = max(abs(a[0]), abs(a[1]))
     return (-m, m)
 
 
-def _mod(a: Range, b: Range) -> Range:
+def mod_range(a: Range, b: Range) -> Range:
     if b[0] == b[1]:
         c = b[0]
         if c == 0:
             return a
-        if _fdiv(a[0], c) == _fdiv(a[1], c):
+        if fdiv(a[0], c) == fdiv(a[1], c):
             return (a[0] % c, a[1] % c)
         return (0, c - 1) if c > 0 else (c + 1, 0)
     if b[0] > 0:
@@ -103,11 +114,10 @@ def step(e: Expr, args: list[Range], env: RangeEnv) -> Range:
         if e.op == "-":
             return (a[0] - b[1], a[1] - b[0])
         if e.op == "*":
-            ps = [x * y for x in a for y in b]
-            return (min(ps), max(ps))
+            return mul_range(a, b)
         if e.op == "/":
-            return _div(a, b)
-        return _mod(a, b)
+            return div_range(a, b)
+        return mod_range(a, b)
     if isinstance(e, Call):
         if e.fn == "abs":
             lo, hi = args[0]
