@@ -102,6 +102,10 @@ __device__ unsigned long long cmc_probe[256 * 48];
 #define CMC_PROBE_MARK(t) const long long t = clock64()
 #define CMC_PROBE_SINCE(slot, t) CMC_PROBE_ADD(slot, clock64() - (t))
 #define CMC_PROBE_FLUSH() CMC_PROBE_ADD(11, clock64() - pr_t0_)
+// the probe state (CMC_PROBE_DECL's) as the last parameters / arguments of a part of fwd()
+#define CMC_PROBE_PARAMS , const long long pr_t0_, unsigned long long* const pr_row_, \
+  const bool pr_lead_
+#define CMC_PROBE_ARGS , pr_t0_, pr_row_, pr_lead_
 #else
 #define CMC_PROBE_DECL(row, leader)
 #define CMC_PROBE_ADD(slot, v)
@@ -110,6 +114,8 @@ __device__ unsigned long long cmc_probe[256 * 48];
 #define CMC_PROBE_MARK(t)
 #define CMC_PROBE_SINCE(slot, t)
 #define CMC_PROBE_FLUSH()
+#define CMC_PROBE_PARAMS
+#define CMC_PROBE_ARGS
 #endif
 
 namespace cmc_sm90 {

@@ -29,6 +29,145 @@ CMC_DEV void init_barriers(unsigned bars, const TensorMaps& maps) {
   tma_prefetch_map(maps.v);
 }
 
+// The CTA's shared memory at its 1 KiB-aligned base: the K/V ring, the mbarriers (laid out
+// as in init_barriers) and the two plans (slot x = item parity). The members are references
+// to fwd()'s locals, as the lambdas it replaces captured them: a struct of values changed
+// every sm_90a cubin (other address arithmetic reached ptxas).
+template <int D, int PLAN_INTS>
+struct Smem {
+  unsigned char* const& smem;  // generic pointer of the base
+  const unsigned& base;        // shared-window addresses: the base, the K and V rings
+  const unsigned& sK;
+  const unsigned& sV;
+  const unsigned& bars;        // the mbarriers
+  CMC_DEV unsigned bar_qfull(int x) const { return bars + 8 * x; }
+  CMC_DEV unsigned bar_plan(int x) const { return bars + 8 * (2 + x); }
+  CMC_DEV unsigned bar_slot(int x) const { return bars + 8 * (4 + x); }
+  CMC_DEV unsigned bar_kfull(int s) const { return bars + 8 * (6 + s); }
+  CMC_DEV unsigned bar_kempty(int s) const { return bars + 8 * (6 + Cfg<D>::kStages + s); }
+  CMC_DEV unsigned bar_vfull(int s) const { return bars + 8 * (6 + 2 * Cfg<D>::kStages + s); }
+  CMC_DEV unsigned bar_vempty(int s) const { return bars + 8 * (6 + 3 * Cfg<D>::kStages + s); }
+  CMC_DEV int* plan_of(int x) const {
+    return reinterpret_cast<int*>(smem + Cfg<D>::kPlan) + x * PLAN_INTS;
+  }
+};
+
+// The plan builders (producer threads 32 .. 127): they pick the items (Sched::next), up to
+// two ahead of the loader (the slots), build each one's plan and publish the item in its
+// plan's header (qt -1: no more items).
+template <class H, class SM, class Geo>
+CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& units,
+                          const SM& sm, const Geo& geo, const int& ptid CMC_PROBE_PARAMS) {
+  constexpr bool kPatch = H::kTiling == 1;
+  constexpr int kPlanInts = plan_ints<H::kTerms, H::kTiling>();
+  int n = 0;
+  int u = blockIdx.x, half = 0;
+  int held = desc.sched != 0 && ptid == 32 ? Sched::fetch(desc.sched) : 0;
+  for (;;) {
+    const int x = n & 1;
+    const unsigned use = (unsigned)(n >> 1) & 1u;
+    ++n;
+    int* plan = sm.plan_of(x);
+    int* item = plan + kPlanInts - kItemInts;
+    CMC_PROBE(6, mbar_wait(sm.bar_slot(x), use ^ 1u));  // consumers done with its last item
+    CMC_PROBE_MARK(pr_build_);
+    Item it;
+    int qa = 0, qb = 0;
+    bool found = false;
+    typename H::seq_t seq;
+    cmc_patch_geo g;
+    while (!found) {
+      if (half == 2) {
+        u = sc.next(desc.sched, u, item + 3, ptid == 32, held, units);
+        half = 0;
+      }
+      if (u >= units) break;
+      it.qt = sc.tile(u, half++, it.h, it.b);
+      if (it.qt < 0) continue;
+      seq = H::seq(desc, it.b);
+      g = geo(seq.len);
+      found = tile_rows<kPatch>(g, seq.len, it.qt, qa, qb);
+    }
+    if (!found) {
+      if (ptid == 32) {
+        item[0] = -1;
+        sc.finish(desc.sched);
+      }
+      mbar_arrive(sm.bar_plan(x));
+      break;
+    }
+    if (n == 1) CMC_PROBE_ADD(13, pr_build_ - pr_t0_);  // launch to the first build
+    // the consumers help with the first plan when it is of the CTA's first unit
+    // (first_item: fetched units are >= gridDim.x)
+    if constexpr (kPatch)
+      build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32,
+                          n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders);
+    else build_plan<H>(seq, qa, qb, plan, ptid - 32);
+    if (ptid == 32) {
+      item[0] = it.qt;
+      item[1] = it.h;
+      item[2] = it.b;
+    }
+    CMC_PROBE_SINCE(7, pr_build_);
+    if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
+    CMC_PROBE_COUNT(8);
+    mbar_arrive(sm.bar_plan(x));
+  }
+}
+
+// The loader warp (producer threads 0 .. 31): for each item, in plan order, the Q tile into
+// its slot and the K / V tiles of its walk into the ring; lane 0 waits and arms the barriers,
+// the lanes issue the copies.
+template <class H, int D, class SM, class Geo>
+CMC_DEV void run_loader(const typename H::desc_t& desc, const TensorMaps& maps, const SM& sm,
+                        const Geo& geo, const int& hpk, const int& lane CMC_PROBE_PARAMS) {
+  typedef Cfg<D> C;
+  constexpr int NT = H::kTerms;
+  constexpr int S = C::kStages;
+  constexpr bool kPatch = H::kTiling == 1;
+  constexpr int kPlanInts = plan_ints<NT, H::kTiling>();
+  typedef typename Pick<kPatch, BitWalk, Walk>::type WalkT;
+  int stage = 0, n = 0;
+  unsigned phase = 0;
+  for (;;) {
+    const int x = n & 1;
+    const unsigned use = (unsigned)(n >> 1) & 1u;
+    ++n;
+    const int* plan = sm.plan_of(x);
+    CMC_PROBE(0, mbar_wait(sm.bar_plan(x), use));  // the plan, so the slot, is ready
+    Item it;
+    if (!read_item(plan + kPlanInts - kItemInts, it)) break;
+    CMC_PROBE_COUNT(10);
+    const typename H::seq_t seq = H::seq(desc, it.b);
+    const cmc_patch_geo g = geo(seq.len);
+    // token coordinates are int32 (the runtime checks T < 2^31); rows past the sequence
+    // belong to the next one (masked: k < len everywhere) or read as zero past T
+    const int tok0 = (int)seq.tok0;
+    const int hkv = it.h / hpk;
+    // a tile of the tiling: one 128-row box per column block, or the patch's boxes
+    // (the expect_tx comes before any copy can complete: __syncwarp between them)
+    auto load = [&](unsigned dst, const TensorMap& map, unsigned bar, unsigned bytes, int h,
+                    int t) {
+      if (lane == 0) mbar_expect_tx(bar, bytes);
+      __syncwarp();
+      if constexpr (kPatch) tma_tile_boxes<D>(dst, map, bar, h, tok0, g, t, lane);
+      else tma_tile<D>(dst, map, bar, h, tok0 + t * kBM, lane);
+    };
+    load(sm.base + C::kQ + x * C::kQBytes, maps.q, sm.bar_qfull(x), C::kQBytes, it.h, it.qt);
+    WalkT wk;
+    start_walk<NT>(wk, plan, g);
+    while (wk.j >= 0) {
+      CMC_PROBE(2, mbar_wait(sm.bar_kempty(stage), phase ^ 1));
+      CMC_PROBE(4, load(sm.sK + stage * C::kTile, maps.k, sm.bar_kfull(stage), C::kTile, hkv, wk.j));
+      CMC_PROBE(3, mbar_wait(sm.bar_vempty(stage), phase ^ 1));
+      CMC_PROBE(4, load(sm.sV + stage * C::kTile, maps.v, sm.bar_vfull(stage), C::kTile, hkv, wk.j));
+      CMC_PROBE_COUNT(9);
+      CMC_PROBE(5, wk.next());
+      if (++stage == S) { stage = 0; phase ^= 1; }
+    }
+  }
+}
+
 template <class H, bool BF16, int D>
 CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -80,16 +219,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   const unsigned base = raw + pad;
   const unsigned sK = base + C::kK, sV = base + C::kV;
   const unsigned bars = base + C::kBar;
-  // per slot x (item parity): Q full (1 arrival + the TMA bytes), plan full (128 producer
-  // threads), slot empty (8 consumer warps, after the epilogue); then the K/V ring.
-  auto bar_qfull = [&](int x) { return bars + 8 * x; };
-  auto bar_plan = [&](int x) { return bars + 8 * (2 + x); };
-  auto bar_slot = [&](int x) { return bars + 8 * (4 + x); };
-  auto bar_kfull = [&](int s) { return bars + 8 * (6 + s); };
-  auto bar_kempty = [&](int s) { return bars + 8 * (6 + S + s); };
-  auto bar_vfull = [&](int s) { return bars + 8 * (6 + 2 * S + s); };
-  auto bar_vempty = [&](int s) { return bars + 8 * (6 + 3 * S + s); };
-  auto plan_of = [&](int x) { return reinterpret_cast<int*>(smem + C::kPlan) + x * kPlanInts; };
+  const Smem<D, kPlanInts> sm = {smem, base, sK, sV, bars};
 
   if (tid == 0) init_barriers<S>(bars, maps);
   __syncthreads();  // publishes the mbarrier inits
@@ -99,103 +229,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
     // ======================================================================= producer
     setmaxnreg_dec<Regs<H::kTiling>::kProducer>();
     const int ptid = tid, lane = tid & 31;
-    int stage = 0, n = 0;
-    unsigned phase = 0;
     CMC_PROBE_DECL(0, ptid == 0 || ptid == 32);  // the loader's lane 0, the first builder
-    if (ptid >= 32) {
-      // plan builders: they pick the items (Sched::next), up to two ahead of the loader
-      // (the slots), and publish each in its plan's item header
-      int u = blockIdx.x, half = 0;
-      int held = desc.sched != 0 && ptid == 32 ? Sched::fetch(desc.sched) : 0;
-      for (;;) {
-        const int x = n & 1;
-        const unsigned use = (unsigned)(n >> 1) & 1u;
-        ++n;
-        int* plan = plan_of(x);
-        int* item = plan + kPlanInts - kItemInts;
-        CMC_PROBE(6, mbar_wait(bar_slot(x), use ^ 1u));  // consumers done with its last item
-        CMC_PROBE_MARK(pr_build_);
-        Item it;
-        int qa = 0, qb = 0;
-        bool found = false;
-        typename H::seq_t seq;
-        cmc_patch_geo g;
-        while (!found) {
-          if (half == 2) {
-            u = sc.next(desc.sched, u, item + 3, ptid == 32, held, units);
-            half = 0;
-          }
-          if (u >= units) break;
-          it.qt = sc.tile(u, half++, it.h, it.b);
-          if (it.qt < 0) continue;
-          seq = H::seq(desc, it.b);
-          g = geo(seq.len);
-          found = tile_rows<kPatch>(g, seq.len, it.qt, qa, qb);
-        }
-        if (!found) {
-          if (ptid == 32) {
-            item[0] = -1;
-            sc.finish(desc.sched);
-          }
-          mbar_arrive(bar_plan(x));
-          break;
-        }
-        if (n == 1) CMC_PROBE_ADD(13, pr_build_ - pr_t0_);  // launch to the first build
-        // the consumers help with the first plan when it is of the CTA's first unit
-        // (first_item: fetched units are >= gridDim.x)
-        if constexpr (kPatch)
-          build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32,
-                              n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders);
-        else build_plan<H>(seq, qa, qb, plan, ptid - 32);
-        if (ptid == 32) {
-          item[0] = it.qt;
-          item[1] = it.h;
-          item[2] = it.b;
-        }
-        CMC_PROBE_SINCE(7, pr_build_);
-        if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
-        CMC_PROBE_COUNT(8);
-        mbar_arrive(bar_plan(x));
-      }
-    }
-    else for (;;) {
-      // the loader warp: lane 0 waits and arms the barriers, the lanes issue the copies
-      const int x = n & 1;
-      const unsigned use = (unsigned)(n >> 1) & 1u;
-      ++n;
-      const int* plan = plan_of(x);
-      CMC_PROBE(0, mbar_wait(bar_plan(x), use));  // the plan, so the slot, is ready
-      Item it;
-      if (!read_item(plan + kPlanInts - kItemInts, it)) break;
-      CMC_PROBE_COUNT(10);
-      const typename H::seq_t seq = H::seq(desc, it.b);
-      const cmc_patch_geo g = geo(seq.len);
-      // token coordinates are int32 (the runtime checks T < 2^31); rows past the sequence
-      // belong to the next one (masked: k < len everywhere) or read as zero past T
-      const int tok0 = (int)seq.tok0;
-      const int hkv = it.h / hpk;
-      // a tile of the tiling: one 128-row box per column block, or the patch's boxes
-      // (the expect_tx comes before any copy can complete: __syncwarp between them)
-      auto load = [&](unsigned dst, const TensorMap& map, unsigned bar, unsigned bytes, int h,
-                      int t) {
-        if (lane == 0) mbar_expect_tx(bar, bytes);
-        __syncwarp();
-        if constexpr (kPatch) tma_tile_boxes<D>(dst, map, bar, h, tok0, g, t, lane);
-        else tma_tile<D>(dst, map, bar, h, tok0 + t * kBM, lane);
-      };
-      load(base + C::kQ + x * C::kQBytes, maps.q, bar_qfull(x), C::kQBytes, it.h, it.qt);
-      WalkT wk;
-      start_walk<NT>(wk, plan, g);
-      while (wk.j >= 0) {
-        CMC_PROBE(2, mbar_wait(bar_kempty(stage), phase ^ 1));
-        CMC_PROBE(4, load(sK + stage * C::kTile, maps.k, bar_kfull(stage), C::kTile, hkv, wk.j));
-        CMC_PROBE(3, mbar_wait(bar_vempty(stage), phase ^ 1));
-        CMC_PROBE(4, load(sV + stage * C::kTile, maps.v, bar_vfull(stage), C::kTile, hkv, wk.j));
-        CMC_PROBE_COUNT(9);
-        CMC_PROBE(5, wk.next());
-        if (++stage == S) { stage = 0; phase ^= 1; }
-      }
-    }
+    if (ptid >= 32) run_builders<H>(desc, sc, units, sm, geo, ptid CMC_PROBE_ARGS);
+    else run_loader<H, D>(desc, maps, sm, geo, hpk, lane CMC_PROBE_ARGS);
     if (ptid < 32) CMC_PROBE_FLUSH();
     else CMC_PROBE_ADD(14, clock64() - pr_t0_);  // the first builder's whole time
   } else {
@@ -229,10 +265,10 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       ++n;
       CMC_PROBE_COUNT(10);
       CMC_PROBE_MARK(pr_plan_);
-      mbar_wait(bar_plan(x), use);
+      mbar_wait(sm.bar_plan(x), use);
       CMC_PROBE_SINCE(0, pr_plan_);
       if (n == 1) CMC_PROBE_SINCE(12, pr_plan_);  // the first item's plan (cold start)
-      read_item(plan_of(x) + kPlanInts - kItemInts, it);
+      read_item(sm.plan_of(x) + kPlanInts - kItemInts, it);
     };
     if constexpr (kPatch) {  // the CTA's first plan: help the builders (see builders_bar)
       Item f;
@@ -241,12 +277,12 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         const cmc_patch_geo fg = geo(fs.len);
         int fa, fb;
         tile_rows<kPatch>(fg, fs.len, f.qt, fa, fb);
-        build_plan_patch<H>(fs, fg, f.qt, fa, fb, plan_of(0), kBuilders + cw * 128 + ctid,
+        build_plan_patch<H>(fs, fg, f.qt, fa, fb, sm.plan_of(0), kBuilders + cw * 128 + ctid,
                             kHelpers);
       }
     }
     for (take(); it.qt >= 0; take()) {
-      const int* plan = plan_of(x);
+      const int* plan = sm.plan_of(x);
       const typename H::seq_t seq = H::seq(desc, it.b);
       const int len = seq.len;
       const cmc_patch_geo g = geo(len);
@@ -274,7 +310,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
 #pragma unroll
       for (int i = 0; i < kO; ++i) o[i] = 0.f;
       float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
-      CMC_PROBE(1, mbar_wait(bar_qfull(x), use));  // also before the epilogue reuses the Q slot
+      CMC_PROBE(1, mbar_wait(sm.bar_qfull(x), use));  // also before the epilogue reuses the Q slot
 
       if (wk.j >= 0) {
         float s[64];
@@ -487,7 +523,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         };
 
         fetch_mask(wk.j);
-        CMC_PROBE(2, mbar_wait(bar_kfull(stage), phase));
+        CMC_PROBE(2, mbar_wait(sm.bar_kfull(stage), phase));
         CMC_PROBE(4, turn_wait(cw));
         wg_fence();
         issue_qk<BF16, D, kQr>(s, sq, qf, sK + stage * C::kTile);
@@ -495,7 +531,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         turn_pass(cw);
         CMC_PROBE(5, wg_wait<0>());
         fence_regs<64>(s);
-        release(bar_kempty(stage));
+        release(sm.bar_kempty(stage));
         // c0, c1: the rescale of O owed to the last softmax, applied after the PV wait
         // (FA4's place: out of the turn window); O is still zero for the first softmax.
         float c0, c1;
@@ -509,8 +545,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           CMC_PROBE(14, fetch_mask(wk.j));
           const int ns = stage + 1 == S ? 0 : stage + 1;
           const unsigned nph = stage + 1 == S ? phase ^ 1 : phase;
-          CMC_PROBE(2, mbar_wait(bar_kfull(ns), nph));      // K(next)
-          CMC_PROBE(3, mbar_wait(bar_vfull(stage), phase));  // V(cur)
+          CMC_PROBE(2, mbar_wait(sm.bar_kfull(ns), nph));      // K(next)
+          CMC_PROBE(3, mbar_wait(sm.bar_vfull(stage), phase));  // V(cur)
           CMC_PROBE(4, turn_wait(cw));
           wg_fence();
           fence_regs<kO>(o);
@@ -522,19 +558,19 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           turn_pass(cw);
           CMC_PROBE(5, wg_wait<1>());
           fence_regs<64>(s);
-          release(bar_kempty(ns));
+          release(sm.bar_kempty(ns));
           CMC_PROBE(8, softmax(wk.j, c0, c1));
           fence_regs<64>(s);
           CMC_PROBE(6, wg_wait<0>());
           fence_regs<kO>(o);
           fence_regs<32>(p);
-          release(bar_vempty(stage));
+          release(sm.bar_vempty(stage));
           repack();
           if (grow) rescale_o(c0, c1);  // FA4's place: after the PV wait, out of the turn window
           stage = ns;
           phase = nph;
         }
-        CMC_PROBE(3, mbar_wait(bar_vfull(stage), phase));
+        CMC_PROBE(3, mbar_wait(sm.bar_vfull(stage), phase));
         CMC_PROBE(4, turn_wait(cw));
         wg_fence();
         fence_regs<kO>(o);
@@ -544,7 +580,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         turn_pass(cw);
         CMC_PROBE(6, wg_wait<0>());
         fence_regs<kO>(o);
-        release(bar_vempty(stage));
+        release(sm.bar_vempty(stage));
         if (++stage == S) { stage = 0; phase ^= 1; }
       }
       CMC_PROBE_MARK(pr_epi_);
@@ -588,7 +624,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       }
       // generic accesses of the Q / O slot before the next TMA (async proxy) write into it
       fence_proxy_async();
-      release(bar_slot(x));  // this warp's reads of the slot (plan, Q / O staging) are done
+      release(sm.bar_slot(x));  // this warp's reads of the slot (plan, Q / O staging) are done
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const int ch = (ctid + 128 * i) % kChunks;
