@@ -218,6 +218,9 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
 @click.option("--backward/--no-backward", default=True, show_default=True,
               help="Also build the backward kernels (dQ, dK, dV); --no-backward keeps "
                    "forward-only artifacts small.")
+@click.option("--bwd-kernel", type=click.Choice(["portable", "sm90"]), default="portable",
+              show_default=True,
+              help="sm90: the wgmma dK/dV kernel on sm_90a (opt-in: not yet run on a GPU).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
@@ -225,7 +228,7 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
 @_reports_errors
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
                 defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
-                backward: bool, jobs: int, check_only: bool,
+                backward: bool, bwd_kernel: str, jobs: int, check_only: bool,
                 no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
@@ -248,7 +251,8 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
 
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
-                   tiling=tiling, cache=not no_cache, backward=backward)
+                   tiling=tiling, cache=not no_cache, backward=backward,
+                   bwd_kernel=bwd_kernel)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

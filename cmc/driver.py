@@ -68,6 +68,9 @@ class Options:
     kernel: str = "auto"  # "auto": each arch's own kind (kernels.forward_kinds); "portable"
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
     backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
+    # "portable": cmc_bwd everywhere; "sm90": the wgmma dK/dV kind on sm_90a (bwd_kv_sm90).
+    # Opt-in until a GPU run validates it (tools/bwd_kernel_check.py --sm90, tests/gpu).
+    bwd_kernel: str = "portable"
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     assert p.table is not None and p.tiling is not None
     return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
                                        archs=opts.archs, kernel=opts.kernel, tiling=p.tiling,
-                                       backward=opts.backward))
+                                       backward=opts.backward, bwd_kernel=opts.bwd_kernel))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -206,6 +209,7 @@ def compile_file(
     kernel: str = "auto",
     tiling: str = "auto",
     backward: bool = True,
+    bwd_kernel: str = "portable",
 ) -> Path:
     """Every stage; returns OUT/NAME."""
     opts = Options(
@@ -218,6 +222,7 @@ def compile_file(
         kernel=kernel,
         tiling=tiling,
         backward=backward,
+        bwd_kernel=bwd_kernel,
     )
     artifact = run(path, opts, "package", Path(out_dir)).artifact
     assert artifact is not None

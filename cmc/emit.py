@@ -62,6 +62,7 @@ from .ir import (
     nodes,
 )
 from .kernels import (
+    BWD_KERNELS,
     ROWS_PER_WARP,
     SPECS,
     KernelKind,
@@ -929,14 +930,16 @@ def sm90_header_text() -> str:
 
 
 def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
-                       archs: Sequence[str], n_terms: int, n_terms_t: int
-                       ) -> tuple[KernelVariant, ...]:
-    """One variant per (dtype, head dim) and backward kind (kernels.backward_kinds), each
-    its own cubin; a kind's plan is sized by the table it walks (kv: the transposed one)."""
+                       archs: Sequence[str], n_terms: int, n_terms_t: int,
+                       bwd_kernel: str = "portable") -> tuple[KernelVariant, ...]:
+    """One variant per (dtype, head dim) and backward kind (kernels.backward_kinds, with
+    `bwd_kernel`'s choice), each its own cubin; a kind's plan is sized by the table it walks
+    (kv: the transposed one)."""
+    kinds = backward_kinds(tuple(archs), bwd_kernel)
     out = []
     for dt in dict.fromkeys(dtypes):
         for hd in dict.fromkeys(head_dims):
-            for kind, kind_archs in backward_kinds(tuple(archs)):
+            for kind, kind_archs in kinds:
                 s = SPECS[kind]
                 nt = n_terms_t if s.walks == "transposed" else n_terms
                 out.append(KernelVariant(
@@ -1047,15 +1050,19 @@ def emit(
     *,
     tiling: Tiling,
     backward: bool = False,
+    bwd_kernel: str = "portable",
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
     portable (mma.sync) kernel elsewhere). `tiling` is the tile stage's, used by the kinds
     that follow it (driver.tile). `backward` adds the transposed table's hooks (`cmc_hooks_t`),
     the backward header and one variant per backward kind, dtype and head dim; without it
-    the text is the forward's alone."""
+    the text is the forward's alone. `bwd_kernel` "sm90" builds the kv role on sm_90a with
+    the wgmma kernel (kernels.BWD_KV_SM90, opt-in; its header is inlined only then)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
+    if bwd_kernel not in BWD_KERNELS:
+        raise ValueError(f"unsupported backward kernel {bwd_kernel!r} (supported: {BWD_KERNELS})")
     for a in archs:
         if a not in artifacts.SUPPORTED_ARCHS:
             raise ValueError(f"unsupported arch {a!r} (supported: {artifacts.SUPPORTED_ARCHS})")
@@ -1071,7 +1078,7 @@ def emit(
         transposed = transpose(table)
         hooks_t = build_hooks(transposed, LINEAR, prefix="cmc_tabT")
         variants += _backward_variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)),
-                                       hooks.n_terms, hooks_t.n_terms)
+                                       hooks.n_terms, hooks_t.n_terms, bwd_kernel)
     text = render(table, variants, hooks, hooks_t)
     return EmittedSource(
         table=table,

@@ -10,8 +10,8 @@ Adding a kind: a KernelKind member and a KernelSpec in SPECS with its own thread
 shape, shared-memory and grid rules, launch `params` and `role`. Every kind is its own
 variant with its own cubin (one entry point per cubin). A kind whose `archs` names some
 archs replaces the portable kind of the same pass and role there (`kinds_for`): FWD_SM90
-replaces FWD_PORTABLE on sm_90a, and a later "bwd_kv_sm90" spec with role "kv" and
-archs ("sm_90a",) would replace BWD_KV the same way. Backward kinds carry their entry
+replaces FWD_PORTABLE on sm_90a, and BWD_KV_SM90 (role "kv", archs ("sm_90a",)) replaces
+BWD_KV the same way when asked (`backward_kinds(..., "sm90")`). Backward kinds carry their entry
 point (`entry`, `threads_expr`, `smem_expr`), so emit renders them without a template
 change; the forward's entry points are in templates/kernel.cu.j2. A new launch parameter
 also needs its packing in the runtime. docs/architecture.md, "Where to change what".
@@ -19,6 +19,7 @@ also needs its packing in the runtime. docs/architecture.md, "Where to change wh
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -39,6 +40,7 @@ class KernelKind(str, Enum):
     FWD_SM90 = "sm90"  # wgmma + TMA, producer and two consumer warpgroups, sm_90a only
     BWD_PRE = "bwd_pre"  # Dsum = rowsum(dO * O); zeroes the dQ workspace
     BWD_KV = "bwd_kv"  # one key tile: dK, dV; dQ atomically into the workspace
+    BWD_KV_SM90 = "bwd_kv_sm90"  # BWD_KV by wgmma, 128-key tiles, sm_90a only; opt-in
     BWD_DQ = "bwd_dq"  # deterministic mode: one query tile's dQ
     BWD_POST = "bwd_post"  # dQ workspace * scale -> dtype
 
@@ -274,6 +276,41 @@ BWD_SPECS: Mapping[KernelKind, KernelSpec] = {
     KernelKind.BWD_POST: _bwd_spec(KernelKind.BWD_POST, "post", BWD_PRE_ROWS, _no_smem,
                                    "heads_q", "forward", "cmc_hooks", ""),
 }
+
+
+# cmc_bwd_sm90 (templates/cmc/attn_bwd_sm90.cuh): kBN keys per CTA (64 per warpgroup), kBM
+# query rows per item, Cfg<D>::kThreadsKV = 2 warpgroups.
+BWD_SM90_BN = 128
+BWD_SM90_BM = 64
+BWD_SM90_THREADS = 256
+
+
+def _bwd_kv_sm90_smem(head_dim: int, plan_ints: int) -> int:
+    """cmc_bwd_sm90::smem_kv: K, V [128 x D], Q x2, dO x2 [64 x D], dS^T [128 x 64], LSE x2,
+    Dsum x2, the transposed plan; + 1024 (the kernel aligns its base up to 1 KiB)."""
+    fixed = (2 * BWD_SM90_BN * head_dim * 2 + 4 * BWD_SM90_BM * head_dim * 2
+             + BWD_SM90_BN * BWD_SM90_BM * 2 + 4 * BWD_SM90_BM * 4)
+    return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
+
+
+# Replaces BWD_KV on sm_90a only when asked (backward_kinds(..., "sm90")): it builds without
+# spills or wgmma pipeline notes but has not run on a GPU yet (docs/architecture.md).
+BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
+    BWD_SPECS[KernelKind.BWD_KV],
+    kind=KernelKind.BWD_KV_SM90,
+    headers=("cmc/attn_bwd_portable.cuh", "cmc/attn_bwd_sm90.cuh"),  # reuses cmc_bwd's helpers
+    archs=("sm_90a",),
+    threads={64: BWD_SM90_THREADS, 128: BWD_SM90_THREADS},
+    block_m=BWD_SM90_BN,  # keys per CTA: the grid's x counts key tiles
+    block_n=BWD_SM90_BM,  # query rows per inner item
+    smem=_bwd_kv_sm90_smem,
+    cubin_group=KernelKind.BWD_KV_SM90.value,
+    symbol="cmc_{mask}_bwd_kv_sm90_{dtype}_d{head_dim}",
+    tag="bwd_kv_sm90_{dtype}_d{head_dim}",
+    entry="cmc_bwd_sm90::kv<cmc_hooks, cmc_hooks_t, {bf16}, {head_dim}>(desc, args)",
+    threads_expr="cmc_bwd_sm90::Cfg<{head_dim}>::kThreadsKV",
+    smem_expr="cmc_bwd_sm90::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>()",
+)}
 SPECS = {**SPECS, **BWD_SPECS}
 
 # The manifest's backward "sequence": kernel roles in launch order per mode.
@@ -306,9 +343,18 @@ def kinds_for(pass_: Pass, archs: tuple[str, ...], choice: str = "auto"
     return out
 
 
-def backward_kinds(archs: tuple[str, ...]) -> list[tuple[KernelKind, tuple[str, ...]]]:
-    """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post)."""
-    return kinds_for(Pass.BACKWARD, archs)
+# Options.bwd_kernel: "portable" every arch; "sm90" also the arch-specific backward kinds
+# (BWD_KV_SM90 on sm_90a). Default "portable" until a GPU run validates the sm90 kind.
+BWD_KERNELS = ("portable", "sm90")
+
+
+def backward_kinds(archs: tuple[str, ...], choice: str = "portable"
+                   ) -> list[tuple[KernelKind, tuple[str, ...]]]:
+    """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post); choice
+    "sm90" lets the arch-specific kinds claim their archs (bwd_kv_sm90 on sm_90a)."""
+    if choice not in BWD_KERNELS:
+        raise ValueError(f"unsupported backward kernel {choice!r} (supported: {BWD_KERNELS})")
+    return kinds_for(Pass.BACKWARD, archs, "auto" if choice == "sm90" else "portable")
 
 
 # --------------------------------------------------------------------------- launch policy

@@ -146,3 +146,23 @@ def test_runtime_check_case_parameters():
     per_seq = rc.case_params(mask, c)
     assert len({ps["window"] for ps in per_seq}) == 1  # a scalar: one value per launch
     assert per_seq == rc.case_params(mask, c)
+
+
+def test_bwd_kernel_check_sm90_builds_the_opt_in_kv(tmp_path, monkeypatch):
+    """--sm90's builds, without a GPU: the kv role is bwd_kv_sm90 on its own launch shape
+    (torch is stubbed: the tool imports it for the GPU part only)."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import types
+
+    monkeypatch.setenv("CMC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    bkc = _tool("bwd_kernel_check")
+    kernels, res = bkc.build_variant("causal", "bf16", 64, "sm_90a", sm90=True)
+    assert sorted(kernels) == ["dq", "fwd", "kv", "post", "pre"]
+    _, sym, threads, smem, block_m, heads = kernels["kv"]
+    assert (sym, threads, block_m, heads) == ("cmc_causal_bwd_kv_sm90_bf16_d64", 256, 128,
+                                              "heads_kv")
+    assert smem > 48 * 1024 and res[sym][1:] == (0, 0)
+    assert kernels["pre"][1] == "cmc_causal_bwd_pre_bf16_d64"
+    portable, _ = bkc.build_variant("causal", "bf16", 64, "sm_90a")
+    assert portable["kv"][1:6:3] == ("cmc_causal_bwd_kv_bf16_d64", 64)

@@ -2,7 +2,10 @@
 """GPU check of the portable backward (templates/cmc/attn_bwd_portable.cuh), issue 21.
 
 Run on the GPU machine from the repository root:  python3 tools/bwd_kernel_check.py
-(--no-timing skips the causal timing). For each case: the real pipeline (cmc.driver front ->
+(--no-timing skips the causal timing; --sm90 builds with `bwd_kernel="sm90"`, so the kv role
+is the opt-in sm_90a kind bwd_kv_sm90 (templates/cmc/attn_bwd_sm90.cuh: wgmma, 128-key tiles,
+256 threads), checks it on the same cases and modes, and times portable and sm90 side by side
+at causal L=4096 B=8 and L=16384 B=2, H=16, D=128, bf16). For each case: the real pipeline (cmc.driver front ->
 back with backward on, the portable forward -> cmc.build.build) for the device's arch (builds
 in parallel processes first), so the cubins, symbols, threads and shared memory are exactly
 what `cmc compile` ships; the portable forward cubin of the same build for O and LSE, then pre -> kv -> post (non-deterministic) and pre -> kv -> dq
@@ -80,15 +83,17 @@ def table_of(name: str):
     return lower(check(parse(src, f"{name}.mask"), defines))
 
 
-def build_variant(name: str, dtype: str, d: int, arch: str):
+def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False):
     """Worker: {role: (cubin, symbol, threads, dynamic smem, block_m, grid y)} of the forward
-    ("fwd") and the four backward kernels, and {symbol: (registers, spill st, spill ld)}."""
+    ("fwd") and the four backward kernels, and {symbol: (registers, spill st, spill ld)}.
+    sm90: the kv role is bwd_kv_sm90 (cmc.build refuses wgmma pipeline notes C7515-C7520,
+    so a built variant has none)."""
     from cmc.build import build
     from cmc.driver import Options, back
     from cmc.kernels import spec
 
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
-                   backward=True, cache=False)
+                   backward=True, cache=False, bwd_kernel="sm90" if sm90 else "portable")
     built = build(back(table_of(name), opts), archs=(arch,), jobs=1, cache=False)
     kernels, res = {}, {}
     for v in built.source.variants:
@@ -249,9 +254,10 @@ def run_case(name, dtype, d, built, table) -> list[tuple[str, bool, str]]:
 _LAYOUTS: dict = {}  # (mask, dtype, head dim) -> the descriptor layout (cmc.abi)
 
 
-def timing(bwd: Bwd, layout, table, dtype: str) -> list[str]:
-    """Causal L=4096, B=8, H=16, D=128: backward TFLOP/s (2.5 x forward effective FLOPs)."""
-    L, B, H, D = 4096, 8, 16, 128
+def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
+           label: str = "") -> list[str]:
+    """Causal L, B, H=16, D=128: backward TFLOP/s (2.5 x forward effective FLOPs)."""
+    H, D = 16, 128
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
     pb = kc.Problem([L] * B, H, H, D, tdt, pad=0)
     qt, kt, vt, o, lse = kc.make_inputs(pb, 7)
@@ -282,7 +288,7 @@ def timing(bwd: Bwd, layout, table, dtype: str) -> list[str]:
             torch.cuda.synchronize()
             times.append(e0.elapsed_time(e1) / 1e3)
         t = min(times)
-        out.append(f"causal bwd L={L} B={B} H={H} D={D} {dtype} "
+        out.append(f"{label}causal bwd L={L} B={B} H={H} D={D} {dtype} "
                    f"{'deterministic' if det else 'atomic dQ':14s} {t * 1e3:8.3f} ms "
                    f"{flops / t / 1e12:7.1f} TFLOP/s")
     return out
@@ -291,33 +297,47 @@ def timing(bwd: Bwd, layout, table, dtype: str) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--sm90", action="store_true",
+                    help="the kv role is the opt-in sm_90a kind bwd_kv_sm90; times it beside "
+                         "the portable kv")
     opts = ap.parse_args()
+    sm90 = opts.sm90
     t_start = time.perf_counter()
     # NVRTC builds run in forked processes before CUDA is touched here; the arch is checked after.
     arch = os.environ.get("CMC_ARCH", "sm_90a")
-    jobs = [(n, dt, d) for n, dt, d in VARIANTS]
-    if not opts.no_timing and ("causal", "bf16", 128) not in jobs:
-        jobs.append(("causal", "bf16", 128))
+    if sm90 and arch != "sm_90a":
+        raise SystemExit("--sm90 needs CMC_ARCH=sm_90a (the kind is built for sm_90a only)")
+    # jobs: (mask, dtype, head dim, sm90 kv)
+    jobs = [(n, dt, d, sm90) for n, dt, d in VARIANTS]
+    if not opts.no_timing:
+        for j in [("causal", "bf16", 128, False)] + ([("causal", "bf16", 128, True)] if sm90 else []):
+            if j not in jobs:
+                jobs.append(j)
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-        futs = {j: pool.submit(build_variant, *j, arch) for j in jobs}
+        futs = {j: pool.submit(build_variant, *j[:3], arch, j[3]) for j in jobs}
         built = {j: f.result() for j, f in futs.items()}
     if kc.device_arch() != arch:
         raise SystemExit(f"device is {kc.device_arch()}, built for {arch} (set CMC_ARCH)")
     print(f"built {len(built)} variants for {arch} in {time.perf_counter() - t_start:.1f} s")
     print("resources (registers, spill stores, spill loads):")
+    seen = set()
     for b in built.values():
         for sym, r in b[1].items():
-            print(f"  {sym:48s} {r}")
+            if sym not in seen:
+                seen.add(sym)
+                print(f"  {sym:48s} {r}")
+    if sm90:
+        print("  wgmma pipeline notes (C7515-C7520): none (cmc.build refuses a kernel with any)")
     tables = {n: table_of(n) for n in MASKS}
     from cmc.abi import descriptor_layout
 
-    for n, dt, d in jobs:
+    for n, dt, d, _ in jobs:
         _LAYOUTS[(n, dt, d)] = descriptor_layout(tables[n].mask)
 
     rows, failed = [], 0
     for n, dt, d in VARIANTS:
         try:
-            res = run_case(n, dt, d, built[(n, dt, d)], tables[n])
+            res = run_case(n, dt, d, built[(n, dt, d, sm90)], tables[n])
         except Exception as e:  # a launch error poisons the context: report and stop
             rows.append((f"{n} {dt} d{d}", "ERROR", False, f"{type(e).__name__}: {e}"))
             failed += 1
@@ -325,11 +345,18 @@ def main() -> int:
         for mode, ok, msg in res:
             rows.append((f"{n} {dt} d{d}", mode, ok, msg))
             failed += 0 if ok else 1
-    timing_lines = []
-    if not opts.no_timing and failed == 0:
-        b = built[("causal", "bf16", 128)]
-        bwd = Bwd(b[0])
-        timing_lines = timing(bwd, _LAYOUTS[("causal", "bf16", 128)], tables["causal"], "bf16")
+    timing_lines: list[str] = []
+    # Timing also after numeric failures (flagged), not after a launch error (the context is gone).
+    if not opts.no_timing and not any(mode == "ERROR" for _, mode, _, _ in rows):
+        if failed:
+            timing_lines.append("(timings below are of kernels that FAILED the checks above)")
+        lay = _LAYOUTS[("causal", "bf16", 128)]
+        kinds = [False, True] if sm90 else [False]
+        bwds = {k: Bwd(built[("causal", "bf16", 128, k)][0]) for k in kinds}
+        for L, B in ((4096, 8), (16384, 2)) if sm90 else ((4096, 8),):
+            for k in kinds:
+                label = ("sm90     " if k else "portable ") if sm90 else ""
+                timing_lines += timing(bwds[k], lay, tables["causal"], "bf16", L, B, label)
 
     print(f"\n{'case':28s} {'mode':12s} {'result':6s} detail   (lens {LENS}, heads 4/2)")
     for case, mode, ok, msg in rows:

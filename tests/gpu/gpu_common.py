@@ -48,30 +48,34 @@ def device_arch() -> str:
 
 _lock = threading.Lock()
 _out_dir: Path | None = None
-_built: dict[str, Path] = {}
+_built: dict[tuple[str, str], Path] = {}
 
 
-def artifact(name: str) -> Path:
+def artifact(name: str, bwd_kernel: str = "portable") -> Path:
     """OUT/NAME for samples/NAME.mask, built once per session for this GPU's arch, for every
     dtype and head dim, through the project's own pipeline (or taken from the folder named by
-    CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC)."""
+    CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC). bwd_kernel "sm90": the opt-in
+    sm_90a dK/dV kind, in OUT/bwd_sm90/NAME (prebuilt: `cmc compile samples/*.mask -o
+    out/gpu/bwd_sm90 --arch sm_90a --bwd-kernel sm90`)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
+    sub = "bwd_sm90" if bwd_kernel == "sm90" else ""
     if prebuilt:  # built elsewhere, e.g. `cmc compile samples/*.mask -o out/gpu --arch sm_90a`
-        path = Path(prebuilt) / name
+        path = Path(prebuilt) / sub / name
         if not (path / "manifest.json").is_file():
             pytest.fail(f"CMC_GPU_ARTIFACTS={prebuilt} has no {name}/manifest.json")
         return path
     from cmc.driver import compile_file
 
     with _lock:
-        if name not in _built:
+        if (name, bwd_kernel) not in _built:
             if _out_dir is None:
                 _out_dir = Path(tempfile.mkdtemp(prefix="cmc-gpu-"))
-            _built[name] = Path(compile_file(
-                ROOT / "samples" / f"{name}.mask", _out_dir, archs=[device_arch()],
-                dtypes=list(DTYPES), head_dims=list(HEAD_DIMS), jobs=min(8, os.cpu_count() or 1)))
-        return _built[name]
+            _built[(name, bwd_kernel)] = Path(compile_file(
+                ROOT / "samples" / f"{name}.mask", _out_dir / sub, archs=[device_arch()],
+                dtypes=list(DTYPES), head_dims=list(HEAD_DIMS), jobs=min(8, os.cpu_count() or 1),
+                bwd_kernel=bwd_kernel))
+        return _built[(name, bwd_kernel)]
 
 
 def mask_of(name: str) -> Any:

@@ -1,0 +1,495 @@
+// ===========================================================================================
+// cmc sm_90a backward attention: the dK / dV kernel (FA3-style, wgmma), Hopper only.
+// Hand-written. Placed after templates/cmc/attn_bwd_portable.cuh in the backward .cu: it
+// reuses cmc_portable's cp.async / conversion helpers and cmc_bwd's args struct, plan builder,
+// cp_async4 and lse_offset; pre, dq and post stay the portable ones. Same ABI and semantics
+// as cmc_bwd::kv (/work/notes/bwd_contract.md) with its own key tile: grid
+// (ceil(max_len / cmc_bwd_sm90::kBN), heads_kv, batch), block Cfg<D>::kThreadsKV, dynamic
+// shared memory smem_kv<D, NT, NTT>() (opt-in above 48 KiB). Own PTX wrappers (namespace
+// cmc_bwd_sm90), so it does not depend on the forward sm90 header's names.
+//
+// CTA = one key tile of kBN = 128 keys x kv head x sequence, 2 warpgroups (256 threads),
+// warpgroup w owning keys 64 w .. 64 w + 63 (wgmma M = 64). K, V [128 x D] stay in shared
+// memory. The (query head, query tile of kBM = 64) items come from the transposed hooks'
+// plan (cmc_hooks_t), walked for every query head of the GQA group as the portable kv does;
+// Q, dO [64 x D], LSE and Dsum of item i + 1 are copied by cp.async (all 256 threads,
+// zero-filled past len) into the other half of a 2-stage ring while item i computes (the
+// copies are asynchronous, so no producer warpgroup is needed for them: one barrier per
+// item publishes the stage). Per item and warpgroup:
+//   S^T  = K_w Q^T         wgmma SS m64n64, A = K rows (K-major), B = Q (K-major)
+//   dP^T = V_w dO^T        wgmma SS m64n64 (issued right behind S^T)
+//   P^T  = exp2(S^T scale_log2 - LSE log2 e), masked on partial tiles (HT::visible with the
+//          key's transposed row, q < len, k < len); LSE = -inf reads as +inf: P = 0
+//   dV  += P^T dO          wgmma RS m64nD, A = P^T (the S^T accumulator repacked), B = dO
+//                          read MN-major (transposed); runs under the dS math
+//   dS^T = P^T (dP^T - Dsum)
+//   dK  += dS^T Q          wgmma RS m64nD, B = Q MN-major
+//   non-deterministic mode: dS^T -> shared memory [128 keys][64 queries] (128-byte swizzle),
+//          barrier, dQ by wgmma SS m64n64k16, A = dS (MN-major view of dS^T), B = K
+//          (MN-major); D = 128: warpgroup w computes dQ[:, 64 w .. 64 w + 63] over all 128
+//          keys; D = 64: warpgroup w all of dQ over its own 64 keys (both add); fp32
+//          red.global.add.v2.f32 into args.dq_accum. Deterministic mode: no dQ (the portable
+//          dq kernel).
+// dK (times scale = scale_log2 ln 2) and dV go through shared memory (the K, V tiles) to
+// 16-byte row stores. Keys no query sees: dK = dV = 0.
+// Shared memory (1 KiB aligned base): K | V | Q x2 | dO x2 | dS^T | LSE x2 | Dsum x2 | plan.
+// Tiles use the 128-byte swizzle: a [rows][D] tile is D/64 column blocks of [rows][64]
+// elements, 16-byte chunk c of row r at (c / 8) rows 128 + r 128 + ((c % 8) ^ (r % 8)) 16.
+//   K-major operand (K, V as A; Q, dO as B of S^T, dP^T): start + 32 B per k16 step inside a
+//          column block, + rows 128 B per block; SBO 1024 B.
+//   MN-major operand (dO, Q as B of dV, dK; K as B of dQ; dS^T as A of dQ): + 2048 B per 16
+//          rows of the K dimension, LBO = rows 128 B (next 64-wide column block), SBO 1024 B.
+// ===========================================================================================
+
+#if !defined(CMC_HOST)
+namespace cmc_bwd_sm90 {
+
+using cmc_portable::cp_async16;
+using cmc_portable::cp_commit;
+using cmc_portable::cp_wait;
+using cmc_portable::ex2;
+using cmc_portable::pack2;
+using cmc_portable::smem_u32;
+
+enum : int {
+  kBM = 64,   // query rows per item (wgmma N of S^T, K of dV / dK, M of dQ)
+  kBN = 128,  // keys per CTA: 64 per warpgroup
+  kWG = 2
+};
+
+template <int D> struct Cfg {
+  static_assert(D == 64 || D == 128, "head dim");
+  enum : int {
+    kThreadsKV = 128 * kWG,
+    kTileQ = kBM * D * 2,
+    kTileK = kBN * D * 2
+  };
+};
+template <int D> struct SmemKV {
+  enum : int {
+    kK = 0,
+    kV = Cfg<D>::kTileK,
+    kQ = 2 * Cfg<D>::kTileK,
+    kDO = kQ + 2 * Cfg<D>::kTileQ,
+    kDS = kDO + 2 * Cfg<D>::kTileQ,
+    kLse = kDS + kBN * kBM * 2,
+    kDsum = kLse + 2 * kBM * 4,
+    kPlan = kDsum + 2 * kBM * 4
+  };
+};
+// +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
+template <int D, int NT, int NTT> constexpr int smem_kv() {
+  return (SmemKV<D>::kPlan + (8 * NTT + 2) * 4 + 15) / 16 * 16 + 1024;
+}
+
+// Byte offset of 16-byte chunk c of row r in a [ROWS][D] tile (128-byte swizzle).
+template <int ROWS> CMC_DEV unsigned swz(int r, int c) {
+  return (unsigned)((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// ------------------------------------------------------------------------------ PTX
+CMC_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+CMC_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+CMC_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> CMC_DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps registers (wgmma A operands) alive and unmoved up to this point.
+template <int N> CMC_DEV void fence_regs(unsigned* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+template <int N> CMC_DEV void fence_regs(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63).
+CMC_DEV unsigned long long gdesc(unsigned saddr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((saddr & 0x3FFFFu) >> 4) |
+         ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
+}
+CMC_DEV void red_add_v2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+// D[64 x 64] (+)= A[64 x 16] (shared) * B[16 x 64] (shared); TA / TB: 1 = MN-major.
+template <bool BF16, int TA, int TB>
+CMC_DEV void ss_n64(float* d, unsigned long long da, unsigned long long db, int scale_d) {
+  if constexpr (BF16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+  }
+}
+// D[64 x 64] += A[64 x 16] (registers) * B[16 x 64] (shared, MN-major).
+template <bool BF16>
+CMC_DEV void rs_n64(float* d, const unsigned* a, unsigned long long db) {
+  if constexpr (BF16) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+  } else {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+  }
+}
+// D[64 x 128] += A[64 x 16] (registers) * B[16 x 128] (shared, MN-major).
+template <bool BF16>
+CMC_DEV void rs_n128(float* d, const unsigned* a, unsigned long long db) {
+  if constexpr (BF16) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+  } else {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+  }
+}
+
+// Unified names for the head-dim-dependent GEMMs of one warpgroup.
+// acc[64 x D] += A[64 x 16] (registers) * B[16 x D] (MN-major at db).
+template <bool BF16, int D> CMC_DEV void rs_nd(float* acc, const unsigned* a, unsigned long long db) {
+  if constexpr (D == 128) rs_n128<BF16>(acc, a, db);
+  else rs_n64<BF16>(acc, a, db);
+}
+// dQ split between the warpgroups: D = 128 by columns (warpgroup w: dQ[:, 64 w ..) over all
+// 128 keys, B = column block w of K, a whole 64-wide swizzle atom); D = 64 by keys (warpgroup
+// w: all 64 columns over its own 64 keys; both add to the workspace, twice the atomics), so
+// no MN-major operand narrower than a 128-byte swizzle atom is needed.
+template <int D> struct DQ {
+  static constexpr bool kSplitN = D == 128;
+  static constexpr int kSteps = kSplitN ? kBN / 16 : 64 / 16;  // k16 steps over keys
+  static constexpr int kRegs = 32;                              // [64 x 64] fp32 per thread
+};
+
+// cp.async copies of rows [row0, row0 + ROWS) of a [len][D] operand into a swizzled
+// [ROWS][D] tile (rows >= len zero-filled), by all kThreadsKV threads.
+template <int D, int ROWS>
+CMC_DEV void load_tile(unsigned dst, const unsigned short* g, cmc_i64 stride, int row0, int len, int tid) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int c = tid; c < ROWS * kChunks; c += Cfg<D>::kThreadsKV) {
+    const int r = c / kChunks, ch = c % kChunks;
+    const bool valid = row0 + r < len;
+    cp_async16(dst + swz<ROWS>(r, ch), g + (cmc_i64)(valid ? row0 + r : 0) * stride + ch * 8, valid);
+  }
+}
+
+// Copies of one (query head hq, query tile qt) item into ring stage `buf`.
+template <class Desc, int D>
+CMC_DEV void kv_issue(unsigned base, int buf, const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0,
+                      int len, int hq, int qt, int tid) {
+  const int q0 = qt * kBM;
+  load_tile<D, kBM>(base + SmemKV<D>::kQ + buf * Cfg<D>::kTileQ,
+                    reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
+                        (cmc_i64)hq * desc.q_stride_head, desc.q_stride_tok, q0, len, tid);
+  load_tile<D, kBM>(base + SmemKV<D>::kDO + buf * Cfg<D>::kTileQ,
+                    reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
+                        (cmc_i64)hq * args.dout_stride_head, args.dout_stride_tok, q0, len, tid);
+  if (tid < 2 * kBM) {
+    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+    const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
+    const int rr = tid % kBM, q = q0 + rr;
+    const bool valid = q < len;
+    const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
+    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
+                       src, valid);
+  }
+}
+
+// Writes a warpgroup's [64 x D] fp32 accumulator (wgmma layout, rows r0 .. r0 + 63 of the
+// [kBN][D] staging tile at `stage`) times mul as rows of the dtype to global memory.
+template <bool BF16, int D>
+CMC_DEV void store_acc(unsigned char* stage, const float* acc, float mul, int r0, unsigned short* g,
+                       cmc_i64 stride, int grow0, int len, int wtid, int wg) {
+  const int warp = wtid >> 5, lane = wtid & 31;
+  const int r = r0 + 16 * warp + (lane >> 2);
+  const unsigned off = (unsigned)((lane & 3) * 4);
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    *reinterpret_cast<unsigned*>(stage + swz<kBN>(r, j) + off) = pack2<BF16>(acc[4 * j] * mul, acc[4 * j + 1] * mul);
+    *reinterpret_cast<unsigned*>(stage + swz<kBN>(r + 8, j) + off) =
+        pack2<BF16>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul);
+  }
+  if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+#pragma unroll
+  for (int c = wtid; c < 64 * (D / 8); c += 128) {
+    const int rr = r0 + c / (D / 8), ch = c % (D / 8);
+    const int row = grow0 + rr;
+    if (row < len)
+      *reinterpret_cast<uint4*>(g + (cmc_i64)row * stride + ch * 8) =
+          *reinterpret_cast<const uint4*>(stage + swz<kBN>(rr, ch));
+  }
+}
+
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+  constexpr int NTT = HT::kTerms;
+  constexpr int kAcc = D / 2;   // fp32 accumulator registers of a [64 x D] tile per thread
+  constexpr int kDQ = DQ<D>::kRegs;  // ... of this warpgroup's [64 x 64] dQ part
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+  unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
+  const unsigned base = smem_u32(smem);
+  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int hkv = blockIdx.y, b = blockIdx.z;
+  const int k0 = blockIdx.x * kBN;
+  const typename HT::seq_t seqt = HT::seq(desc, b);
+  const int len = seqt.len;
+  if (k0 >= len) return;
+  const cmc_i64 tok0 = seqt.tok0;
+  const int group = desc.heads_q / desc.heads_kv;
+  const bool atomic_dq = (args.flags & 1) == 0;
+
+  const unsigned sK = base + SmemKV<D>::kK, sV = base + SmemKV<D>::kV;
+  const unsigned sQ = base + SmemKV<D>::kQ, sDO = base + SmemKV<D>::kDO;
+  const unsigned sDS = base + SmemKV<D>::kDS;
+  const float* lse_s = reinterpret_cast<const float*>(smem + SmemKV<D>::kLse);
+  const float* dsum_s = reinterpret_cast<const float*>(smem + SmemKV<D>::kDsum);
+  int* plan = reinterpret_cast<int*>(smem + SmemKV<D>::kPlan);
+
+  load_tile<D, kBN>(sK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+                            (cmc_i64)hkv * desc.k_stride_head, desc.k_stride_tok, k0, len, tid);
+  load_tile<D, kBN>(sV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+                            (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, k0, len, tid);
+  cp_commit();
+
+  // Query tiles that see keys [k0, min(k0 + kBN, len) - 1], from the transposed hooks.
+  cmc_bwd::build_plan<HT, Cfg<D>::kThreadsKV>(plan, seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
+  const int* run = plan + 4 * NTT;
+  const int* full = plan + 6 * NTT;
+  const int nrun = plan[8 * NTT], nfull = plan[8 * NTT + 1];
+
+  // This thread's key rows (wgmma accumulator layout): kr and kr + 8.
+  const int kr = k0 + 64 * wg + 16 * warp + (lane >> 2);
+  const typename HT::row_t krow0 = HT::row(seqt, kr), krow1 = HT::row(seqt, kr + 8);
+  const float sl2 = desc.scale_log2;
+  const int cq = 2 * (lane & 3);  // this thread's first query column in each group of 8
+
+  // Descriptors' fixed parts: this warpgroup's K / V rows (K-major A), Q / dO stage 0.
+  const unsigned kA = sK + wg * 64 * 128, vA = sV + wg * 64 * 128;
+  // dQ's operands (MN-major): A = dS^T rows, B = K (DQ<D>: split by columns or by keys).
+  const unsigned dqA = sDS + (DQ<D>::kSplitN ? 0 : wg * 64 * 128);
+  const unsigned dqB = sK + wg * (DQ<D>::kSplitN ? kBN * 128 : 64 * 128);
+  const int dqCol = DQ<D>::kSplitN ? wg * 64 : 0;
+
+  float dk[kAcc], dv[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
+
+  int g = 0, r = 0, j = nrun > 0 ? run[0] : 0;
+  if (nrun > 0) kv_issue<typename H::desc_t, D>(base, 0, desc, args, tok0, len, hkv * group, j, tid);
+  cp_commit();
+  int buf = 0, f = 0;
+  while (nrun > 0) {
+    int gn = g, rn = r, jn;
+    if (j + 1 < run[2 * r + 1]) {
+      jn = j + 1;
+    } else if (r + 1 < nrun) {
+      rn = r + 1;
+      jn = run[2 * rn];
+    } else {
+      gn = g + 1;
+      rn = 0;
+      jn = gn < group ? run[0] : -1;
+    }
+    cp_wait<0>();          // this thread's copies of the item (and K, V) landed
+    fence_proxy_async();   // ... visible to wgmma (async proxy)
+    __syncthreads();       // everyone's; everyone is done with stage buf ^ 1 and dS^T
+    if (jn >= 0) kv_issue<typename H::desc_t, D>(base, buf ^ 1, desc, args, tok0, len, hkv * group + gn, jn, tid);
+    cp_commit();
+
+    const unsigned qB = sQ + buf * Cfg<D>::kTileQ, doB = sDO + buf * Cfg<D>::kTileQ;
+    const float* lse_b = lse_s + buf * kBM;
+    const float* dsum_b = dsum_s + buf * kBM;
+    while (f < nfull && full[2 * f + 1] <= j) ++f;
+    const bool is_full = f < nfull && full[2 * f] <= j && k0 + kBN <= len;
+    const int qbase = j * kBM;
+
+    // S^T and dP^T (two commit groups).
+    float s[32], dp[32];
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const unsigned o = (kk >> 2) * (kBN * 128) + (kk & 3) * 32, oq = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      ss_n64<BF16, 0, 0>(s, gdesc(kA + o, 16, 1024), gdesc(qB + oq, 16, 1024), kk);
+    }
+    wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const unsigned o = (kk >> 2) * (kBN * 128) + (kk & 3) * 32, oq = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
+      ss_n64<BF16, 0, 0>(dp, gdesc(vA + o, 16, 1024), gdesc(doB + oq, 16, 1024), kk);
+    }
+    wg_commit();
+    wg_wait<1>();
+    fence_regs<32>(s);
+
+    // P^T: element (key kr + 8 i, query qbase + 8 jj + cq + e) is s[4 jj + 2 i + e].
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 8 * jj + cq + e;
+        const float off = cmc_bwd::lse_offset(lse_b[c]);
+        float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
+        if (!is_full) {
+          const int q = qbase + c;
+          const bool qin = q < len;
+          if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;
+          if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;
+        }
+        s[4 * jj + e] = p0;
+        s[4 * jj + 2 + e] = p1;
+      }
+    }
+    unsigned pa[16];
+#pragma unroll
+    for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
+
+    // dV += P^T dO.
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
+    wg_commit();
+    wg_wait<1>();  // dP^T done (dV may still run)
+    fence_regs<32>(dp);
+
+    // dS^T = P^T (dP^T - Dsum).
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dd = dsum_b[8 * jj + cq + e];
+        dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
+        dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
+      }
+    }
+    unsigned dsa[16];
+#pragma unroll
+    for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
+
+    // dK += dS^T Q (scaled at the end).
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc(qB + kk * 2048, kBM * 128, 1024));
+    wg_commit();
+
+    if (atomic_dq) {
+      // dS^T rows of this warpgroup into the [kBN keys][kBM queries] tile: dsa[2 jj] is
+      // (key row, query chunk jj), dsa[2 jj + 1] the row 8 below.
+      {
+        const int rl = 64 * wg + 16 * warp + (lane >> 2);
+        unsigned char* sds = smem + SmemKV<D>::kDS;
+        const unsigned off = (unsigned)((lane & 3) * 4);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          *reinterpret_cast<unsigned*>(sds + swz<kBN>(rl, jj) + off) = dsa[2 * jj];
+          *reinterpret_cast<unsigned*>(sds + swz<kBN>(rl + 8, jj) + off) = dsa[2 * jj + 1];
+        }
+      }
+      fence_proxy_async();
+      if constexpr (DQ<D>::kSplitN) asm volatile("bar.sync 3, 256;\n" ::: "memory");  // both warpgroups'
+      else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");             // this warpgroup's
+      else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+      float dq[kDQ];
+#pragma unroll
+      for (int i = 0; i < kDQ; ++i) dq[i] = 0.f;
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
+        ss_n64<BF16, 1, 1>(dq, gdesc(dqA + kk * 2048, kBN * 128, 1024), gdesc(dqB + kk * 2048, kBN * 128, 1024), kk);
+      wg_commit();
+      wg_wait<0>();
+      fence_regs<16>(pa);
+      fence_regs<16>(dsa);
+      fence_regs<kDQ>(dq);
+      // dq[4 jj + 2 i + e] is (query qbase + 16 warp + lane / 4 + 8 i, column dqCol + 8 jj + cq + e).
+      const int hq = hkv * group + g;
+      float* acc = reinterpret_cast<float*>(args.dq_accum);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int q = qbase + 16 * warp + (lane >> 2) + 8 * i;
+        if (q < len) {
+          float* row = acc + ((tok0 + q) * desc.heads_q + hq) * D + dqCol + cq;
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) red_add_v2(row + 8 * jj, dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
+        }
+      }
+    } else {
+      wg_wait<0>();
+      fence_regs<16>(pa);
+      fence_regs<16>(dsa);
+    }
+
+    buf ^= 1;
+    if (jn < 0) break;
+    if (gn != g) f = 0;
+    g = gn;
+    r = rn;
+    j = jn;
+  }
+  cp_wait<0>();
+  fence_regs<kAcc>(dk);
+  fence_regs<kAcc>(dv);
+  __syncthreads();  // K, V no longer read: they stage dK, dV
+
+  const float scale = sl2 * 0.6931471805599453f;
+  store_acc<BF16, D>(smem + SmemKV<D>::kK, dk, scale, 64 * wg,
+                     reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                         (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, k0, len, wtid, wg);
+  store_acc<BF16, D>(smem + SmemKV<D>::kV, dv, 1.f, 64 * wg,
+                     reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                         (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid, wg);
+}
+
+}  // namespace cmc_bwd_sm90
+#endif  // !CMC_HOST

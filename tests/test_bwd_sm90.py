@@ -1,0 +1,183 @@
+"""The opt-in sm_90a dK/dV kind (kernels.BWD_KV_SM90, templates/cmc/attn_bwd_sm90.cuh):
+chosen only with bwd_kernel "sm90" and only on sm_90a, its spec against the header's
+constants, NVRTC builds without spills or wgmma pipeline notes (cmc.build raises on
+C7515-C7520), and the runtime launching it by role with the manifest's grid, threads and
+shared memory (fake driver). It has not run on a GPU: tools/bwd_kernel_check.py --sm90."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from cmc.driver import Options, back, front
+from cmc.kernels import KernelKind, Pass, backward_kinds, spec
+
+ROOT = Path(__file__).resolve().parent.parent
+SM90_KV = spec(KernelKind.BWD_KV_SM90)
+HEADER = ROOT / "templates" / "cmc" / "attn_bwd_sm90.cuh"
+
+
+def _bwd(src):
+    return [v for v in src.variants if spec(v.kernel).pass_ is Pass.BACKWARD]
+
+
+def test_default_backward_does_not_contain_the_sm90_kind():
+    assert all(k is not KernelKind.BWD_KV_SM90 for k, _ in backward_kinds(("sm_90a",)))
+    src = back(front(ROOT / "samples" / "causal.mask"),
+               Options(archs=("sm_90a", "sm_100a"), dtypes=("bf16",), head_dims=(128,)))
+    assert [v.kernel for v in _bwd(src)] == [KernelKind.BWD_PRE, KernelKind.BWD_KV,
+                                             KernelKind.BWD_DQ, KernelKind.BWD_POST]
+    assert "cmc_bwd_sm90" not in src.text and "bwd_kv_sm90" not in src.text
+
+
+def test_sm90_choice_replaces_kv_on_sm90a_only():
+    opts = Options(archs=("sm_80", "sm_90a"), dtypes=("bf16",), head_dims=(64, 128),
+                   bwd_kernel="sm90")
+    src = back(front(ROOT / "samples" / "hstu.mask"), opts)
+    kv = {(v.kernel, v.head_dim): v.archs for v in _bwd(src) if spec(v.kernel).role == "kv"}
+    assert kv == {(KernelKind.BWD_KV, 64): ("sm_80",), (KernelKind.BWD_KV, 128): ("sm_80",),
+                  (KernelKind.BWD_KV_SM90, 64): ("sm_90a",),
+                  (KernelKind.BWD_KV_SM90, 128): ("sm_90a",)}
+    # pre, dq, post stay portable on every arch
+    assert all(v.archs == ("sm_80", "sm_90a") for v in _bwd(src) if spec(v.kernel).role != "kv")
+    assert src.text.count("namespace cmc_bwd_sm90 {") == 1
+    assert src.text.index("namespace cmc_bwd {") < src.text.index("namespace cmc_bwd_sm90 {")
+    for v in _bwd(src):
+        if v.kernel is not KernelKind.BWD_KV_SM90:
+            continue
+        assert v.symbol == f"cmc_hstu_bwd_kv_sm90_bf16_d{v.head_dim}"
+        assert (v.threads, v.block_m, v.block_n) == (256, 128, 64)
+        block = src.text.split(f"#if defined({v.define})\n")[1].split("#endif")[0]
+        assert f"cmc_bwd_sm90::Cfg<{v.head_dim}>::kThreadsKV == 256" in block
+        assert (f"cmc_bwd_sm90::smem_kv<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>() "
+                f"== {v.smem_bytes}") in block
+        assert f"cmc_bwd_sm90::kv<cmc_hooks, cmc_hooks_t, true, {v.head_dim}>(desc, args)" in block
+    # sm_90a not built: the choice changes nothing
+    only80 = back(front(ROOT / "samples" / "hstu.mask"), dataclasses.replace(opts, archs=("sm_80",)))
+    assert "cmc_bwd_sm90" not in only80.text
+
+
+def test_spec_matches_the_header_constants():
+    text = HEADER.read_text()
+
+    def const(name: str) -> int:
+        m = re.search(rf"\b{name} = (\d+)", text)
+        assert m, name
+        return int(m.group(1))
+
+    assert SM90_KV.block_m == const("kBN") == 128  # keys per CTA: the grid's x
+    assert SM90_KV.block_n == const("kBM") == 64  # query rows per item
+    assert "kThreadsKV = 128 * kWG" in text and SM90_KV.threads == {64: 128 * const("kWG"),
+                                                                   128: 128 * const("kWG")}
+    assert SM90_KV.grid_rule("unused", SM90_KV.block_m) == ["ceil_div(max_len, 128)",
+                                                            "heads_kv", "batch"]
+    assert (SM90_KV.role, SM90_KV.params, SM90_KV.archs) == ("kv", ("desc", "bwd_args"),
+                                                             ("sm_90a",))
+
+
+def test_bad_bwd_kernel_is_refused():
+    with pytest.raises(ValueError, match="backward kernel"):
+        back(front(ROOT / "samples" / "causal.mask"), Options(bwd_kernel="fast"))
+
+
+def test_cli_bwd_kernel_option(tmp_path):
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples" / "causal.mask"), "-o",
+                                 str(tmp_path), "--emit", "cu", "--arch", "sm_90a",
+                                 "--bwd-kernel", "sm90"])
+    assert r.exit_code == 0, r.output
+    assert "cmc_causal_bwd_kv_sm90_bf16_d128" in (tmp_path / "causal" / "causal.cu").read_text()
+    r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples" / "causal.mask"), "-o",
+                                 str(tmp_path), "--emit", "cu", "--bwd-kernel", "fast"])
+    assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("name,defines,head_dims", [
+    ("causal", {}, (64, 128)),
+    ("clear", {}, (128,)),  # a grid family: many transposed terms in the plan
+])
+def test_sm90_kv_builds_without_spills_or_wgmma_notes(name, defines, head_dims):
+    """Through the real pipeline (emit with bwd_kernel "sm90", cmc.build): a wgmma pipeline
+    note (C7515-C7520) would be a BuildError; no spills; the launch bounds are 256."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from cmc.build import build
+
+    src = back(front(ROOT / "samples" / f"{name}.mask", defines),
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=head_dims,
+                       bwd_kernel="sm90"))
+    mine = tuple(v for v in src.variants if v.kernel is KernelKind.BWD_KV_SM90)
+    assert len(mine) == len(head_dims)
+    built = build(dataclasses.replace(src, variants=mine), archs=("sm_90a",), jobs=2)
+    assert {c.symbol for c in built.cubins} == {v.symbol for v in mine}
+    for c in built.cubins:
+        r = c.resources
+        assert r.registers <= 255 and r.spill_stores == 0 and r.spill_loads == 0, (c.symbol, r)
+        assert r.local_bytes == 0, (c.symbol, r)
+
+
+def test_runtime_launches_the_kv_role_by_the_manifest(tmp_path, monkeypatch):
+    """A backward section whose kv kernel is the sm90 kind: the runtime takes it by role and
+    launches it on its own grid (128-key tiles), 256 threads and dynamic shared memory."""
+    import hashlib
+
+    from cmc.runtime import loader
+
+    from .test_backward_cpu import Recorder, packed_inputs, write_bwd_artifact
+    from .test_runtime_cpu import FakeGPU, edit_manifest
+
+    gpu = FakeGPU(monkeypatch)
+    d = write_bwd_artifact(tmp_path, variants=(("fp16", 64),))
+    smem = SM90_KV.smem(64, SM90_KV.plan_ints(3, None))
+
+    def to_sm90(m):
+        for k in m["kernels"]:
+            if k.get("role") == "kv":
+                fname = "hstu.sm_90a.bwd_kv_sm90_fp16_d64.cubin"
+                data = b"bwd kv sm90"
+                (d / fname).write_bytes(data)
+                k.update({"symbol": "cmc_hstu_bwd_kv_sm90_fp16_d64", "file": fname,
+                          "sha256": hashlib.sha256(data).hexdigest(),
+                          "block_m": SM90_KV.block_m, "block_n": SM90_KV.block_n,
+                          "threads": 256, "block": [256, 1, 1],
+                          "grid": SM90_KV.grid_rule("unused", SM90_KV.block_m),
+                          "dynamic_smem": smem, "kernel": SM90_KV.kind.value})
+
+    edit_manifest(d, to_sm90)
+    attn = loader.load(d)
+    rec = Recorder(gpu, attn)
+    q, k, v, out, dout, lse = packed_inputs(gpu)
+    attn.backward(dout, q, k, v, out, lse, cu_seqlens=[0, 5, 5, 135], n_targets=[2, 0, 64])
+    kv = rec.calls[1]
+    assert kv["symbol"] == "cmc_hstu_bwd_kv_sm90_fp16_d64"
+    assert kv["grid"] == (2, 2, 3)  # ceil(130 / 128) key tiles, heads_kv, batch
+    assert kv["block"] == (256, 1, 1) and kv["smem"] == smem
+    assert [c["grid"] for c in rec.calls] == [(3, 4, 3), (2, 2, 3), (3, 4, 3)]
+
+
+def test_artifact_with_the_sm90_kind_passes_inspect(tmp_path):
+    """sm_80 + sm_90a: the kv role is bwd_kv on sm_80 and bwd_kv_sm90 on sm_90a; the
+    manifest, header and cubins pass `cmc inspect` with nothing new in them."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import json
+
+    from cmc.driver import compile_file
+    from cmc.inspection import inspect
+
+    art = compile_file(ROOT / "samples" / "causal.mask", tmp_path, archs=["sm_80", "sm_90a"],
+                       dtypes=["bf16"], head_dims=[64], bwd_kernel="sm90")
+    m = json.loads((art / "manifest.json").read_text())
+    kv = {k["arch"]: k for k in m["kernels"] if k["role"] == "kv"}
+    assert kv["sm_80"]["kernel"] == "bwd_kv" and kv["sm_90a"]["kernel"] == "bwd_kv_sm90"
+    k90 = kv["sm_90a"]
+    assert k90["file"] == "causal.sm_90a.bwd_kv_sm90_bf16_d64.cubin"
+    assert (k90["threads"], k90["block_m"], k90["grid"][0]) == (256, 128, "ceil_div(max_len, 128)")
+    assert k90["spill_stores"] == 0 and k90["spill_loads"] == 0
+    assert len(inspect(art).kernels) == 10
+    h = (art / "causal.h").read_text()
+    assert "CMC_CAUSAL_SM_90A_BWD_KV_SM90_BF16_D64_CUBIN" in h
