@@ -239,7 +239,8 @@ def build_kernels(names: list[str], arch: str, dest: Path, *, all_variants: bool
                 continue
             dts = tuple(sorted({d for d, _ in variants}))
             hds = tuple(sorted({h for _, h in variants}))
-            opts = Options(archs=(arch,), dtypes=dts, head_dims=hds, jobs=jobs, kernel="portable")
+            opts = Options(archs=(arch,), dtypes=dts, head_dims=hds, jobs=jobs, kernel="portable",
+                           backward=False)  # forward kernels only (bwd_kernel_check: backward)
             extra = () if mt is None else (f"-DCMC_PORTABLE_MT={mt}",)
             path, built = rc.build_artifact(
                 mask, dest / f"mt{mt or 1}", opts, defines=DEFINES.get(name, {}),

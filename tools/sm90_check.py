@@ -114,12 +114,13 @@ def build_artifacts(masks: list[str], variants: list[tuple[str, int]], dest: Pat
     per = max(1, jobs // max(1, len(masks)))
 
     def one(m: str) -> tuple[Path, Any]:
-        opts = Options(archs=(ARCH,), dtypes=dts, head_dims=hds, jobs=per)
+        opts = Options(archs=(ARCH,), dtypes=dts, head_dims=hds, jobs=per, backward=False)
         return rc.build_artifact(ROOT / "samples" / f"{m}.mask", dest / "sm90", opts,
                                  variants=variants, extra_options=(WATCHDOG,))
 
     def port() -> tuple[Path, Any]:
-        opts = Options(archs=(ARCH,), dtypes=("bf16",), head_dims=(128,), kernel="portable")
+        opts = Options(archs=(ARCH,), dtypes=("bf16",), head_dims=(128,), kernel="portable",
+                       backward=False)
         return rc.build_artifact(ROOT / "samples" / "causal.mask", dest / "portable", opts)
 
     print(f"== NVRTC {ARCH}: {len(masks) * len(variants)} sm90 variant(s), {jobs} thread(s)",
