@@ -1,17 +1,34 @@
-"""CI for samples/c: the C demo compiles and links (-Werror) against an emitted causal.h and
-the CUDA headers of the pip wheel, without libcuda (it dlopens the driver at run time)."""
+"""CI for samples/c: the C demo compiles and links (-Werror) against an emitted causal.h (with
+and without the backward) and the CUDA headers of the pip wheel, without libcuda (it dlopens
+the driver at run time). No GPU here: run against a fake libcuda.so.1
+(tests/fake_cuda/fake_libcuda.c), the demo's launches (kernels, order, grids, shared memory)
+and its cmc_bwd_args are checked against the manifest. One mask, arch, dtype and head dim."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "samples" / "c" / "attn_demo.c"
+FAKE = ROOT / "tests" / "fake_cuda" / "fake_libcuda.c"
+# the demo's case (samples/c/attn_demo.c) and the fake's device (fake_libcuda.c)
+L, H, D, NUM_SMS = 300, 2, 128, 132
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["fwd_only", "backward"])
+def artifact(request, tmp_path_factory) -> Path:
+    from cmc.driver import compile_file
+
+    return compile_file(ROOT / "samples" / "causal.mask", tmp_path_factory.mktemp("art"),
+                        archs=["sm_90a"], dtypes=["bf16"], head_dims=[128],
+                        backward=request.param)
 
 
 def cuda_include() -> Path | None:
@@ -29,24 +46,26 @@ def cuda_include() -> Path | None:
     return None
 
 
-def compile_demo(header_dir: Path, out: Path) -> subprocess.CompletedProcess[str]:
+def _cc_and_include() -> tuple[str, Path]:
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
     inc = cuda_include()
     if inc is None:
         pytest.skip("no cuda.h (nvidia-cuda-runtime wheel or CUDA_HOME)")
+    return cc, inc
+
+
+def compile_demo(header_dir: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    cc, inc = _cc_and_include()
     return subprocess.run(
         [cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{inc}", f"-I{header_dir}",
          "-o", str(out), str(DEMO), "-ldl", "-lm"],
         capture_output=True, text=True, timeout=120)
 
 
-def test_demo_builds_against_the_emitted_header(tmp_path):
-    from cmc.driver import compile_file
-
-    art = compile_file(ROOT / "samples" / "causal.mask", tmp_path, archs=["sm_90a"],
-                       dtypes=["bf16"], head_dims=[128], backward=False)
+def test_demo_builds_against_the_emitted_header(artifact, tmp_path):
+    art = artifact
     r = compile_demo(art, tmp_path / "attn_demo")
     assert r.returncode == 0, r.stderr
     nm = shutil.which("nm")
@@ -65,15 +84,99 @@ def test_demo_fails_to_build_against_a_wrong_struct(tmp_path):
     assert r.returncode != 0
 
 
-def test_demo_without_a_driver_exits_2(tmp_path):
-    from cmc.driver import compile_file
-
+def test_demo_without_a_driver_exits_2(artifact, tmp_path):
     if Path("/dev/nvidiactl").exists():
         pytest.skip("a GPU driver is present (tests/gpu runs the demo)")
-    art = compile_file(ROOT / "samples" / "causal.mask", tmp_path, archs=["sm_90a"],
-                       dtypes=["bf16"], head_dims=[128], backward=False)
+    art = artifact
     r = compile_demo(art, tmp_path / "attn_demo")
     assert r.returncode == 0, r.stderr
     run = subprocess.run([str(tmp_path / "attn_demo"), str(art)], capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 2 and "libcuda" in run.stderr
+
+
+# --------------------------------------------------------------------------- a fake driver
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _eval(expr: str, env: dict) -> int:
+    return int(eval(expr, {"ceil_div": _ceil_div, "min": min, "max": max,  # our manifest's
+                           "__builtins__": {}}, env))                     # own expressions
+
+
+def run_on_fake_driver(art: Path, tmp_path: Path, args_bytes: int) -> tuple[str, list[str]]:
+    """The demo built against art and run with the fake libcuda.so.1: (stdout, log lines)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fake driver is a Linux shared library")
+    cc, inc = _cc_and_include()
+    lib = tmp_path / "fake"
+    lib.mkdir()
+    r = subprocess.run([cc, "-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+                        f"-I{inc}", "-o", str(lib / "libcuda.so.1"), str(FAKE)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = compile_demo(art, tmp_path / "attn_demo")
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "fake.log"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "FAKE_CUDA_LOG": str(log),
+           "FAKE_CUDA_ARGS_BYTES": str(args_bytes)}
+    run = subprocess.run([str(tmp_path / "attn_demo"), str(art)], capture_output=True,
+                         text=True, timeout=120, env=env)
+    # the fake computes nothing: the outputs stay NaN and the demo says so
+    assert run.returncode == 1 and run.stdout.rstrip().endswith("FAIL"), \
+        run.stdout + run.stderr
+    return run.stdout, log.read_text().splitlines()
+
+
+def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
+    """Forward, then (with the backward) the atomic sequence and the deterministic one twice,
+    each kernel from its own cubin with the manifest's grid, block and shared memory; its
+    cmc_bwd_args, decoded with the manifest's offsets, point at buffers of the workspace
+    rules' sizes, with flags 0 (atomic) or 1 (deterministic)."""
+    m = json.loads((artifact / "manifest.json").read_text())
+    bwd = m["backward"]
+    stdout, log = run_on_fake_driver(artifact, tmp_path, bwd["args"]["size"] if bwd else 0)
+    assert not [ln for ln in log if ln.startswith("missing")], log
+    allocs = {int(p, 16): int(n) for kind, p, n in (ln.split() for ln in log
+                                                    if ln.startswith("alloc"))}
+    attrs = [ln.split()[1:] for ln in log if ln.startswith("attr")]
+    launches = [ln.split()[1:] for ln in log if ln.startswith("launch")]
+    by_role = {k["role"]: k for k in m["kernels"]}
+    modes = []
+    if bwd:
+        assert bwd["sequence"]["atomic"] and bwd["sequence"]["deterministic"]
+        modes = [("atomic", 0)] + [("deterministic", 1)] * 2
+    want = ["fwd"] + [r for mode, _ in modes for r in bwd["sequence"][mode]]
+    assert [ln[0] for ln in launches] == [by_role[r]["symbol"] for r in want], launches
+    if not bwd:
+        assert "backward: not in this artifact" in stdout
+        return
+    assert "the second run is bitwise equal" in stdout
+    sizes = {"T": L, "heads_q": H, "heads_kv": H, "head_dim": D}
+    grid_env = {"max_len": L, "batch": 1, "max_ctas": NUM_SMS, **sizes}
+    fields = {f["name"]: f for f in bwd["args"]["fields"]}
+    flags = [f for mode, f in modes for _ in bwd["sequence"][mode]]
+    grad_bytes = L * H * D * 2
+    for (sym, *shape), role, flag in zip(launches, want, [None] + flags, strict=True):
+        k = by_role[role]
+        gx, gy, gz, bx, by, bz, smem = map(int, shape[:7])
+        assert [gx, gy, gz] == [_eval(e, grid_env) for e in k["grid"]], (role, shape)
+        assert [bx, by, bz] == k["block"] and smem == k["dynamic_smem"], (role, shape)
+        if smem > 48 * 1024:
+            assert [sym, "8", str(smem)] in attrs, (role, attrs)  # MAX_DYNAMIC_SHARED_SIZE
+        if role == "fwd":
+            continue
+        raw = bytes.fromhex(shape[7])
+        a = {n: int.from_bytes(raw[f["offset"]:f["offset"] + f["size"]], "little",
+                               signed=f["ctype"].startswith("int"))
+             for n, f in fields.items()}
+        assert a["flags"] == flag and a["total_tokens"] == L, (role, a)
+        for n in ("dout", "dq", "dk", "dv"):
+            assert allocs.get(a[n]) == grad_bytes, (n, a)
+            assert (a[f"{n}_stride_tok"], a[f"{n}_stride_head"]) == (H * D, D), (n, a)
+        assert len({a[n] for n in ("dout", "dq", "dk", "dv", "dq_accum", "dsum")}) == 6, a
+        for n, rule in bwd["workspace"].items():
+            assert allocs.get(a[n]) == _eval(rule["bytes"], sizes), (n, rule, allocs.get(a[n]))

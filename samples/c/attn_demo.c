@@ -1,15 +1,29 @@
 /* attn_demo.c: run a cmc artifact from C through the CUDA driver API, no Python involved.
  *
  * It uses only what `cmc compile samples/causal.mask -o out/` writes: the header causal.h
- * (descriptor struct, kernel symbol and launch macros, grid rule) and a cubin. It fills
- * random bf16 Q/K/V for a small causal case (B=1, L=300, H=2, D=128, packed layout),
- * launches, copies O and LSE back and compares them with a float reference computed here.
+ * (descriptor struct, kernel symbols and launch macros, grid rules, the backward's
+ * cmc_bwd_args, workspace rule and launch helpers) and the cubins. It fills random bf16
+ * Q/K/V and dO for a small causal case (B=1, L=300, H=2, D=128, packed layout), then
+ *   forward:  launches the forward kernel, copies O and LSE back and compares them with a
+ *             float reference computed here;
+ *   backward: (artifacts compiled with the backward, the default; skipped for
+ *             --no-backward) allocates dQ/dK/dV and the two fp32 workspaces by the header's
+ *             rule (cmc_causal_bwd_workspace), fills cmc_bwd_args, and launches through the
+ *             header's helpers (cmc_causal_launch_bwd_<role>_bf16_d128) the atomic sequence
+ *             pre, kv, post, then the deterministic one (flags CMC_CAUSAL_BWD_FLAG_DETERMINISTIC)
+ *             pre, kv, dq twice; it compares dQ/dK/dV of both modes with a float reference
+ *             and checks that the two deterministic runs are bitwise equal.
  * Prints the errors and PASS or FAIL; the exit code is 0 only on PASS (2: no GPU/driver).
  *
  * libcuda is opened with dlopen and every entry point fetched through cuGetProcAddress, so
- * the program links without the driver and runs on any machine that has one.
+ * the program links without the driver and runs on any machine that has one. The header's
+ * driver-API helpers call cuLaunchKernel and friends by name: below, before the header is
+ * included, those names are defined to the fetched entry points.
  *
- *   make -C samples/c ARTIFACT=out/causal && samples/c/attn_demo out/causal
+ * On a GPU machine (sm_90a, sm_100a or sm_80 with a driver for CUDA 12.0 or newer):
+ *   cmc compile samples/causal.mask -o out/ --arch sm_90a --dtype bf16 --head-dim 128
+ *   make -C samples/c ARTIFACT=../../out/causal run
+ * or by hand: make -C samples/c ARTIFACT=../../out/causal && samples/c/attn_demo out/causal
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
@@ -19,8 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "causal.h"
 
 #define B 1
 #define L 300
@@ -38,6 +50,7 @@ CMC_DECL(cuDeviceGetAttribute);
 CMC_DECL(cuDevicePrimaryCtxRetain);
 CMC_DECL(cuDevicePrimaryCtxRelease);
 CMC_DECL(cuCtxSetCurrent);
+CMC_DECL(cuCtxGetDevice);
 CMC_DECL(cuCtxSynchronize);
 CMC_DECL(cuModuleLoadData);
 CMC_DECL(cuModuleUnload);
@@ -50,6 +63,22 @@ CMC_DECL(cuMemcpyDtoH);
 CMC_DECL(cuMemsetD8);
 CMC_DECL(cuLaunchKernel);
 CMC_DECL(cuTensorMapEncodeTiled);
+
+/* The header's CMC_WITH_DRIVER_API helpers (cmc_causal_launch_*, cmc_causal_tensor_maps)
+   call the driver by name; these names now mean the entry points that load_driver fetches,
+   so the helpers need no -lcuda. (#undef: cuda.h may itself map a name to a versioned one.) */
+#undef cuCtxGetDevice
+#define cuCtxGetDevice p_cuCtxGetDevice
+#undef cuDeviceGetAttribute
+#define cuDeviceGetAttribute p_cuDeviceGetAttribute
+#undef cuFuncSetAttribute
+#define cuFuncSetAttribute p_cuFuncSetAttribute
+#undef cuLaunchKernel
+#define cuLaunchKernel p_cuLaunchKernel
+#undef cuTensorMapEncodeTiled
+#define cuTensorMapEncodeTiled p_cuTensorMapEncodeTiled
+#define CMC_WITH_DRIVER_API
+#include "causal.h"
 
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
@@ -88,6 +117,7 @@ static int load_driver(void)
   CMC_LOAD(cuDevicePrimaryCtxRetain);
   CMC_LOAD(cuDevicePrimaryCtxRelease);
   CMC_LOAD(cuCtxSetCurrent);
+  CMC_LOAD(cuCtxGetDevice);
   CMC_LOAD(cuCtxSynchronize);
   CMC_LOAD(cuModuleLoadData);
   CMC_LOAD(cuModuleUnload);
@@ -191,6 +221,130 @@ static void reference(const float *q, const float *k, const float *v, float scal
     }
 }
 
+/* ||got - want|| / ||want|| over n bf16 values; NaNs are counted into *nan. */
+static double rel_err(const uint16_t *got, const float *want, size_t n, int *nan)
+{
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double g = bf16_to_f32(got[i]), w = want[i];
+    if (isnan(g)) (*nan)++;
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return sqrt(num / (den > 0 ? den : 1.0));
+}
+
+/* ------------------------------------------------------------------ backward kernels */
+
+#ifdef CMC_CAUSAL_BWD_FLAG_DETERMINISTIC /* the artifact has the backward (no --no-backward) */
+#define HAVE_BACKWARD 1
+
+/* The reference's backward from its o and lse and dout: dq, dk, dv [T, H, D]. With
+   p = exp(scale q.k - lse) and Dsum_i = dout_i . o_i:  dv_j = sum_i p_ij dout_i,
+   ds_ij = p_ij (dout_i . v_j - Dsum_i),  dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i. */
+static void reference_bwd(const float *q, const float *k, const float *v, const float *o,
+                          const float *lse, const float *dout, float scale, float *dq, float *dk,
+                          float *dv)
+{
+  const size_t n = (size_t)T * H * D;
+  memset(dq, 0, n * sizeof *dq);
+  memset(dk, 0, n * sizeof *dk);
+  memset(dv, 0, n * sizeof *dv);
+  for (int h = 0; h < H; h++)
+    for (int i = 0; i < T; i++) {
+      const size_t qi = ((size_t)i * H + h) * D;
+      float dsum = 0.0f;
+      for (int d = 0; d < D; d++) dsum += dout[qi + d] * o[qi + d];
+      for (int j = 0; j <= i; j++) {
+        const size_t kj = ((size_t)j * H + h) * D;
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < D; d++) {
+          s += q[qi + d] * k[kj + d];
+          dp += dout[qi + d] * v[kj + d];
+        }
+        const float p = expf(s * scale - lse[(size_t)h * T + i]);
+        const float ds = p * (dp - dsum) * scale;
+        for (int d = 0; d < D; d++) {
+          dv[kj + d] += p * dout[qi + d];
+          dk[kj + d] += ds * q[qi + d];
+          dq[qi + d] += ds * k[kj + d];
+        }
+      }
+    }
+}
+
+/* One backward kernel per role, each in its own cubin; the header's launch helper of each
+   computes the role's grid (cmc_causal_bwd_grid) and sets its dynamic shared memory. */
+enum role { PRE, KV, DQ, POST, N_ROLES };
+typedef CUresult (*bwd_launch_fn)(CUfunction, const cmc_causal_desc *, const cmc_bwd_args *,
+                                  CUstream);
+static const struct {
+  const char *name, *symbol;
+  bwd_launch_fn launch;
+} roles[N_ROLES] = {
+    {"pre", CMC_CAUSAL_BWD_PRE_BF16_D128_SYMBOL, cmc_causal_launch_bwd_pre_bf16_d128},
+    {"kv", CMC_CAUSAL_BWD_KV_BF16_D128_SYMBOL, cmc_causal_launch_bwd_kv_bf16_d128},
+    {"dq", CMC_CAUSAL_BWD_DQ_BF16_D128_SYMBOL, cmc_causal_launch_bwd_dq_bf16_d128},
+    {"post", CMC_CAUSAL_BWD_POST_BF16_D128_SYMBOL, cmc_causal_launch_bwd_post_bf16_d128},
+};
+
+/* The launch order on one stream (the header's comment; the manifest's backward.sequence):
+   atomic dQ (flags 0) pre, kv, post; deterministic (flags bit 0) pre, kv, dq. */
+static const enum role seq_atomic[3] = {PRE, KV, POST};
+static const enum role seq_deterministic[3] = {PRE, KV, DQ};
+
+/* The backward cubin of a role for this GPU (NULL: none for its arch). */
+#define BWD_CUBINS(A)                                                                       \
+  {CMC_CAUSAL_##A##_BWD_PRE_BF16_D128_CUBIN, CMC_CAUSAL_##A##_BWD_KV_BF16_D128_CUBIN,       \
+   CMC_CAUSAL_##A##_BWD_DQ_BF16_D128_CUBIN, CMC_CAUSAL_##A##_BWD_POST_BF16_D128_CUBIN}
+static const char *bwd_cubin(int major, int minor, enum role r)
+{
+#ifdef CMC_CAUSAL_SM_90A_BWD_PRE_BF16_D128_CUBIN
+  if (major == 9 && minor == 0) {
+    static const char *const c[N_ROLES] = BWD_CUBINS(SM_90A);
+    return c[r];
+  }
+#endif
+#ifdef CMC_CAUSAL_SM_100A_BWD_PRE_BF16_D128_CUBIN
+  if (major == 10 && minor == 0) {
+    static const char *const c[N_ROLES] = BWD_CUBINS(SM_100A);
+    return c[r];
+  }
+#endif
+#ifdef CMC_CAUSAL_SM_80_BWD_PRE_BF16_D128_CUBIN
+  if (major == 8) {
+    static const char *const c[N_ROLES] = BWD_CUBINS(SM_80);
+    return c[r];
+  }
+#endif
+  (void)major;
+  (void)minor;
+  (void)r;
+  return NULL;
+}
+
+/* Launch one sequence in order on the default stream and wait for it. */
+static int run_sequence(const char *mode, const enum role *seq, int n, const CUfunction *fns,
+                        const cmc_causal_desc *desc, const cmc_bwd_args *args)
+{
+  for (int i = 0; i < n; i++) {
+    const enum role r = seq[i];
+    unsigned grid[3];
+    cmc_causal_bwd_grid(desc, r == PRE    ? CMC_CAUSAL_BWD_PRE_BF16_D128_BLOCK_M
+                              : r == KV   ? CMC_CAUSAL_BWD_KV_BF16_D128_BLOCK_M
+                              : r == DQ   ? CMC_CAUSAL_BWD_DQ_BF16_D128_BLOCK_M
+                                          : CMC_CAUSAL_BWD_POST_BF16_D128_BLOCK_M,
+                        r == KV ? CMC_CAUSAL_BWD_KV_BF16_D128_HEADS_KV : 0, grid);
+    printf("backward %s: %s grid (%u, %u, %u)\n", mode, roles[r].name, grid[0], grid[1],
+           grid[2]);
+    if (check(roles[r].launch(fns[r], desc, args, NULL), roles[r].symbol)) return -1;
+  }
+  return check(p_cuCtxSynchronize(), "cuCtxSynchronize (backward)");
+}
+#else
+#define HAVE_BACKWARD 0
+#endif
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -201,7 +355,7 @@ int main(int argc, char **argv)
   unsigned threads = 0, smem = 0, block_m = 0, box_rows = 0;
   int persistent = 0, num_sms = 0, n_maps = 0;
   char path[4096];
-  int major = 0, minor = 0, status = 1;
+  int major = 0, minor = 0, status = 1, fwd_ok = 0, bwd_ok = !HAVE_BACKWARD;
   size_t cubin_size = 0, n_in = (size_t)T * H * D;
   void *cubin = NULL;
   CUdevice dev;
@@ -215,6 +369,24 @@ int main(int argc, char **argv)
         *fo = malloc(n_in * 4), *flse = malloc((size_t)H * T * 4), *hlse = malloc((size_t)H * T * 4);
   int32_t seqlens[B + 1] = {0, L};
   const float scale = 1.0f / sqrtf((float)D);
+  cmc_causal_desc desc;
+#if HAVE_BACKWARD
+  /* the backward: dO and dQ/dK/dV on the device (grad_*), the two fp32 workspaces, and on
+     the host dO, the results of each run and the reference */
+  CUmodule bmod[N_ROLES] = {0};
+  CUfunction bfn[N_ROLES];
+  CUdeviceptr grad_o = 0, grad_q = 0, grad_k = 0, grad_v = 0, dq_accum = 0, dsum = 0;
+  uint64_t dq_accum_bytes = 0, dsum_bytes = 0;
+  uint16_t *hdo = malloc(n_in * 2), *hgrad[2][3] = {{0}};
+  float *fdo = malloc(n_in * 4), *rgrad[3] = {malloc(n_in * 4), malloc(n_in * 4),
+                                              malloc(n_in * 4)};
+  cmc_bwd_args bargs;
+  for (int r = 0; r < 2; r++)
+    for (int g = 0; g < 3; g++) hgrad[r][g] = malloc(n_in * 2);
+  if (!hdo || !fdo || !rgrad[0] || !rgrad[1] || !rgrad[2] || !hgrad[0][0] || !hgrad[0][1] ||
+      !hgrad[0][2] || !hgrad[1][0] || !hgrad[1][1] || !hgrad[1][2])
+    return 1;
+#endif
 
   if (!hq || !hk || !hv || !hout || !fq || !fk || !fv || !fo || !flse || !hlse) return 1;
   if (load_driver()) return 2;
@@ -267,6 +439,29 @@ int main(int argc, char **argv)
   CK(p_cuModuleGetFunction(&fn, mod, symbol));
   CK(p_cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                           (int)smem));
+#if HAVE_BACKWARD
+  for (int r = 0; r < N_ROLES; r++) { /* one module per backward role */
+    const char *name = bwd_cubin(major, minor, (enum role)r);
+    void *image;
+    size_t size = 0;
+    CUresult res;
+    if (!name) {
+      fprintf(stderr, "attn_demo: the artifact has no backward cubin for sm_%d%d\n", major,
+              minor);
+      goto fail;
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    image = read_file(path, &size);
+    if (!image) {
+      fprintf(stderr, "attn_demo: cannot read %s\n", path);
+      goto fail;
+    }
+    res = p_cuModuleLoadData(&bmod[r], image);
+    free(image);
+    if (check(res, "cuModuleLoadData (backward)")) goto fail;
+    CK(p_cuModuleGetFunction(&bfn[r], bmod[r], roles[r].symbol));
+  }
+#endif
 
   for (size_t i = 0; i < n_in; i++) {
     hq[i] = f32_to_bf16(uniform());
@@ -289,27 +484,26 @@ int main(int argc, char **argv)
   CK(p_cuMemsetD8(dout, 0xff, n_in * 2)); /* NaN everywhere: unwritten rows show up */
   CK(p_cuMemsetD8(dlse, 0xff, (size_t)H * T * 4));
 
+  memset(&desc, 0, sizeof desc);
+  desc.q = dq;
+  desc.k = dk;
+  desc.v = dv;
+  desc.o = dout;
+  desc.lse = dlse;
+  desc.cu_seqlens = dseq;
+  desc.q_stride_tok = desc.k_stride_tok = desc.v_stride_tok = desc.o_stride_tok = H * D;
+  desc.q_stride_head = desc.k_stride_head = desc.v_stride_head = desc.o_stride_head = D;
+  desc.lse_stride_head = T;
+  desc.batch = B;
+  desc.heads_q = H;
+  desc.heads_kv = H;
+  desc.max_len = L;
+  desc.scale_log2 = scale * 1.4426950408889634f;
   {
-    cmc_causal_desc desc;
     unsigned grid[3];
     CUtensorMap maps[3];
     void *args[2] = {&desc, maps};
     int i;
-    memset(&desc, 0, sizeof desc);
-    desc.q = dq;
-    desc.k = dk;
-    desc.v = dv;
-    desc.o = dout;
-    desc.lse = dlse;
-    desc.cu_seqlens = dseq;
-    desc.q_stride_tok = desc.k_stride_tok = desc.v_stride_tok = desc.o_stride_tok = H * D;
-    desc.q_stride_head = desc.k_stride_head = desc.v_stride_head = desc.o_stride_head = D;
-    desc.lse_stride_head = T;
-    desc.batch = B;
-    desc.heads_q = H;
-    desc.heads_kv = H;
-    desc.max_len = L;
-    desc.scale_log2 = scale * 1.4426950408889634f;
     for (i = 0; i < n_maps; i++) { /* the sm90 kernel's TMA maps of Q, K, V */
       static const cuuint32_t ones[3] = {1u, 1u, 1u};
       cmc_causal_tensor_map_args a;
@@ -331,27 +525,93 @@ int main(int argc, char **argv)
 
   reference(fq, fk, fv, scale, fo, flse);
   {
-    double num = 0.0, den = 0.0, max_err = 0.0, max_lse = 0.0;
+    double max_err = 0.0, max_lse = 0.0, rel;
     int nan = 0;
     for (size_t i = 0; i < n_in; i++) {
-      double got = bf16_to_f32(hout[i]), want = fo[i], e = fabs(got - want);
-      if (isnan(got)) nan++;
-      num += (got - want) * (got - want);
-      den += want * want;
+      double e = fabs(bf16_to_f32(hout[i]) - fo[i]);
       if (e > max_err) max_err = e;
     }
+    rel = rel_err(hout, fo, n_in, &nan);
     for (size_t i = 0; i < (size_t)H * T; i++) {
       double e = fabs((double)hlse[i] - flse[i]);
       if (isnan(hlse[i])) nan++;
       if (e > max_lse) max_lse = e;
     }
-    double rel = sqrt(num / (den > 0 ? den : 1.0));
-    int ok = nan == 0 && rel < 1e-2 && max_lse < 1e-2;
+    fwd_ok = nan == 0 && rel < 1e-2 && max_lse < 1e-2;
     printf("max |o - ref| = %.3g, ||o - ref|| / ||ref|| = %.3g, max |lse - ref| = %.3g, "
            "NaN %d\n", max_err, rel, max_lse, nan);
-    printf("%s\n", ok ? "PASS" : "FAIL");
-    status = ok ? 0 : 1;
   }
+
+#if HAVE_BACKWARD
+  /* The backward takes the forward's descriptor as it is: q, k, v, and o and lse as the
+     forward wrote them (d->sched is unused). Its own arguments: dO, the gradients (same
+     packed [T, H, D] layout as q, k, v), the fp32 workspaces, total tokens and flags. */
+  for (size_t i = 0; i < n_in; i++) {
+    hdo[i] = f32_to_bf16(uniform());
+    fdo[i] = bf16_to_f32(hdo[i]);
+  }
+  cmc_causal_bwd_workspace(T, H, D, &dq_accum_bytes, &dsum_bytes);
+  printf("backward workspaces: dq_accum %llu bytes, dsum %llu bytes\n",
+         (unsigned long long)dq_accum_bytes, (unsigned long long)dsum_bytes);
+  CK(p_cuMemAlloc(&grad_o, n_in * 2));
+  CK(p_cuMemAlloc(&grad_q, n_in * 2));
+  CK(p_cuMemAlloc(&grad_k, n_in * 2));
+  CK(p_cuMemAlloc(&grad_v, n_in * 2));
+  CK(p_cuMemAlloc(&dq_accum, (size_t)dq_accum_bytes));
+  CK(p_cuMemAlloc(&dsum, (size_t)dsum_bytes));
+  CK(p_cuMemcpyHtoD(grad_o, hdo, n_in * 2));
+  memset(&bargs, 0, sizeof bargs);
+  bargs.dout = grad_o;
+  bargs.dq = grad_q;
+  bargs.dk = grad_k;
+  bargs.dv = grad_v;
+  bargs.dq_accum = dq_accum;
+  bargs.dsum = dsum;
+  bargs.dout_stride_tok = bargs.dq_stride_tok = bargs.dk_stride_tok = bargs.dv_stride_tok = H * D;
+  bargs.dout_stride_head = bargs.dq_stride_head = bargs.dk_stride_head = bargs.dv_stride_head = D;
+  bargs.total_tokens = T; /* cu_seqlens[batch] */
+
+  /* Reference gradients from the reference o and lse (the kernels use the device's). */
+  reference_bwd(fq, fk, fv, fo, flse, fdo, scale, rgrad[0], rgrad[1], rgrad[2]);
+  bwd_ok = 1;
+  /* run 0: atomic dQ; runs 1 and 2: deterministic (compared bitwise with each other) */
+  for (int run = 0; run < 3; run++) {
+    const int det = run > 0;
+    const char *mode = det ? "deterministic" : "atomic";
+    uint16_t *const *got = hgrad[run == 2];
+    double rel[3];
+    int nan = 0;
+    /* NaN in the outputs and the workspaces: what the kernels leave unwritten shows up */
+    CK(p_cuMemsetD8(grad_q, 0xff, n_in * 2));
+    CK(p_cuMemsetD8(grad_k, 0xff, n_in * 2));
+    CK(p_cuMemsetD8(grad_v, 0xff, n_in * 2));
+    CK(p_cuMemsetD8(dq_accum, 0xff, (size_t)dq_accum_bytes));
+    CK(p_cuMemsetD8(dsum, 0xff, (size_t)dsum_bytes));
+    bargs.flags = det ? CMC_CAUSAL_BWD_FLAG_DETERMINISTIC : 0;
+    if (run_sequence(mode, det ? seq_deterministic : seq_atomic, 3, bfn, &desc, &bargs))
+      goto fail;
+    CK(p_cuMemcpyDtoH(got[0], grad_q, n_in * 2));
+    CK(p_cuMemcpyDtoH(got[1], grad_k, n_in * 2));
+    CK(p_cuMemcpyDtoH(got[2], grad_v, n_in * 2));
+    if (run == 2) {
+      int same = memcmp(hgrad[0][0], hgrad[1][0], n_in * 2) == 0 &&
+                 memcmp(hgrad[0][1], hgrad[1][1], n_in * 2) == 0 &&
+                 memcmp(hgrad[0][2], hgrad[1][2], n_in * 2) == 0;
+      printf("backward deterministic: the second run is %s\n",
+             same ? "bitwise equal" : "DIFFERENT");
+      bwd_ok = bwd_ok && same;
+      continue;
+    }
+    for (int g = 0; g < 3; g++) rel[g] = rel_err(got[g], rgrad[g], n_in, &nan);
+    printf("backward %s: ||d - ref|| / ||ref|| dq %.3g, dk %.3g, dv %.3g, NaN %d\n", mode,
+           rel[0], rel[1], rel[2], nan);
+    bwd_ok = bwd_ok && nan == 0 && rel[0] < 1e-2 && rel[1] < 1e-2 && rel[2] < 1e-2;
+  }
+#else
+  printf("backward: not in this artifact (compiled with --no-backward)\n");
+#endif
+  printf("%s\n", fwd_ok && bwd_ok ? "PASS" : "FAIL");
+  status = fwd_ok && bwd_ok ? 0 : 1;
 
 fail:
   if (dq) p_cuMemFree(dq);
@@ -361,6 +621,20 @@ fail:
   if (dlse) p_cuMemFree(dlse);
   if (dseq) p_cuMemFree(dseq);
   if (mod) p_cuModuleUnload(mod);
+#if HAVE_BACKWARD
+  if (grad_o) p_cuMemFree(grad_o);
+  if (grad_q) p_cuMemFree(grad_q);
+  if (grad_k) p_cuMemFree(grad_k);
+  if (grad_v) p_cuMemFree(grad_v);
+  if (dq_accum) p_cuMemFree(dq_accum);
+  if (dsum) p_cuMemFree(dsum);
+  for (int r = 0; r < N_ROLES; r++)
+    if (bmod[r]) p_cuModuleUnload(bmod[r]);
+  free(hdo); free(fdo);
+  for (int g = 0; g < 3; g++) {
+    free(rgrad[g]); free(hgrad[0][g]); free(hgrad[1][g]);
+  }
+#endif
   if (ctx) p_cuDevicePrimaryCtxRelease(dev);
   free(cubin);
   free(hq); free(hk); free(hv); free(hout);
