@@ -184,23 +184,6 @@ def spec(kind: KernelKind | str) -> KernelSpec:
     return SPECS[KernelKind(kind)]
 
 
-def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind, tuple[str, ...]]]:
-    """(kind, archs it is built for) of the forward pass, in variant order: choice "auto"
-    gives each arch the kind that claims it (the sm90 kernel on sm_90a) and the portable
-    kernel the rest; "portable" gives the portable kernel every arch."""
-    claimed: dict[KernelKind, tuple[str, ...]] = {}
-    if choice == "auto":
-        for s in SPECS.values():
-            if s.pass_ is Pass.FORWARD and s.archs is not None:
-                mine = tuple(a for a in archs if a in s.archs)
-                if mine:
-                    claimed[s.kind] = mine
-    taken = {a for mine in claimed.values() for a in mine}
-    rest = tuple(a for a in archs if a not in taken)
-    out = [(KernelKind.FWD_PORTABLE, rest)] if rest else []
-    return out + list(claimed.items())
-
-
 # --------------------------------------------------------------------------- backward
 
 # cmc_bwd (templates/cmc/attn_bwd_portable.cuh): kPreRows, kBM, kBN; 4 warps in kv and dq.
@@ -208,11 +191,6 @@ BWD_PRE_ROWS = 64
 BWD_BM = 64
 BWD_BN = 64
 BWD_THREADS = {"pre": 256, "kv": 128, "dq": 128, "post": 256}  # cmc_bwd::Cfg<D>::kThreads*
-
-
-def _bwd_plan_ints(n_terms: int, patch_key_tiles: int | None) -> int:
-    """The part-A plan of the portable kernels (linear): term ranges, runs, two counts."""
-    return 8 * n_terms + 2
 
 
 def _no_smem(head_dim: int, plan_ints: int) -> int:
@@ -245,7 +223,7 @@ def _bwd_spec(kind: KernelKind, role: str, block_m: int, smem: Callable[[int, in
         block_n=BWD_BN,
         stages={64: 1, 128: 1},
         tiled=False,
-        plan_ints=_bwd_plan_ints,
+        plan_ints=_portable_plan_ints,  # the same linear plan
         smem=smem,
         grid=("ceil_div(max_len, {block_m})", heads, "batch"),
         work_counter=False,
@@ -341,6 +319,13 @@ def kinds_for(pass_: Pass, archs: tuple[str, ...], choice: str = "auto"
             out.append((portable[0], rest))
         out += list(claimed.items())
     return out
+
+
+def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind, tuple[str, ...]]]:
+    """(kind, archs it is built for) of the forward pass, in variant order: choice "auto"
+    gives each arch the kind that claims it (the sm90 kernel on sm_90a) and the portable
+    kernel the rest; "portable" gives the portable kernel every arch."""
+    return kinds_for(Pass.FORWARD, archs, choice)
 
 
 # Options.bwd_kernel: "portable" every arch; "sm90" also the arch-specific backward kinds

@@ -1,8 +1,10 @@
-"""Checks of a manifest that `cmc inspect` and the runtime's load share.
+"""The checks of a manifest that `cmc inspect` adds to the runtime's reader.
 
 The runtime launches with the manifest's threads, block, grid, dynamic_smem and max_len, so
-a manifest edited by hand (or by a broken tool) must be refused before a launch, and by the
-same rules wherever it is read:
+a manifest edited by hand (or by a broken tool) must be refused before a launch. The
+runtime's reader (cmc/runtime/manifest.py, which inspect also uses) checks the JSON and
+every field it relies on; it does not import this module (so the runtime needs neither the
+schema file nor cmc.cubin), so these two checks run in `cmc inspect` only:
 
 - `schema_problems`: the manifest against schema/manifest.schema.json, by a small validator
   of the keywords that schema uses (so neither inspect nor the runtime needs jsonschema; an

@@ -301,52 +301,41 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
         cubins = [c for c in built.cubins if c.symbol == v.symbol]
         if not cubins:
             continue
-        tag = v.tag
         ks = spec(v.kernel)
+        common = {
+            "tag": v.tag,
+            "TAG": v.tag.upper(),
+            "symbol": _c_string(v.symbol),
+            "threads": v.threads,
+            "block_m": v.block_m,
+            "block_n": v.block_n,
+            "smem": v.smem_bytes,
+            "kernel": v.kernel.value,
+            "cubins": [
+                {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
+                for c in cubins
+            ],
+        }
         if ks.pass_ is Pass.BACKWARD:
             bwd_variants.append({
-                "tag": tag,
-                "TAG": tag.upper(),
+                **common,
                 "role": ks.role,
-                "symbol": _c_string(v.symbol),
-                "threads": v.threads,
-                "block_m": v.block_m,
-                "block_n": v.block_n,
-                "smem": v.smem_bytes,
-                "kernel": v.kernel.value,
                 "heads": "heads_kv" if "heads_kv" in ks.grid else "heads_q",
-                "cubins": [
-                    {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
-                    for c in cubins
-                ],
             })
             continue
-        variants.append(
-            {
-                "tag": tag,
-                "TAG": tag.upper(),
-                "symbol": _c_string(v.symbol),
-                "threads": v.threads,
-                "block_m": v.block_m,
-                "block_n": v.block_n,
-                "smem": v.smem_bytes,
-                "kernel": v.kernel.value,
-                "persistent": spec(v.kernel).persistent,
-                "tensor_maps": len(spec(v.kernel).tensor_maps),
-                "box_rows": v.tiling.box_rows,
-                "tiling": 1 if v.tiling.kind == "patch" else 0,
-                "origin": v.tiling.origin,
-                "width": v.tiling.width,
-                "patch_rows": v.tiling.patch_rows,
-                "patch_cols": v.tiling.patch_cols,
-                "min_len": v.tiling.min_len,
-                "max_len": v.tiling.max_len() or 0,
-                "cubins": [
-                    {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
-                    for c in cubins
-                ],
-            }
-        )
+        variants.append({
+            **common,
+            "persistent": ks.persistent,
+            "tensor_maps": len(ks.tensor_maps),
+            "box_rows": v.tiling.box_rows,
+            "tiling": 1 if v.tiling.kind == "patch" else 0,
+            "origin": v.tiling.origin,
+            "width": v.tiling.width,
+            "patch_rows": v.tiling.patch_rows,
+            "patch_cols": v.tiling.patch_cols,
+            "min_len": v.tiling.min_len,
+            "max_len": v.tiling.max_len() or 0,
+        })
     return _jinja().get_template("header.h.j2").render(
         name=name,
         NAME=up,

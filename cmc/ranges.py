@@ -1,8 +1,9 @@
 """Static value ranges of checked expressions, for every q, k, len and parameter value allowed.
 
-lower uses them to refuse a bound whose arithmetic could leave int64 (the widest type the
-emitted kernels and cmc/evaluate.py compute in): such a term stays a residual predicate,
-evaluated exactly from the mask's own expressions, instead of a bound that could wrap.
+check uses them to refuse user arithmetic that could leave int64 (the widest type the
+emitted kernels and cmc/evaluate.py compute in), lower to refuse such a bound (the term stays
+a residual predicate, evaluated exactly from the mask's own expressions, instead of a bound
+that could wrap), and emit to type each expression int32 or int64 by its range.
 """
 
 from __future__ import annotations

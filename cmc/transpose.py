@@ -12,11 +12,14 @@ x0 <= kx < x0 + K) puts the clamp on q in the forward mask, a guard-side express
 transposed mask has it on k, where `lower` splits every min/max per comparison, so the
 two comparisons of one window multiply their cases (6^4 conjunctions for NATTEN 2D, past
 MAX_CONJUNCTIONS, and the whole mask became one residual). Splitting each k-dependent
-call once per conjunction, for all of its comparisons together, gives 16 exact cases.
+call once per conjunction, for all of its comparisons together, gives 16 cases; 8 of them
+stay residual (the windows clamped at the bottom border have len-dependent row counts that
+no constant family covers), the rest are exact.
 
 The forward table's monotone bounds are not used as a fallback: every sample's transposed
-table is exact (tests/test_transpose.py), and the inverse of a monotone bound is a search,
-not an expression the hooks could evaluate per key row.
+table but NATTEN 2D's is exact (tests/test_transpose.py, TRANSPOSED_RESIDUAL), and the
+inverse of a monotone bound is a search, not an expression the hooks could evaluate per key
+row.
 """
 
 from __future__ import annotations

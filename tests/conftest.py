@@ -48,6 +48,27 @@ def random_params(mask, length: int, rng: np.random.Generator) -> dict:
     return out
 
 
+# The lengths of the exhaustive checks at SMALL_DEFINES.
+SMALL_LENGTHS = (1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 40)
+
+
+def small_cases(mask, seed: int):
+    """(length, params) for each of SMALL_LENGTHS: six parameter sets if the mask has
+    parameters, else one."""
+    rng = np.random.default_rng(seed)
+    for length in SMALL_LENGTHS:
+        for _ in range(6 if mask.params else 1):
+            yield length, random_params(mask, length, rng)
+
+
+def assert_same_pairs(got: np.ndarray, truth: np.ndarray, what: str) -> None:
+    """A dense visibility matrix equals the oracle's; else the first pairs lost and admitted."""
+    assert (got == truth).all(), (
+        f"{what}: lost {np.argwhere(truth & ~got)[:4].tolist()} "
+        f"admitted {np.argwhere(got & ~truth)[:4].tolist()}"
+    )
+
+
 @pytest.fixture(params=SAMPLES, ids=lambda p: p.stem)
 def sample(request) -> Path:
     return request.param

@@ -28,16 +28,20 @@ from cmc.lower import lower
 from cmc.oracle import dense
 from cmc.tiles import EMPTY, FULL, classify, dense_from_table, visible_pairs
 
-from .conftest import EXACT, SAMPLES, SMALL_DEFINES, random_params
+from .conftest import (
+    EXACT,
+    SAMPLES,
+    SMALL_DEFINES,
+    assert_same_pairs,
+    random_params,
+    small_cases,
+)
 
 
 def _check(table, length, params, tiles=((4, 4), (3, 5), (8, 2))):
     truth = dense(table.mask, length, params)
     got = dense_from_table(table, length, params)
-    assert (got == truth).all(), (
-        f"{table.mask.name} len={length} params={params}: "
-        f"lost {np.argwhere(truth & ~got)[:4].tolist()} admitted {np.argwhere(got & ~truth)[:4].tolist()}"
-    )
+    assert_same_pairs(got, truth, f"{table.mask.name} len={length} params={params}")
     assert visible_pairs(table, length, params) == int(truth.sum())
     for tm, tn in tiles:
         cls = classify(table, length, params, tm, tn)
@@ -53,10 +57,8 @@ def _check(table, length, params, tiles=((4, 4), (3, 5), (8, 2))):
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_sample_table_equals_oracle_exhaustively(path):
     table = front(path, SMALL_DEFINES.get(path.stem, {}))
-    rng = np.random.default_rng(1234)
-    for length in (1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 40):
-        for _ in range(6 if table.mask.params else 1):
-            _check(table, length, random_params(table.mask, length, rng))
+    for length, params in small_cases(table.mask, 1234):
+        _check(table, length, params)
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)

@@ -14,7 +14,14 @@ from cmc.oracle import dense
 from cmc.tiles import dense_from_table
 from cmc.transpose import summary, transpose
 
-from .conftest import EXACT, SAMPLES, SMALL_DEFINES, random_params
+from .conftest import (
+    EXACT,
+    SAMPLES,
+    SMALL_DEFINES,
+    assert_same_pairs,
+    random_params,
+    small_cases,
+)
 from .test_lower import PARAMS, _mask, _preds
 
 # Exact forward tables whose transposes keep residual terms: NATTEN's windows clamped at
@@ -25,19 +32,14 @@ TRANSPOSED_RESIDUAL = {"natten2d"}
 def _check(table, length, params):
     truth = dense(table.mask, length, params).T
     got = dense_from_table(transpose(table), length, params)
-    assert (got == truth).all(), (
-        f"{table.mask.name} len={length} params={params}: "
-        f"lost {np.argwhere(truth & ~got)[:4].tolist()} admitted {np.argwhere(got & ~truth)[:4].tolist()}"
-    )
+    assert_same_pairs(got, truth, f"{table.mask.name} len={length} params={params}")
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_sample_transposed_equals_oracle_transposed(path):
     table = front(path, SMALL_DEFINES.get(path.stem, {}))
-    rng = np.random.default_rng(4321)
-    for length in (1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 40):
-        for _ in range(6 if table.mask.params else 1):
-            _check(table, length, random_params(table.mask, length, rng))
+    for length, params in small_cases(table.mask, 4321):
+        _check(table, length, params)
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)

@@ -42,6 +42,7 @@ from .params import (
     _dtype_name,
     check_tensors,
     grid_dims,
+    packed_layout,
     scale_log2,
 )
 
@@ -124,17 +125,8 @@ def run_backward(attn: Attention, dout: Any, q: Any, k: Any, v: Any, out: Any, l
         if plan is not None:
             attn._check_plan(plan, device, qi)
             packed = plan.packed
-            if packed != (qi.ndim == 3):
-                want = "packed [T, H, D]" if packed else "batch [B, L, H, D]"
-                raise ParamError("plan", f"made for the {want} layout; q has {qi.ndim} "
-                                         "dimensions")
         else:
-            packed = qi.ndim == 3 or cu_seqlens is not None
-            if cu_seqlens is not None and qi.ndim == 4:
-                raise ParamError("cu_seqlens", "only for the packed layout q [T, Hq, D]; the "
-                                               "batch layout [B, L, Hq, D] needs none")
-            if qi.ndim == 3 and cu_seqlens is None:
-                raise ParamError("cu_seqlens", "required for the packed layout q [T, Hq, D]")
+            packed = packed_layout(qi, cu_seqlens)
         geo = check_tensors(qi, info["k"], info["v"], None, packed=packed,
                             variants=list(kern.backward))
         st = dict(geo.strides)
@@ -152,12 +144,7 @@ def run_backward(attn: Attention, dout: Any, q: Any, k: Any, v: Any, out: Any, l
         packed_params: list[Any] = []
         seq_ptr: int | tuple[str, int]
         if plan is not None:
-            if packed and geo.tokens != plan.tokens:
-                raise ParamError("plan", f"made for T = {plan.tokens} tokens (cu_seqlens[-1]); "
-                                         f"q has {geo.tokens}")
-            if not packed and (geo.batch, geo.seq_len) != (plan.batch, plan.max_len):
-                raise ParamError("plan", f"made for batch {plan.batch} x length "
-                                         f"{plan.max_len}; q is {geo.batch} x {geo.seq_len}")
+            plan.check_geometry(geo)
             batch, mlen, seq_ptr = plan.batch, plan.max_len, plan.values["cu_seqlens"]
             fixed = dict(plan.values)
         else:
@@ -199,25 +186,10 @@ def _launch_all(attn: Attention, roles: Mapping[str, _Kernel], num_sms: int, sh:
     stream order (also when a launch fails)."""
     spec = attn.manifest.backward
     assert spec is not None
-    values: dict[str, int | float] = dict(fixed)
-    pending: list[tuple[str, int]] = []
-    for fname, arr in attn._param_slots(packed_params):
-        if isinstance(arr, int):
-            values[fname] = arr
-        elif isinstance(arr, ArrayInfo):
-            values[fname] = arr.ptr
-        else:
-            pending.append((fname, uploads.add(arr)))
     ki, vi, oi = info["k"], info["v"], info["out"]
-    values.update({
-        "q": qi.ptr, "k": ki.ptr, "v": vi.ptr, "o": oi.ptr, "lse": info["lse"].ptr,
-        "q_stride_tok": st["q"].tok, "q_stride_head": st["q"].head,
-        "k_stride_tok": st["k"].tok, "k_stride_head": st["k"].head,
-        "v_stride_tok": st["v"].tok, "v_stride_head": st["v"].head,
-        "o_stride_tok": st["out"].tok, "o_stride_head": st["out"].head,
-        "lse_stride_head": geo.tokens, "batch": batch, "heads_q": geo.heads_q,
-        "heads_kv": geo.heads_kv, "max_len": mlen, "scale_log2": slog2, "sched": 0,
-    })
+    values, pending = attn._desc_values(packed_params, uploads, fixed, geo, st,
+                                        (qi, ki, vi, oi), info["lse"].ptr, batch, mlen, slog2)
+    values["sched"] = 0
     sizes_env = {"T": geo.tokens, "heads_q": geo.heads_q, "heads_kv": geo.heads_kv,
                  "head_dim": geo.head_dim}
     try:

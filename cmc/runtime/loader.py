@@ -52,12 +52,14 @@ from .manifest import KernelEntry, Manifest, read_manifest, verify_cubins
 from .params import (
     Geometry,
     PackedParam,
+    TensorStrides,
     check_cu_seqlens,
     check_int32_device,
     check_params,
     check_tensors,
     grid_dims,
     kernel_strides,
+    packed_layout,
     resolve_max_len,
     scale_log2,
 )
@@ -156,6 +158,16 @@ class Plan:
     # (mask name, descriptor layout, params) of the artifact that made it: a plan's values are
     # descriptor fields, so only an artifact with the same layout may use them
     owner: Any = field(default=None, repr=False)
+
+    def check_geometry(self, geo: Geometry) -> None:
+        """q's tokens (packed) or batch and length (batch layout) are the plan's (forward and
+        backward)."""
+        if self.packed and geo.tokens != self.tokens:
+            raise ParamError("plan", f"made for T = {self.tokens} tokens (cu_seqlens[-1]); q "
+                                     f"has {geo.tokens}")
+        if not self.packed and (geo.batch, geo.seq_len) != (self.batch, self.max_len):
+            raise ParamError("plan", f"made for batch {self.batch} x length {self.max_len}; q "
+                                     f"is {geo.batch} x {geo.seq_len}")
 
 
 class Attention:
@@ -389,12 +401,7 @@ class Attention:
         if plan is not None:
             return self._launch_planned(dk, lib, sh, q, qi, ki, vi, out, oi, scale,
                                         return_lse, plan)
-        packed = qi.ndim == 3 or cu_seqlens is not None
-        if cu_seqlens is not None and qi.ndim == 4:
-            raise ParamError("cu_seqlens", "only for the packed layout q [T, Hq, D]; the batch "
-                                           "layout [B, L, Hq, D] needs none")
-        if qi.ndim == 3 and cu_seqlens is None:
-            raise ParamError("cu_seqlens", "required for the packed layout q [T, Hq, D]")
+        packed = packed_layout(qi, cu_seqlens)
         geo = check_tensors(qi, ki, vi, oi, packed=packed, variants=list(dk.kernels))
         for a in (qi, ki, vi, oi):  # CAI v3: order after the producer's stream
             if a is not None and a.cai_stream is not None and a.cai_stream != sh:
@@ -466,19 +473,11 @@ class Attention:
                         ki: ArrayInfo, vi: ArrayInfo, out: Any, oi: ArrayInfo | None,
                         scale: Any, return_lse: bool, plan: Plan) -> Any:
         self._check_plan(plan, dk.device, qi)
-        if plan.packed != (qi.ndim == 3):
-            want = "packed [T, H, D]" if plan.packed else "batch [B, L, H, D]"
-            raise ParamError("plan", f"made for the {want} layout; q has {qi.ndim} dimensions")
         geo = check_tensors(qi, ki, vi, oi, packed=plan.packed, variants=list(dk.kernels))
         for a in (qi, ki, vi, oi):
             if a is not None and a.cai_stream is not None and a.cai_stream != sh:
                 _driver.stream_wait_stream(sh, a.cai_stream)
-        if plan.packed and geo.tokens != plan.tokens:
-            raise ParamError("plan", f"made for T = {plan.tokens} tokens (cu_seqlens[-1]); q "
-                                     f"has {geo.tokens}")
-        if not plan.packed and (geo.batch, geo.seq_len) != (plan.batch, plan.max_len):
-            raise ParamError("plan", f"made for batch {plan.batch} x length {plan.max_len}; q "
-                                     f"is {geo.batch} x {geo.seq_len}")
+        plan.check_geometry(geo)
         slog2 = scale_log2(scale, geo.head_dim)
         kern = dk.kernels[(geo.dtype, geo.head_dim)]
         fresh_out = out is None
@@ -505,6 +504,7 @@ class Attention:
         return out if lse is None else (out, self._lse_result(lse, plan, geo.heads_q))
 
     def _check_plan(self, plan: Any, device: int, qi: ArrayInfo) -> None:
+        """A plan of this artifact, for this device and q's layout (forward and backward)."""
         if not isinstance(plan, Plan):
             raise ParamError("plan", f"must be a Plan from attn.plan(...), not "
                                      f"{type(plan).__name__}")
@@ -515,6 +515,9 @@ class Attention:
         if plan.device != device:
             raise ParamError("plan", f"made for device {plan.device}; the tensors are on "
                                      f"device {device}")
+        if plan.packed != (qi.ndim == 3):
+            want = "packed [T, H, D]" if plan.packed else "batch [B, L, H, D]"
+            raise ParamError("plan", f"made for the {want} layout; q has {qi.ndim} dimensions")
 
     @staticmethod
     def _lse_result(lse: Any, plan: Plan, heads: int) -> Any:
@@ -534,15 +537,17 @@ class Attention:
             for role, arr in zip(roles, p.arrays, strict=True):
                 yield fields[role].name, arr
 
-    def _run(self, kern: _Kernel, dk: _DeviceKernels, packed: bool, sh: int, geo: Geometry,
-             qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int,
-             seq_ptr: int | tuple[str, int],
-             batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
-             uploads: _Uploads, fixed: Mapping[str, int] | None = None,
-             plan: Plan | None = None) -> _Launch | None:
-        """Launch; with a plan, also the record that replays it (_Launch)."""
-        pending: list[tuple[str, int]] = []  # (field name, upload offset)
-        values: dict[str, int | float] = dict(fixed or {})
+    def _desc_values(self, packed_params: Sequence[PackedParam], uploads: _Uploads,
+                     fixed: Mapping[str, int], geo: Geometry,
+                     strides: Mapping[str, TensorStrides],
+                     qkvo: tuple[ArrayInfo, ArrayInfo, ArrayInfo, ArrayInfo], lse_ptr: int,
+                     batch: int, mlen: int, slog2: float
+                     ) -> tuple[dict[str, int | float], list[tuple[str, int]]]:
+        """The descriptor's values but sched and cu_seqlens (the forward's and the
+        backward's), and the (field name, upload offset) of each host parameter array, whose
+        pointer is known once the uploads are."""
+        pending: list[tuple[str, int]] = []
+        values: dict[str, int | float] = dict(fixed)
         for fname, arr in self._param_slots(packed_params):
             if isinstance(arr, int):
                 values[fname] = arr
@@ -550,7 +555,8 @@ class Attention:
                 values[fname] = arr.ptr
             else:
                 pending.append((fname, uploads.add(arr)))
-        s = geo.strides
+        qi, ki, vi, oi = qkvo
+        s = strides
         values.update({
             "q": qi.ptr, "k": ki.ptr, "v": vi.ptr, "o": oi.ptr, "lse": lse_ptr,
             "q_stride_tok": s["q"].tok, "q_stride_head": s["q"].head,
@@ -560,6 +566,19 @@ class Attention:
             "lse_stride_head": geo.tokens, "batch": batch, "heads_q": geo.heads_q,
             "heads_kv": geo.heads_kv, "max_len": mlen, "scale_log2": slog2,
         })
+        return values, pending
+
+    def _run(self, kern: _Kernel, dk: _DeviceKernels, packed: bool, sh: int, geo: Geometry,
+             qi: ArrayInfo, ki: ArrayInfo, vi: ArrayInfo, oi: ArrayInfo, lse_ptr: int,
+             seq_ptr: int | tuple[str, int],
+             batch: int, mlen: int, slog2: float, packed_params: Sequence[PackedParam],
+             uploads: _Uploads, fixed: Mapping[str, int] | None = None,
+             plan: Plan | None = None) -> _Launch | None:
+        """Launch; with a plan, also the record that replays it (_Launch)."""
+        values, pending = self._desc_values(packed_params, uploads, fixed or {}, geo,
+                                            geo.strides, (qi, ki, vi, oi), lse_ptr, batch,
+                                            mlen, slog2)
+        s = geo.strides
         e = kern.entry
         sched = dk.counters.for_stream(sh) if e.work_counter else 0
         values["sched"] = sched

@@ -155,6 +155,17 @@ def _check_one(name: str, a: ArrayInfo, packed: bool, writable: bool) -> TensorS
     return strides
 
 
+def packed_layout(qi: ArrayInfo, cu_seqlens: Any) -> bool:
+    """Whether an unplanned call (forward or backward) is packed [T, H, D] (with cu_seqlens)
+    rather than batch [B, L, H, D] (without)."""
+    if cu_seqlens is not None and qi.ndim == 4:
+        raise ParamError("cu_seqlens", "only for the packed layout q [T, Hq, D]; the batch "
+                                       "layout [B, L, Hq, D] needs none")
+    if qi.ndim == 3 and cu_seqlens is None:
+        raise ParamError("cu_seqlens", "required for the packed layout q [T, Hq, D]")
+    return qi.ndim == 3 or cu_seqlens is not None
+
+
 def check_tensors(q: ArrayInfo, k: ArrayInfo, v: ArrayInfo, out: ArrayInfo | None, *,
                   packed: bool, variants: Sequence[tuple[str, int]]) -> Geometry:
     """Shapes, dtypes, devices, strides and alignment of q, k, v (and out, when given).

@@ -5,6 +5,9 @@ harness.py, which tools import too."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -82,3 +85,39 @@ def mask_of(name: str) -> Any:
     from cmc.driver import load_mask
 
     return load_mask(ROOT / "samples" / f"{name}.mask")
+
+
+def cuda_torch() -> Any:
+    """torch with CUDA and TF32 matmuls off (the float64 references' inputs stay exact), or
+    skip the module."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
+def sanitizer() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for base in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        p = Path(base) / "bin" / "compute-sanitizer"
+        if base and p.is_file():
+            return str(p)
+    return None
+
+
+def run_memcheck(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """compute-sanitizer memcheck of `script` (written into folder) over every sample's
+    artifact, in one process: argv[1] is ROOT, then NAME=PATH per sample. Skips without
+    compute-sanitizer."""
+    tool = sanitizer()
+    if tool is None:
+        pytest.skip("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    specs = [f"{p.stem}={artifact(p.stem)}" for p in SAMPLES]
+    path = folder / "run.py"
+    path.write_text(script)
+    return subprocess.run([tool, "--tool", "memcheck", "--print-limit", "200", sys.executable,
+                           str(path), str(ROOT), *specs], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)

@@ -18,14 +18,20 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
-import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
-from .gpu_common import ROOT, SAMPLES, artifact, device_arch, mask_of, requires_gpu
+from .gpu_common import (
+    SAMPLES,
+    artifact,
+    cuda_torch,
+    device_arch,
+    mask_of,
+    requires_gpu,
+    run_memcheck,
+)
 from .harness import (
     call_params,
     compare_grads,
@@ -34,7 +40,6 @@ from .harness import (
     scalar_values,
     seq_params,
 )
-from .test_sanitizer import sanitizer
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 TOL = 1e-2
@@ -45,10 +50,7 @@ _loaded: dict[str, Any] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     global torch
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch = cuda_torch()
 
 
 def load_bwd(name: str, bwd_kernel: str = "portable") -> Any:
@@ -236,15 +238,7 @@ for spec in sys.argv[2:]:
 
 
 def test_backward_memcheck(tmp_path):
-    tool = sanitizer()
-    if tool is None:
-        pytest.skip("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
-    specs = [f"{p.stem}={artifact(p.stem)}" for p in SAMPLES]
-    script = tmp_path / "run.py"
-    script.write_text(SCRIPT)
-    r = subprocess.run([tool, "--tool", "memcheck", "--print-limit", "200", sys.executable,
-                        str(script), str(ROOT), *specs], capture_output=True, text=True,
-                       timeout=900, cwd=ROOT)
+    r = run_memcheck(SCRIPT, tmp_path)
     log = r.stdout + r.stderr
     m = re.search(r"ERROR SUMMARY: (\d+) error", log)
     assert m and m.group(1) == "0" and r.returncode == 0, log[-8000:]

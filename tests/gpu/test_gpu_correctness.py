@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .gpu_common import SAMPLES, artifact, mask_of, requires_gpu
+from .gpu_common import SAMPLES, artifact, cuda_torch, mask_of, requires_gpu
 from .harness import (
     call_params,
     causal_mask_fn,
@@ -46,10 +46,7 @@ def sync() -> None:
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     global torch
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch = cuda_torch()
 
 
 @pytest.fixture(scope="session")

@@ -9,16 +9,11 @@ so a read one element past a tensor is caught. Skipped without compute-sanitizer
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from .gpu_common import ROOT, SAMPLES, artifact, requires_gpu
+from .gpu_common import SAMPLES, requires_gpu, run_memcheck
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -57,28 +52,9 @@ for spec in sys.argv[2:]:
 '''
 
 
-def sanitizer() -> str | None:
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for base in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
-        p = Path(base) / "bin" / "compute-sanitizer"
-        if base and p.is_file():
-            return str(p)
-    return None
-
-
 @pytest.fixture(scope="module")
 def memcheck(tmp_path_factory) -> str:
-    tool = sanitizer()
-    if tool is None:
-        pytest.skip("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
-    specs = [f"{p.stem}={artifact(p.stem)}" for p in SAMPLES]
-    script = tmp_path_factory.mktemp("sanitizer") / "run.py"
-    script.write_text(SCRIPT)
-    r = subprocess.run([tool, "--tool", "memcheck", "--print-limit", "200", sys.executable,
-                        str(script), str(ROOT), *specs], capture_output=True, text=True,
-                       timeout=900, cwd=ROOT)
+    r = run_memcheck(SCRIPT, tmp_path_factory.mktemp("sanitizer"))
     return r.stdout + r.stderr + f"\nEXIT {r.returncode}\n"
 
 
