@@ -173,7 +173,7 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
         cub = entry_cubin(tag, k, data, problems)
         if cub is None:
             continue
-        info = infos[k["symbol"]] = cub.kernel(k["symbol"])
+        info = infos[k["file"]] = cub.kernel(k["symbol"])
         claimed = {
             "registers": info.registers,
             "shared_static": info.shared_static,

@@ -1,15 +1,14 @@
-"""Checks of a manifest that `cmc inspect` and the runtime's load share.
-
-The runtime launches with the manifest's threads, block, grid, dynamic_smem and max_len, so
-a manifest edited by hand (or by a broken tool) must be refused before a launch, and by the
-same rules wherever it is read:
+"""The schema check of a manifest for `cmc inspect`.
 
 - `schema_problems`: the manifest against schema/manifest.schema.json, by a small validator
-  of the keywords that schema uses (so neither inspect nor the runtime needs jsonschema; an
-  unknown keyword is an error, never silently skipped).
-- the launch fields (each kernel against what its cubin records, the header's macros and
-  the rules that derive grid and max_len) are checked by cmc/runtime/launch_check.py, which
-  the runtime's load and inspect both call.
+  of the keywords that schema uses (so inspect does not need jsonschema; an unknown keyword
+  is an error, never silently skipped). The runtime's reader (cmc/runtime/manifest.py)
+  checks the fields it uses by hand.
+- The launch fields, which the runtime launches with (each kernel against what its cubin
+  records, the header's macros and the rules that derive grid and max_len), are checked by
+  cmc/runtime/launch_check.py, which the runtime's load and inspect both call, so a
+  manifest edited by hand (or by a broken tool) is refused by the same rules wherever it
+  is read.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ def entry_cubin(tag: str, k: Mapping[str, Any], data: bytes, problems: list[str]
 
 def launch_problems(name: str, kernels: Sequence[Mapping[str, Any]], descriptor_size: int,
                     infos: Mapping[str, KernelInfo], header: str | None) -> list[str]:
-    """Kernel entries against their cubins (`infos`: symbol -> what the cubin records, for
-    the cubins at hand), the sha256-checked header's per-variant macros, and the rules that
+    """Kernel entries against their cubins (`infos`: the entry's file -> what its cubin records
+    of its entry point, for the cubins at hand; by file, as one symbol has a cubin per arch), the sha256-checked header's per-variant macros, and the rules that
     derive grid and max_len from the kind, block_m and the tiling. header None: not at hand
     (its absence or mismatch is reported by the caller). Raises KeyError, TypeError or
     ValueError on an entry that lacks a field or has a wrong type (callers that did not
@@ -103,7 +103,7 @@ def launch_problems(name: str, kernels: Sequence[Mapping[str, Any]], descriptor_
                 source = "rules give" if field in ("grid", "max_len", "block") else "header gives"
                 out.append(f"{tag}: manifest says {field} {k.get(field)!r}, the artifact's "
                            f"{source} {value!r}")
-        info = infos.get(k["symbol"])
+        info = infos.get(k["file"])
         if info is None:
             continue
         if info.max_threads is None:
@@ -151,7 +151,7 @@ def verify_launch(m: Manifest, cubins: Mapping[str, bytes]) -> None:
         for k in kernels:
             cub = entry_cubin(k["file"], k, cubins[k["file"]], problems)
             if cub is not None:
-                infos[k["symbol"]] = cub.kernel(k["symbol"])
+                infos[k["file"]] = cub.kernel(k["symbol"])
         problems += launch_problems(m.name, kernels, m.layout.size, infos, header)
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{m.path}: malformed kernel entry ({type(e).__name__}: {e})"
