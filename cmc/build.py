@@ -50,6 +50,7 @@ from .artifacts import (
     BuiltCubin,
     BuiltKernels,
     EmittedSource,
+    KernelResources,
     KernelVariant,
 )
 from .cubin import Cubin, parse_ptxas_log, read_cubin, wgmma_pipeline_notes
@@ -384,8 +385,13 @@ def _build_one(
     if use_cache and hit is None:
         _cache_put(key, data, log)
     spills = parse_ptxas_log(log).get(v.symbol)
-    resources = cub.kernel(v.symbol).resources(
-        spills.spill_stores if spills else 0, spills.spill_loads if spills else 0
+    info = cub.kernel(v.symbol)
+    resources = KernelResources(
+        registers=info.registers,
+        shared_static=info.shared_static,
+        local_bytes=info.frame_size,
+        spill_stores=spills.spill_stores if spills else 0,
+        spill_loads=spills.spill_loads if spills else 0,
     )
     return BuiltCubin(
         arch=arch,

@@ -21,6 +21,10 @@ here (checked against ptxas -v and readelf on NVRTC 13.0 output, see tests/test_
 - Spill counts are not in the image; build takes them from the ptxas -v log
   (`parse_ptxas_log`).
 
+This module imports nothing from cmc but errors, so the runtime's load reads the cubins it
+is about to launch with it (tests/test_structure.py allows it): the launch bounds and the
+parameter block are checked against the manifest before any GPU is touched.
+
 Every record is 4-byte aligned: format byte, attribute byte, then a 16-bit value
 (EIFMT_HVAL, EIFMT_BVAL in its low byte, EIFMT_NVAL unused) or a 16-bit size followed by
 that many bytes (EIFMT_SVAL).
@@ -32,7 +36,6 @@ import re
 import struct
 from dataclasses import dataclass
 
-from .artifacts import KernelResources
 from .errors import ArtifactError
 
 EM_CUDA = 190
@@ -95,15 +98,6 @@ class KernelInfo:
     max_threads: tuple[int, int, int] | None  # from __launch_bounds__, if any
     barriers: int
     maxreg: int | None
-
-    def resources(self, spill_stores: int = 0, spill_loads: int = 0) -> KernelResources:
-        return KernelResources(
-            registers=self.registers,
-            shared_static=self.shared_static,
-            local_bytes=self.frame_size,
-            spill_stores=spill_stores,
-            spill_loads=spill_loads,
-        )
 
 
 @dataclass(frozen=True)

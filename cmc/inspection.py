@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from .abi import descriptor_layout_of, tensor_maps
-from .cubin import KernelInfo, read_cubin
+from .cubin import KernelInfo
 from .errors import ArtifactError
-from .manifest_check import launch_problems, schema_problems
+from .manifest_check import schema_problems
 from .package import descriptor_dict
+from .runtime.launch_check import entry_cubin, launch_problems
 from .runtime.manifest import (
     MANIFEST,
     Manifest,
@@ -169,18 +170,10 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
         if hashlib.sha256(data).hexdigest() != k["sha256"]:
             problems.append(f"{tag}: sha256 differs from the manifest (corrupt or replaced)")
             continue
-        try:
-            cub = read_cubin(data)
-        except ArtifactError as e:
-            problems.append(f"{tag}: {e}")
+        cub = entry_cubin(tag, k, data, problems)
+        if cub is None:
             continue
-        if cub.arch != k["arch"]:
-            problems.append(f"{tag}: the cubin is for {cub.arch}, the manifest says {k['arch']}")
-        if k["symbol"] not in cub.kernels:
-            problems.append(f"{tag}: no entry point {k['symbol']} in the cubin")
-            continue
-        info = cub.kernel(k["symbol"])
-        infos[k["symbol"]] = info
+        info = infos[k["file"]] = cub.kernel(k["symbol"])
         claimed = {
             "registers": info.registers,
             "shared_static": info.shared_static,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .contract import DEFAULT_RANGE, ParamRange
+from .kernels import MAX_KEY_TILES, TILE, TileShape  # noqa: F401  (MAX_KEY_TILES: re-exported)
 
 # --------------------------------------------------------------------------- expressions
 
@@ -280,10 +281,9 @@ TileClass = Literal["empty", "full", "partial"]
 
 # --------------------------------------------------------------------------- tiling (tile stage)
 
-TILE = 128  # query rows and keys per tile of the sm90 kernel
-# Key tiles one query tile can see in a patch-tiled kernel: its plan holds a bit per key
-# tile in shared memory (cmc_sm90::kMaxKeyTiles), so this bounds the sequence length.
-MAX_KEY_TILES = 4096
+# TILE (query rows and keys per tile of the sm90 kernel) and MAX_KEY_TILES (the bound of a
+# patch-tiled kernel's plan) live in cmc/kernels.py, beside TileShape, so that the runtime
+# can re-derive max_len and the grid rule without the compiler.
 
 
 @dataclass(frozen=True)
@@ -349,13 +349,16 @@ class Tiling:
         rows = -(-max(0, length - origin) // self.width)
         return lin + -(-rows // self.patch_rows) * (self.width // self.patch_cols)
 
+    @property
+    def shape(self) -> TileShape:
+        """The launch facts (kernels.TileShape): what the grid rule and max_len follow from."""
+        return TileShape(kind=self.kind, origin=self.origin, width=self.width,
+                         patch_rows=self.patch_rows, patch_cols=self.patch_cols,
+                         min_len=self.min_len)
+
     def max_len(self) -> int | None:
         """The longest sequence the kernel's plan can hold (None: no limit)."""
-        if self.kind == "linear":
-            return None
-        per_row = self.width // self.patch_cols
-        patch_rows = (MAX_KEY_TILES - self.origin // TILE) // per_row
-        return self.origin + patch_rows * self.patch_rows * self.width
+        return self.shape.max_len()
 
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "origin": self.origin, "width": self.width,

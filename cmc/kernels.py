@@ -78,10 +78,56 @@ class KernelSpec:
     threads_expr: str = ""  # launch bounds (static_assert'ed == threads)
     smem_expr: str = ""  # dynamic shared memory (static_assert'ed == smem); "" for none
 
-    def grid_rule(self, query_tiles: str, block_m: int) -> list[str]:
-        """Grid dimensions as expressions over descriptor fields and max_ctas, for a variant
-        of `block_m` query rows whose longest sequence has `query_tiles` tiles."""
+    def grid_rule(self, tiling: TileShape, block_m: int) -> list[str]:
+        """Grid dimensions as expressions over descriptor fields and max_ctas (the header's
+        grid function), for a variant of `block_m` query rows and this tiling. A persistent
+        kind's launcher picks max_ctas (persistent_ctas)."""
+        query_tiles = tiling.query_tiles_expr(block_m)
         return [g.format(query_tiles=query_tiles, block_m=block_m) for g in self.grid]
+
+
+# --------------------------------------------------------------------------- tile shapes
+
+TILE = 128  # query rows and keys per tile of the sm90 kernel
+# Key tiles one query tile can see in a patch-tiled kernel: its plan holds a bit per key
+# tile in shared memory (cmc_sm90::kMaxKeyTiles), so this bounds the sequence length.
+MAX_KEY_TILES = 4096
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """The launch facts of a tiling (ir.Tiling without its reason and masks; the manifest's
+    kernel "tiling"): what the grid rule and the longest sequence follow from. The tile stage
+    (cmc/tiling.py) chooses it; package writes the rules, and inspect and the runtime's load
+    re-derive them from it (cmc/runtime/launch_check.py)."""
+
+    kind: str  # "linear" | "patch"
+    origin: int = 0  # first grid token
+    width: int = 0  # grid width in tokens
+    patch_rows: int = 1
+    patch_cols: int = TILE
+    min_len: int = 0  # shorter sequences are cut into linear tiles only
+
+    def query_tiles_expr(self, block_m: int) -> str:
+        """The query tiles of the longest sequence, as an expression over max_len."""
+        if self.kind != "patch":
+            return f"ceil_div(max_len, {block_m})"
+        rows = f"ceil_div(max(max_len - {self.origin}, 0), {self.width})"
+        patch = (f"ceil_div(min(max_len, {self.origin}), {block_m}) + "
+                 f"ceil_div({rows}, {self.patch_rows}) * {self.width // self.patch_cols}")
+        if self.min_len <= 0:
+            return patch
+        # below min_len the kernel cuts the sequence into linear tiles (Tiling.origin_for)
+        use = f"min(1, max_len / {self.min_len})"
+        return f"ceil_div(max_len, {block_m}) * (1 - {use}) + ({patch}) * {use}"
+
+    def max_len(self) -> int | None:
+        """The longest sequence the kernel's plan can hold (None: no limit)."""
+        if self.kind != "patch":
+            return None
+        per_row = self.width // self.patch_cols
+        patch_rows = (MAX_KEY_TILES - self.origin // TILE) // per_row
+        return self.origin + patch_rows * self.patch_rows * self.width
 
 
 # --------------------------------------------------------------------------- portable

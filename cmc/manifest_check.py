@@ -1,30 +1,24 @@
-"""The checks of a manifest that `cmc inspect` adds to the runtime's reader.
-
-The runtime launches with the manifest's threads, block, grid, dynamic_smem and max_len, so
-a manifest edited by hand (or by a broken tool) must be refused before a launch. The
-runtime's reader (cmc/runtime/manifest.py, which inspect also uses) checks the JSON and
-every field it relies on; it does not import this module (so the runtime needs neither the
-schema file nor cmc.cubin), so these two checks run in `cmc inspect` only:
+"""The schema check of a manifest for `cmc inspect`.
 
 - `schema_problems`: the manifest against schema/manifest.schema.json, by a small validator
-  of the keywords that schema uses (so neither inspect nor the runtime needs jsonschema; an
-  unknown keyword is an error, never silently skipped).
-- `launch_problems`: each kernel's launch fields against what its cubin records (the
-  __launch_bounds__ thread count, the parameter block), against the header's macros (the
-  header's sha256 is checked first: the same build wrote both), and against the rules that
-  derive the grid (cmc/package.py) and max_len (the tiling) from the other fields.
+  of the keywords that schema uses (so inspect does not need jsonschema; an unknown keyword
+  is an error, never silently skipped). The runtime's reader (cmc/runtime/manifest.py)
+  checks the fields it uses by hand.
+- The launch fields, which the runtime launches with (each kernel against what its cubin
+  records, the header's macros and the rules that derive grid and max_len), are checked by
+  cmc/runtime/launch_check.py, which the runtime's load and inspect both call, so a
+  manifest edited by hand (or by a broken tool) is refused by the same rules wherever it
+  is read.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from .abi import kernel_param_bytes
-from .cubin import KernelInfo
 from .errors import ArtifactError
 from .resources import read_text
 
@@ -139,73 +133,3 @@ def _keyword(key: str, want: Any, x: Any, s: Mapping[str, Any], root: Mapping[st
     elif key == "items" and isinstance(x, list):
         for i, item in enumerate(x):
             _validate(item, want, root, f"{at}/{i}".lstrip("/"), out)
-
-
-# --------------------------------------------------------------------------- launch fields
-
-
-def _tiling(d: Mapping[str, Any]) -> Any:
-    from .ir import Tiling
-
-    return Tiling(kind=d["kind"], origin=d["origin"], width=d["width"],
-                  patch_rows=d["patch_rows"], patch_cols=d["patch_cols"],
-                  min_len=d["min_len"], units=d["units"])
-
-
-_DEFINE = re.compile(r"^#define (CMC_[A-Z0-9_]+) (\d+)u?\b", re.M)
-
-
-def header_values(header: str) -> dict[str, int]:
-    """The integer macros of a generated header (NAME.h), by name."""
-    return {m.group(1): int(m.group(2)) for m in _DEFINE.finditer(header)}
-
-
-def launch_problems(name: str, kernels: Sequence[Mapping[str, Any]], descriptor_size: int,
-                    infos: Mapping[str, KernelInfo], header: str | None) -> list[str]:
-    """Schema-valid kernel entries against their cubins (`infos`: symbol -> what the cubin
-    records, for the cubins at hand), the sha256-checked header's per-variant macros, and the
-    rules that derive grid and max_len from block_m and the tiling. header None: not at hand
-    (its absence or mismatch is reported by the caller)."""
-    from .artifacts import KernelVariant
-    from .package import grid_rule
-
-    macros = header_values(header) if header is not None else None
-    out: list[str] = []
-    for k in kernels:
-        tag = k["file"]
-        tiling = _tiling(k["tiling"])
-        v = KernelVariant(symbol=k["symbol"], dtype=k["dtype"], head_dim=k["head_dim"],
-                          block_m=k["block_m"], block_n=k["block_n"], threads=k["threads"],
-                          smem_bytes=k["dynamic_smem"], kernel=k["kernel"],
-                          archs=(k["arch"],), tiling=tiling)
-        prefix = f"CMC_{name.upper()}_{v.tag.upper()}_"
-        want: dict[str, Any] = {"grid": grid_rule(v), "max_len": tiling.max_len()}
-        for field, macro in (("threads", "THREADS"), ("dynamic_smem", "DYNAMIC_SMEM"),
-                             ("block_m", "BLOCK_M"), ("block_n", "BLOCK_N")):
-            if macros is None:
-                break
-            if prefix + macro not in macros:
-                out.append(f"{tag}: the header has no {prefix + macro}")
-            else:
-                want[field] = macros[prefix + macro]
-        if macros is not None and macros.get(prefix + "MAX_LEN", 0) != (tiling.max_len() or 0):
-            out.append(f"{tag}: the header's {prefix}MAX_LEN is not the tiling's max_len")
-        want["block"] = [k["threads"], 1, 1]
-        for field, value in want.items():
-            if k.get(field) != value:
-                out.append(f"{tag}: manifest says {field} {k.get(field)!r}, the artifact's "
-                           f"{'header' if field in ('threads', 'dynamic_smem') else 'rules'} "
-                           f"give {value!r}")
-        info = infos.get(k["symbol"])
-        if info is None:
-            continue
-        if info.max_threads is None:
-            out.append(f"{tag}: the cubin records no launch bounds")
-        elif list(info.max_threads) != [k["threads"], 1, 1]:
-            out.append(f"{tag}: manifest launches {k['threads']} threads, the cubin's launch "
-                       f"bounds are {list(info.max_threads)}")
-        want_bytes = kernel_param_bytes(descriptor_size, k["kernel"])
-        if info.param_bytes != want_bytes:
-            out.append(f"{tag}: kernel takes {info.param_bytes} parameter bytes, its launch "
-                       f"parameters {k.get('params', ['desc'])} make {want_bytes}")
-    return out

@@ -70,25 +70,10 @@ def sha256(data: bytes) -> str:
 
 
 def grid_rule(v: KernelVariant) -> list[str]:
-    """Grid dimensions as expressions over descriptor fields and `max_ctas` (the header's grid
-    function): the kind's rule (cmc/kernels.py) over this variant's query tiles. A persistent
-    kind's launcher picks max_ctas (kernels.persistent_ctas)."""
-    return spec(v.kernel).grid_rule(query_tiles(v), v.block_m)
-
-
-def query_tiles(v: KernelVariant) -> str:
-    """The query tiles of the longest sequence, as an expression over max_len."""
-    t = v.tiling
-    if t.kind != "patch":
-        return f"ceil_div(max_len, {v.block_m})"
-    rows = f"ceil_div(max(max_len - {t.origin}, 0), {t.width})"
-    patch = (f"ceil_div(min(max_len, {t.origin}), {v.block_m}) + "
-             f"ceil_div({rows}, {t.patch_rows}) * {t.width // t.patch_cols}")
-    if t.min_len <= 0:
-        return patch
-    # below min_len the kernel cuts the sequence into linear tiles (Tiling.origin_for)
-    use = f"min(1, max_len / {t.min_len})"
-    return f"ceil_div(max_len, {v.block_m}) * (1 - {use}) + ({patch}) * {use}"
+    """Grid dimensions as expressions over descriptor fields and `max_ctas`: the kind's rule
+    over this variant's tiling (cmc/kernels.py, the one home of the rule: inspect and the
+    runtime's load re-derive it there)."""
+    return spec(v.kernel).grid_rule(v.tiling.shape, v.block_m)
 
 
 def _variant_of(built: BuiltKernels, c: BuiltCubin) -> KernelVariant:

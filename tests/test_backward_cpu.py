@@ -6,7 +6,6 @@ ParamErrors (each followed by a good call that still launches)."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 import struct
 from pathlib import Path
@@ -18,7 +17,15 @@ from cmc.errors import ArtifactError, ParamError
 from cmc.runtime import loader
 from cmc.runtime.arrays import DeviceArray
 
-from .test_runtime_cpu import FakeGPU, decode, edit_manifest, ints_at, write_artifact
+from .test_runtime_cpu import (
+    LINEAR_TILING,
+    FakeGPU,
+    decode,
+    edit_manifest,
+    finish_artifact,
+    ints_at,
+    write_artifact,
+)
 
 ROLES = ("pre", "kv", "dq", "post")
 # cmc_bwd_args as the contract lays it out (120 bytes)
@@ -38,7 +45,8 @@ def args_section() -> dict[str, Any]:
 
 def write_bwd_artifact(root: Path, name: str = "hstu", params=(("n_targets", "batch"),),
                        archs=("sm_90a",), variants=(("fp16", 64), ("fp16", 128))) -> Path:
-    """write_artifact plus the backward kernels (one fake cubin per role) and section."""
+    """write_artifact plus the backward kernels (one fake cubin per role) and section,
+    consistent with their cubins and header macros (finish_artifact)."""
     d = write_artifact(root, name, params, archs, list(variants))
 
     def add(m: dict[str, Any]) -> None:
@@ -48,19 +56,17 @@ def write_bwd_artifact(root: Path, name: str = "hstu", params=(("n_targets", "ba
             for dtype, hd in variants:
                 for role in ROLES:
                     fname = f"{name}.{arch}.bwd_{role}_{dtype}_d{hd}.cubin"
-                    data = f"bwd {role} {arch} {dtype} {hd}".encode()
-                    (d / fname).write_bytes(data)
                     threads = 256 if role in ("pre", "post") else 128
                     heads = "heads_kv" if role == "kv" else "heads_q"
                     m["kernels"].append({
                         "symbol": f"cmc_{name}_bwd_{role}_{dtype}_d{hd}", "arch": arch,
-                        "file": fname, "sha256": hashlib.sha256(data).hexdigest(),
+                        "file": fname, "sha256": "",  # finish_artifact writes the cubin
                         "dtype": dtype, "head_dim": hd, "block_m": 64, "block_n": 64,
                         "threads": threads, "block": [threads, 1, 1],
                         "grid": ["ceil_div(max_len, 64)", heads, "batch"],
                         "dynamic_smem": 0 if role in ("pre", "post") else 40960,
                         "pass": "backward", "role": role, "params": ["desc", "bwd_args"],
-                        "kernel": f"bwd_{role}"})
+                        "kernel": f"bwd_{role}", "tiling": LINEAR_TILING, "max_len": None})
         m["backward"] = {
             "args": args_section(),
             "workspace": {
@@ -71,6 +77,7 @@ def write_bwd_artifact(root: Path, name: str = "hstu", params=(("n_targets", "ba
             "sequence": {"atomic": ["pre", "kv", "post"], "deterministic": ["pre", "kv", "dq"]},
             "transposed_table": {}}
     edit_manifest(d, add)
+    finish_artifact(d)  # the backward kernels' cubins and header macros
     return d
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cmc.driver import Options, back, front
-from cmc.kernels import KernelKind, Pass, backward_kinds, spec
+from cmc.kernels import KernelKind, Pass, TileShape, backward_kinds, spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SM90_KV = spec(KernelKind.BWD_KV_SM90)
@@ -72,7 +72,7 @@ def test_spec_matches_the_header_constants():
     assert SM90_KV.block_n == const("kBM") == 64  # query rows per item
     assert "kThreadsKV = 128 * kWG" in text and SM90_KV.threads == {64: 128 * const("kWG"),
                                                                    128: 128 * const("kWG")}
-    assert SM90_KV.grid_rule("unused", SM90_KV.block_m) == ["ceil_div(max_len, 128)",
+    assert SM90_KV.grid_rule(TileShape("linear"), SM90_KV.block_m) == ["ceil_div(max_len, 128)",
                                                             "heads_kv", "batch"]
     assert (SM90_KV.role, SM90_KV.params, SM90_KV.archs) == ("kv", ("desc", "bwd_args"),
                                                              ("sm_90a",))
@@ -124,12 +124,10 @@ def test_sm90_kv_builds_without_spills_or_wgmma_notes(name, defines, head_dims):
 def test_runtime_launches_the_kv_role_by_the_manifest(tmp_path, monkeypatch):
     """A backward section whose kv kernel is the sm90 kind: the runtime takes it by role and
     launches it on its own grid (128-key tiles), 256 threads and dynamic shared memory."""
-    import hashlib
-
     from cmc.runtime import loader
 
     from .test_backward_cpu import Recorder, packed_inputs, write_bwd_artifact
-    from .test_runtime_cpu import FakeGPU, edit_manifest
+    from .test_runtime_cpu import FakeGPU, edit_manifest, finish_artifact
 
     gpu = FakeGPU(monkeypatch)
     d = write_bwd_artifact(tmp_path, variants=(("fp16", 64),))
@@ -139,16 +137,14 @@ def test_runtime_launches_the_kv_role_by_the_manifest(tmp_path, monkeypatch):
         for k in m["kernels"]:
             if k.get("role") == "kv":
                 fname = "hstu.sm_90a.bwd_kv_sm90_fp16_d64.cubin"
-                data = b"bwd kv sm90"
-                (d / fname).write_bytes(data)
                 k.update({"symbol": "cmc_hstu_bwd_kv_sm90_fp16_d64", "file": fname,
-                          "sha256": hashlib.sha256(data).hexdigest(),
                           "block_m": SM90_KV.block_m, "block_n": SM90_KV.block_n,
                           "threads": 256, "block": [256, 1, 1],
-                          "grid": SM90_KV.grid_rule("unused", SM90_KV.block_m),
+                          "grid": SM90_KV.grid_rule(TileShape("linear"), SM90_KV.block_m),
                           "dynamic_smem": smem, "kernel": SM90_KV.kind.value})
 
     edit_manifest(d, to_sm90)
+    finish_artifact(d)  # its cubin and header macros, as a build writes them
     attn = loader.load(d)
     rec = Recorder(gpu, attn)
     q, k, v, out, dout, lse = packed_inputs(gpu)

@@ -21,7 +21,7 @@ import pytest
 from cuda.bindings import driver as cu
 
 from cmc import kernels
-from cmc.abi import CTYPES, DescriptorLayout, descriptor_layout
+from cmc.abi import CTYPES, DescriptorLayout, descriptor_layout, kernel_param_bytes
 from cmc.artifacts import SCHEMA_VERSION
 from cmc.contract import FULL_INT32, Affine, ParamRange
 from cmc.errors import ArtifactError, ParamError
@@ -600,9 +600,80 @@ def mask_of(name: str, params: list[tuple[str, str]]) -> Mask:
                 (), ())
 
 
+LINEAR_TILING = {"kind": "linear", "masks": None, "min_len": 0, "origin": 0, "patch_cols": 128,
+                 "patch_rows": 1, "reason": "default", "units": "pairs", "width": 0}
+
+
+def fake_cubin(arch: str, symbol: str, threads: int, param_bytes: int) -> bytes:
+    """The smallest CUDA ELF that cmc/cubin.py reads as a cubin for `arch` with one entry
+    point `symbol`: its __launch_bounds__ (EIATTR_MAX_THREADS) and parameter block size
+    (EIATTR_CBANK_PARAM_SIZE), which load checks against the manifest."""
+    from cmc.cubin import (
+        EIATTR_CBANK_PARAM_SIZE,
+        EIATTR_MAX_THREADS,
+        EICOMPAT_ATTR_ISA_CLASS,
+        EIFMT_BVAL,
+        EIFMT_SVAL,
+        ELFOSABI_CUDA,
+        EM_CUDA,
+        SHT_SYMTAB,
+    )
+
+    sm = int(arch[3:].rstrip("a"))
+    names = ["", ".shstrtab", ".strtab", ".symtab", f".text.{symbol}", f".nv.info.{symbol}",
+             ".nv.compat"]
+    shstr = b"\0".join(n.encode() for n in names) + b"\0"
+    name_at = [shstr.index(n.encode() + b"\0") if n else 0 for n in names]
+    strtab = b"\0" + symbol.encode() + b"\0"
+    symtab = bytes(24) + struct.pack("<IBBHQQ", 1, 0x12, 0, 4, 0, 0)  # global function, .text
+    info = (struct.pack("<BBH3I", EIFMT_SVAL, EIATTR_MAX_THREADS, 12, threads, 1, 1)
+            + struct.pack("<BBHI", EIFMT_SVAL, EIATTR_CBANK_PARAM_SIZE, 4, param_bytes))
+    compat = struct.pack("<BBH", EIFMT_BVAL, EICOMPAT_ATTR_ISA_CLASS, arch.endswith("a"))
+    bodies = [b"", shstr, strtab, symtab, b"\0" * 16, info, compat]
+    types = [0, 3, 3, SHT_SYMTAB, 1, 0x70000000, 0x70000086]
+    data, offsets = bytearray(64), []
+    for b in bodies:
+        data += bytes(-len(data) % 8)
+        offsets.append(len(data))
+        data += b
+    data += bytes(-len(data) % 8)
+    shoff = len(data)
+    for i, b in enumerate(bodies):
+        data += struct.pack("<IIQQQQIIQQ", name_at[i], types[i], 0, 0, offsets[i], len(b),
+                            2 if i == 3 else 0, 1 if i == 3 else 0, 8, 24 if i == 3 else 0)
+    data[0:16] = b"\x7fELF" + bytes([2, 1, 1, ELFOSABI_CUDA, 8]) + bytes(7)
+    struct.pack_into("<HHIQQQIHHHHHH", data, 16, 2, EM_CUDA, 1, 0, 0, shoff, sm << 8, 64, 0, 0,
+                     64, len(bodies), 1)
+    return bytes(data)
+
+
+def finish_artifact(d: Path) -> None:
+    """Make the folder what one build writes: for every kernel entry of the manifest, a cubin
+    that records its threads and its kind's parameter block, and the header's macros of its
+    variant; sha256s updated. Edits of the manifest after this are tampering."""
+    m = json.loads((d / "manifest.json").read_text())
+    name = m["mask"]["name"]
+    lines = [f"/* {name}.h: the launch macros of a cut-down test artifact */"]
+    for k in m["kernels"]:
+        data = fake_cubin(k["arch"], k["symbol"], k["threads"],
+                          kernel_param_bytes(m["descriptor"]["size"], k["kernel"]))
+        (d / k["file"]).write_bytes(data)
+        k["sha256"] = hashlib.sha256(data).hexdigest()
+        tag = kernels.spec(k["kernel"]).tag.format(dtype=k["dtype"], head_dim=k["head_dim"])
+        prefix = f"#define CMC_{name.upper()}_{tag.upper()}_"
+        lines += [f"{prefix}THREADS {k['threads']}u", f"{prefix}BLOCK_M {k['block_m']}u",
+                  f"{prefix}BLOCK_N {k['block_n']}u", f"{prefix}DYNAMIC_SMEM {k['dynamic_smem']}u",
+                  f"{prefix}MAX_LEN {k['max_len'] or 0}"]
+    header = ("\n".join(dict.fromkeys(lines)) + "\n").encode()
+    (d / f"{name}.h").write_bytes(header)
+    m["header"] = {"file": f"{name}.h", "sha256": hashlib.sha256(header).hexdigest()}
+    (d / "manifest.json").write_text(json.dumps(m, indent=2))
+
+
 def write_artifact(root: Path, name: str = "hstu", params=(("n_targets", "batch"),),
                    archs=("sm_90a", "sm_100a"), variants=VARIANTS, smem=49152) -> Path:
-    """An artifact folder shaped like the packager's: manifest + (fake) cubins."""
+    """An artifact folder shaped like the packager's: manifest, (fake) cubins and the header's
+    launch macros, consistent with each other (finish_artifact)."""
     layout = descriptor_layout(mask_of(name, list(params)))
     d = root / name
     d.mkdir(parents=True, exist_ok=True)
@@ -617,6 +688,7 @@ def write_artifact(root: Path, name: str = "hstu", params=(("n_targets", "batch"
                 "sha256": hashlib.sha256(data).hexdigest(), "dtype": dtype, "head_dim": hd,
                 "block_m": 128, "block_n": 64, "threads": 256, "block": [256, 1, 1],
                 "grid": ["ceil_div(max_len, 128)", "heads_q", "batch"], "dynamic_smem": smem,
+                "kernel": "portable", "tiling": LINEAR_TILING, "max_len": None,
             })
     manifest = {
         "schema_version": SCHEMA_VERSION, "cmc_version": "0.1.0",
@@ -632,6 +704,7 @@ def write_artifact(root: Path, name: str = "hstu", params=(("n_targets", "batch"
         "kernels": kernels,
     }
     (d / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    finish_artifact(d)
     return d
 
 
@@ -701,6 +774,57 @@ def test_manifest_missing_and_reserved(tmp_path):
     with pytest.raises(ArtifactError) as e:
         loader.read_manifest(d)
     assert "scale" in str(e.value)
+
+
+# The edits of tests/test_manifest_check.py's TAMPER (inspect), here on load: each launch
+# field the runtime launches with, edited alone, against the cubins, header and rules.
+TAMPER = {
+    "dynamic_smem": lambda k: k.update(dynamic_smem=k["dynamic_smem"] + 16),
+    "threads": lambda k: k.update(threads=k["threads"] * 2, block=[k["threads"] * 2, 1, 1]),
+    "block": lambda k: k.update(block=[k["threads"], 2, 1]),
+    "grid": lambda k: k.update(grid=["ceil_div(max_len, 64)", "heads_q", "1"]),
+    "max_len": lambda k: k.update(max_len=4096),
+    "block_m": lambda k: k.update(block_m=k["block_m"] // 2),
+}
+
+
+@pytest.mark.parametrize("field", sorted(TAMPER))
+@pytest.mark.parametrize("entry", [0, 5])  # a forward kernel, one of another arch
+def test_load_refuses_tampered_launch_fields(tmp_path, gpu, field, entry):
+    d = write_artifact(tmp_path)
+    loader.load(d)
+    edit_manifest(d, lambda m: TAMPER[field](m["kernels"][entry]))
+    gpu.loaded.clear()
+    with pytest.raises(ArtifactError, match=rf"manifest (says|launches).*\b{field}\b") as e:
+        loader.load(d)
+    assert f"hstu.{('sm_90a', 'sm_100a')[entry // 4]}." in str(e.value)
+    assert not gpu.loaded  # refused before any module is loaded
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: (d / "hstu.h").write_text("#define CMC_HSTU_BF16_D64_THREADS 512u\n"),
+     "hstu.h: sha256"),
+    (lambda d: (d / "hstu.h").unlink(), "cannot read the header"),
+    (lambda d: edit_manifest(d, lambda m: m.pop("header")), "names no header"),
+    (lambda d: edit_manifest(d, lambda m: m["kernels"][1].pop("tiling")), "tiling"),
+    (lambda d: edit_manifest(d, lambda m: m["kernels"][1]["tiling"].update(kind="spiral")),
+     "tiling must be"),
+    (lambda d: edit_manifest(d, lambda m: m["kernels"][1].update(kernel="fancy")), "malformed"),
+    (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(
+        fake_cubin("sm_90a", "cmc_hstu_fwd_bf16_d128", 256, 8)), "parameter bytes"),
+    (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(
+        fake_cubin("sm_100a", "cmc_hstu_fwd_bf16_d128", 256, 8)), "the cubin is for sm_100a"),
+    (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(
+        fake_cubin("sm_90a", "other", 256, 8)), "no entry point"),
+    (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(b"cubin"), "not a valid cubin"),
+])
+def test_load_refuses_launch_facts_it_cannot_confirm(tmp_path, gpu, edit, words):
+    d = write_artifact(tmp_path)
+    edit(d)  # a replaced cubin gets its sha256 in the manifest: only its contents are wrong
+    edit_manifest(d, lambda m: m["kernels"][1].update(sha256=hashlib.sha256(
+        (d / m["kernels"][1]["file"]).read_bytes()).hexdigest()))
+    with pytest.raises(ArtifactError, match=words):
+        loader.load(d)
 
 
 def test_load_without_a_driver_is_an_artifact_error(tmp_path):

@@ -9,8 +9,11 @@ import sys
 
 from .conftest import ROOT
 
-# What the runtime may load besides its own modules: the dependency-free contract modules.
-RUNTIME_MAY_IMPORT = {"cmc", "cmc.abi", "cmc.contract", "cmc.errors", "cmc.kernels"}
+# What the runtime may load besides its own modules: the dependency-free contract modules,
+# and the cubin reader (it imports only cmc.errors), with which load checks the launch
+# bounds and parameter block of the cubins it is about to launch (runtime/launch_check.py).
+RUNTIME_MAY_IMPORT = {"cmc", "cmc.abi", "cmc.contract", "cmc.errors", "cmc.kernels",
+                      "cmc.cubin"}
 
 
 def test_runtime_imports_nothing_from_the_compiler():

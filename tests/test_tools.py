@@ -99,14 +99,16 @@ def test_kernel_check_builds_through_the_pipeline(tmp_path, monkeypatch):
                              only=(("fp16", 64),))
     assert sorted(paths, key=str) == sorted([("causal", None), ("causal", 2)], key=str)
     for (_, mt), path in paths.items():
-        (k,) = _manifest(path)["kernels"]
+        (k,) = [k for k in _manifest(path)["kernels"] if k["pass"] == "forward"]
         assert (k["arch"], k["kernel"], k["dtype"], k["head_dim"]) == ("sm_80", "portable",
                                                                        "fp16", 64)
         assert k["block"] == [256 if mt is None else 128, 1, 1]
         assert ("-DCMC_PORTABLE_MT=2" in k["options"]) == (mt == 2)
         from cmc.runtime import read_manifest, verify_cubins
+        from cmc.runtime.launch_check import verify_launch
 
-        verify_cubins(read_manifest(path))  # what cmc.runtime.load checks before the GPU
+        m = read_manifest(path)
+        verify_launch(m, verify_cubins(m))  # what cmc.runtime.load checks before the GPU
 
 
 def test_sm90_check_arguments():
@@ -130,7 +132,7 @@ def test_sm90_check_builds_through_the_pipeline(tmp_path, monkeypatch, capsys):
     sc = _tool("sm90_check")
     paths, portable = sc.build_artifacts(["causal"], [("bf16", 64)], tmp_path / "out")
     assert portable is None
-    (k,) = _manifest(paths["causal"])["kernels"]
+    (k,) = [k for k in _manifest(paths["causal"])["kernels"] if k["pass"] == "forward"]
     assert (k["arch"], k["kernel"], k["symbol"]) == ("sm_90a", "sm90",
                                                      "cmc_causal_fwd_sm90_bf16_d64")
     assert sc.WATCHDOG in k["options"] and k["work_counter"]

@@ -35,8 +35,9 @@ def build_artifact(mask: str | Path, dest: Path, opts: Options, *,
                    threads: int | None = None, extra_options: Sequence[str] = ()) -> tuple[Path, Any]:
     """mask (a path) through front, back, build (with extra_options) and package into
     dest/NAME; returns (that folder, the BuiltKernels). `variants` keeps only those (dtype,
-    head dim) pairs; `threads` overrides the launch block of every variant (an option such
-    as -DCMC_PORTABLE_MT=2 changes it)."""
+    head dim) pairs; `threads` overrides the launch block of every forward variant (an
+    option such as -DCMC_PORTABLE_MT=2 changes it; the backward kernels keep theirs, which
+    load checks against their cubins' launch bounds)."""
     from cmc.build import build
     from cmc.package import package
 
@@ -48,7 +49,10 @@ def build_artifact(mask: str | Path, dest: Path, opts: Options, *,
         if not vs:
             raise SystemExit(f"{mask}: none of the variants {list(variants)} was emitted")
     if threads is not None:
-        vs = tuple(dataclasses.replace(v, threads=threads) for v in vs)
+        from cmc.kernels import Pass, spec
+
+        vs = tuple(dataclasses.replace(v, threads=threads)
+                   if spec(v.kernel).pass_ is Pass.FORWARD else v for v in vs)
     source = dataclasses.replace(source, variants=vs)
     built = build(source, archs=opts.archs, jobs=opts.jobs, cache=opts.cache,
                   extra_options=tuple(extra_options))

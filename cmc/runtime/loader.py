@@ -1,7 +1,8 @@
 """Load a compiled artifact and launch its kernels: `load(path) -> Attention`.
 
 The manifest is the whole contract (docs/architecture.md): the runtime never imports the
-compiler. Loading reads the manifest (manifest.py), verifies every cubin's sha256, picks the
+compiler. Loading reads the manifest (manifest.py), verifies every cubin's sha256 and the
+launch fields against the cubins and the header (launch_check.py, as inspect does), picks the
 cubin for the device's compute capability, loads it into the device's primary context (the
 one PyTorch and CuPy use, so pointers from either are valid; device.py) and sets the dynamic
 shared memory it needs. A call packs the descriptor at the manifest's byte offsets and
@@ -48,6 +49,7 @@ from .device import (
     batch_cu_seqlens,
     tensor_maps_block,
 )
+from .launch_check import verify_launch
 from .manifest import KernelEntry, Manifest, read_manifest, verify_cubins
 from .params import (
     Geometry,
@@ -646,12 +648,15 @@ def _host_param_name(packed_params: Sequence[PackedParam], uploads: _Uploads) ->
 def load(path: str | Path, *, device: int | None = None) -> Attention:
     """Load an artifact folder (out/NAME, or its manifest.json) for a CUDA device.
 
-    Checks the manifest and every cubin's sha256 before touching the GPU, then loads the
-    kernels for `device` (default: the current context's device, else 0) so a missing or
-    unfit GPU is reported here rather than at the first call.
+    Checks the manifest, every cubin's sha256 and the launch fields (against the cubins,
+    the header and the rules that derive them: launch_check.py, what `cmc inspect` checks)
+    before touching the GPU, then loads the kernels for `device` (default: the current
+    context's device, else 0) so a missing or unfit GPU is reported here rather than at the
+    first call.
     """
     m = read_manifest(path)
     cubins = verify_cubins(m)
+    verify_launch(m, cubins)
     attn = Attention(m, cubins)
     attn._kernels(attn._device(device))
     return attn
