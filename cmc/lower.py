@@ -186,10 +186,37 @@ def lin_form(e: Expr) -> tuple[dict[Expr, int], int]:
     return {e: 1}, 0
 
 
+def canon(e: Expr) -> Expr:
+    """e with every + - neg *c rebuilt by add/sub/neg/mul (so `len - 0` is `len` and
+    `(x + 1) + 2` is `x + 3`, also under / % and calls): the same value, fewer spellings."""
+    if isinstance(e, BinOp):
+        a, b = canon(e.a), canon(e.b)
+        if e.op == "+":
+            return add(a, b)
+        if e.op == "-":
+            return sub(a, b)
+        if e.op == "*" and isinstance(b, Const):
+            return mul(a, b.value)
+        if e.op == "*" and isinstance(a, Const):
+            return mul(b, a.value)
+        if e.op in "/%" and b == Const(1):
+            return a if e.op == "/" else Const(0)
+        return BinOp(e.op, a, b)
+    if isinstance(e, Neg):
+        return neg(canon(e.a))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(canon(x) for x in e.args))
+    if isinstance(e, SegFn):
+        return SegFn(e.fn, e.segments, canon(e.arg))
+    if isinstance(e, TableRef):
+        return TableRef(e.table, canon(e.index))
+    return e
+
+
 def const_difference(a: Expr, b: Expr) -> int | None:
     """a - b when it is the same integer for every q (symbolic cancellation), else None."""
-    ta, ca = lin_form(a)
-    tb, cb = lin_form(b)
+    ta, ca = lin_form(canon(a))
+    tb, cb = lin_form(canon(b))
     for t in set(ta) | set(tb):
         if ta.get(t, 0) != tb.get(t, 0):
             return None
@@ -551,6 +578,10 @@ def _decide_by_q_range(a: Pred) -> bool | None:
         return a.value
     if not isinstance(a, Cmp):
         return None
+    ca, cb = _const_value(a.a), _const_value(a.b)
+    if ca is not None and cb is not None:  # e.g. `0 >= W - K` from a case split
+        return {"<": ca < cb, "<=": ca <= cb, ">": ca > cb, ">=": ca >= cb,
+                "==": ca == cb, "!=": ca != cb}[a.op]
     if isinstance(a.a, Var) and a.a.name == "q" and isinstance(a.b, Const):
         c, op = a.b.value, a.op
     elif isinstance(a.b, Var) and a.b.name == "q" and isinstance(a.a, Const):
@@ -562,6 +593,21 @@ def _decide_by_q_range(a: Pred) -> bool | None:
         return False
     if op == ">=" and c <= 0 or op == ">" and c < 0 or op == "!=" and c < 0:
         return True
+    return None
+
+
+def _const_value(e: Expr) -> int | None:
+    """The value of a constant expression of + - * and negation, else None."""
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Neg):
+        v = _const_value(e.a)
+        return None if v is None else -v
+    if isinstance(e, BinOp) and e.op in "+-*":
+        a, b = _const_value(e.a), _const_value(e.b)
+        if a is None or b is None:
+            return None
+        return a + b if e.op == "+" else a - b if e.op == "-" else a * b
     return None
 
 
@@ -702,8 +748,20 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
         tables = (("w", widths),)
         guards += [Cmp(">=", ky, e) for e in ylo] + [Cmp("<", ky, e) for e in yhi]
     else:
-        # k >= 0 bounds the grid row from below; used only when the atoms give no span
-        span = _row_span(ylo, yhi) or _row_span([Const(-g.origin // g.width)], yhi)
+        # Row bounds implied by the key bounds, used only when the atoms' own row bounds give
+        # no span: k >= 0 and k >= e give ky >= (e - origin) / W; k < len and k < e give
+        # ky < (e - origin) / W + 1 (floor division is monotone). The last is one row loose
+        # where W divides e - origin: that instance's keys are all >= e, clipped away.
+        ylo_k = [Const(-g.origin // g.width)] + [fdiv(sub(e, Const(g.origin)), g.width)
+                                                 for e in klo]
+        yhi_k = [add(fdiv(sub(e, Const(g.origin)), g.width), Const(1))
+                 for e in [*khi, Var("len")]]
+        if any(d is not None and d <= 0 for lo_e in ylo + ylo_k for hi_e in yhi + yhi_k
+               for d in [const_difference(hi_e, lo_e)]):
+            # no grid row for any q (a window clamped past the last row): always empty
+            return Term(FALSE, Bound(Const(0), "const"), Bound(Const(0), "const"))
+        span = (_row_span(ylo, yhi) or _row_span(ylo_k, yhi) or _row_span(ylo, yhi_k)
+                or _row_span(ylo_k, yhi_k))
         if span is None:
             return None
         base, count = span

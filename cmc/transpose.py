@@ -16,10 +16,17 @@ call once per conjunction, for all of its comparisons together, gives 16 cases; 
 stay residual (the windows clamped at the bottom border have len-dependent row counts that
 no constant family covers), the rest are exact.
 
+The bottom border needs one more step, in `lower.grid_term`: a key row near the bottom is
+seen by the query rows from len / W - K / 2 on to the last one, a family whose only upper
+row bound is k < len. The grid rows that k < len (or k < e) allows, ky < (len - origin) / W
++ 1, then bound the family, len / W - 3 + t for t in [0, 4) in NATTEN 7 x 7: exact (every
+instance is clipped to [0, len) as any other), where it was 8 residual terms of 16.
+
 The forward table's monotone bounds are not used as a fallback: every sample's transposed
-table but NATTEN 2D's is exact (tests/test_transpose.py, TRANSPOSED_RESIDUAL), and the
-inverse of a monotone bound is a search, not an expression the hooks could evaluate per key
-row.
+table is exact (tests/test_transpose.py, also NATTEN-style windows of any width, size,
+origin and offset), and the inverse of a monotone bound is a search, not an expression the
+hooks evaluate per key row. A mask whose transpose stays residual keeps the residual path:
+its rows' query ranges are [0, len) cut by the bounds the analysis did solve.
 """
 
 from __future__ import annotations

@@ -452,6 +452,23 @@ def test_host_hooks_match_evaluate_samples(stem, workdir):
 
 
 @needs_gxx
+@pytest.mark.parametrize("stem", SAMPLE_STEMS)
+def test_host_transposed_hooks_match_evaluate_samples(stem, workdir):
+    """The backward's hooks (cmc_hooks_t: the transposed table through the same emitter)
+    against the transposed oracle; natten2d's bottom-border families included."""
+    from dataclasses import replace
+
+    from cmc.transpose import transpose
+
+    tt = transpose(_pipeline_table(stem, small=True))
+    tt = replace(tt, mask=replace(tt.mask, name=f"{stem}_t"))
+    exe = _build_harness(tt, workdir)
+    seen = _check_table(tt, exe, random.Random(hash(stem) % 1000 + 1), n=30)
+    assert seen["p"] + seen["f"] > 0
+    assert seen["s"] > 0 or not tt.exact
+
+
+@needs_gxx
 def test_host_plan_is_tight_for_causal(workdir):
     """Precision, not only soundness: causal tiles wholly below the diagonal are full, wholly
     above are skipped."""

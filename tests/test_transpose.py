@@ -7,10 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cmc.check import check
 from cmc.driver import front
 from cmc.ir import BinOp, Cmp, Var
 from cmc.lower import lower
 from cmc.oracle import dense
+from cmc.parse import parse
 from cmc.tiles import dense_from_table
 from cmc.transpose import summary, transpose
 
@@ -23,10 +25,6 @@ from .conftest import (
     small_cases,
 )
 from .test_lower import PARAMS, _mask, _preds
-
-# Exact forward tables whose transposes keep residual terms: NATTEN's windows clamped at
-# the bottom border have len-dependent row counts that no constant family covers.
-TRANSPOSED_RESIDUAL = {"natten2d"}
 
 
 def _check(table, length, params):
@@ -53,11 +51,9 @@ def test_sample_transposed_at_default_constants(path):
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_exactness_of_transposed_samples(path):
     tt = transpose(front(path))
-    if path.stem in EXACT - TRANSPOSED_RESIDUAL:
+    if path.stem in EXACT:
         assert tt.exact and not tt.residuals, summary(tt)
         assert summary(tt).startswith("exact, up to ")
-    elif path.stem in TRANSPOSED_RESIDUAL:
-        assert not tt.exact and summary(tt).startswith("residual in ")
 
 
 @pytest.mark.parametrize("stem", ["clear", "natten2d"])
@@ -104,3 +100,47 @@ def test_random_masks_transposed_equals_oracle(allows, denies, length, n, starts
     table = lower(_mask(allows, denies, PARAMS))
     params = {"n": min(n, length), "s": sorted(min(s, length) for s in starts)}
     _check(table, length, params)
+
+
+# ---------------------------------------------------------------- clamped windows on a grid
+
+def _clamped_window(w: int, kk: int, origin: int, ay: int, ax: int, y_only: bool = False):
+    """NATTEN's window, generalised: grid width w from token `origin`, kk x kk windows
+    placed ay rows and ax columns before the query, clamped inside the grid at both ends (or
+    a window of kk grid rows only). The clamp at the bottom border reads len."""
+    x = "" if y_only else " and x0 <= (k - C) % W and (k - C) % W < x0 + K"
+    return check(parse(f"""mask m
+const W = {w}
+const K = {kk}
+const C = {origin}
+let rows = (len - C) / W
+let y0 = max(0, min((q - C) / W - {ay}, rows - K))
+let x0 = max(0, min((q - C) % W - {ax}, W - K))
+allow q >= C and k >= C and y0 <= (k - C) / W and (k - C) / W < y0 + K{x}
+"""))
+
+
+@pytest.mark.parametrize(("w", "kk", "origin", "ay", "ax"), [
+    (5, 3, 0, 1, 1), (5, 3, 2, 1, 1), (4, 2, 3, 0, 1), (6, 3, 1, 2, 0), (3, 3, 0, 1, 1),
+    (1, 1, 0, 0, 0), (7, 5, 0, 2, 2), (4, 4, 1, 3, 0),
+])
+def test_clamped_windows_transpose_exact_at_every_small_length(w, kk, origin, ay, ax):
+    """The bottom border's rows (from len / W - K: a len-dependent count of key rows) become
+    a grid family bounded by k < len: exact, at every length through partial last rows."""
+    table = lower(_clamped_window(w, kk, origin, ay, ax))
+    tt = transpose(table)
+    assert table.exact and tt.exact, summary(tt)
+    for length in range(1, origin + w * (kk + 4) + 2):
+        _check(table, length, {})
+
+
+@settings(max_examples=60, deadline=None)
+@given(w=st.integers(1, 8), kk=st.integers(1, 8), origin=st.integers(0, 6),
+       ay=st.integers(0, 8), ax=st.integers(0, 8), y_only=st.booleans(),
+       length=st.integers(1, 90))
+def test_random_clamped_windows_transposed_equal_oracle(w, kk, origin, ay, ax, y_only, length):
+    kk = min(kk, w) if not y_only else kk
+    table = lower(_clamped_window(w, kk, origin, ay, ax, y_only))
+    assert table.exact and transpose(table).exact, summary(transpose(table))
+    assert (dense_from_table(table, length, {}) == dense(table.mask, length, {})).all()
+    _check(table, length, {})
