@@ -19,6 +19,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Cells (bools) `cmc show` may allocate for its tile classes: len x key tiles, twice, plus the
 # tile grid (cmc/tiles.py classify). 2^28 is 512 MiB of working memory.
 SHOW_MAX_CELLS = 1 << 28
+# cmc show counts the sm90 tiling's computed pairs with query tiles x (len + 1) counters
+SHOW_MAX_PAIR_CELLS = 1 << 25
 
 
 def _echo(message: str, err: bool = False) -> None:
@@ -189,6 +191,8 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     _echo(f"  work skipped {counts[EMPTY] / n:.1%} of tiles; "
                f"mask work on {counts[PARTIAL] / n:.1%}")
     _echo(ascii_tiles(classes))
+    for line in _tiling_lines(table, length, values, pairs):
+        _echo(line)
     for r in table.residuals:
         _echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
@@ -198,6 +202,33 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
         write_png(Path(png), dense(table.mask, length, values) if length <= 8192 else None,
                   classes, tm, tn, length)
         _echo(f"  wrote {png}")
+
+
+def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -> list[str]:
+    """The sm90 kernel's tiling as the tile stage chooses it, its reason, and the pairs it
+    computes at this length (TILE^2 per query tile x key tile that a row interval reaches)."""
+    from .ir import TILE
+    from .tiling import choose_tiling, computed_pairs
+
+    t = choose_tiling(table)
+    if t.kind == "patch":
+        shape = (f"patches of {t.patch_rows} grid rows x {t.patch_cols} tokens (grid width "
+                 f"{t.width} from token {t.origin}")
+        shape += f"; linear tiles below len {t.min_len})" if t.min_len else ")"
+        if length < t.min_len:
+            shape += f": at len {length}, linear tiles"
+    else:
+        shape = f"linear ({TILE}-token tiles)"
+    out = [f"  sm90 tiling: {shape}", f"    reason: {t.reason}"]
+    cells = t.query_tiles(length) * (length + 1)
+    if cells > SHOW_MAX_PAIR_CELLS:
+        out.append(f"  computed pairs: not counted at len {length} ({cells:,} counters, more than "
+                   f"{SHOW_MAX_PAIR_CELLS:,}); use a shorter --len")
+        return out
+    n = computed_pairs(table, t, length, values)
+    per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
+    out.append(f"  computed pairs {n} ({TILE}x{TILE} tiles), {per}")
+    return out
 
 
 @cli.command("compile")

@@ -4,14 +4,18 @@ The predicate is put in negation normal form, k-dependent min/max/abs/!=/same ar
 into plain comparisons, and the result is expanded into a disjunction of conjunctions.
 In each conjunction, atoms free of k form the row guard; atoms that can be solved for k
 give interval bounds; atoms over a 2D grid decomposition k = C + ky*W + kx (CLEAR,
-NATTEN) give a family of intervals over a compile-time index; whatever is left stays a
-residual predicate, checked per element, with the reason recorded.
+NATTEN) give a family of intervals over a compile-time index; windows over the digits of a
+mixed-radix decomposition of k (a video's frames, rows and columns: k / P, k % P / W,
+k % W) give the product of the digits' ranges as families, one per value of the digits
+above the row, each over the row offset (radix_terms); whatever is left stays a residual
+predicate, checked per element, with the reason recorded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import product
 from math import isqrt
 
 from .ir import (
@@ -337,7 +341,8 @@ def nnf(p: Pred, negate: bool = False) -> Pred:
         op = _NEG[p.op] if negate else p.op
         if op == "!=" and uses(p, K):
             return Or((Cmp("<", p.a, p.b), Cmp(">", p.a, p.b)))
-        return Cmp(op, p.a, p.b)
+        window = _abs_window(op, p.a, p.b)
+        return window if window is not None else Cmp(op, p.a, p.b)
     if isinstance(p, Same):
         # same(S, X, k) <=> seg_start(S, X) <= k < seg_end(S, X) holds because 0 <= k < len;
         # for another k-expression E outside [0, len) it would not (seg extends past both ends)
@@ -350,6 +355,35 @@ def nnf(p: Pred, negate: bool = False) -> Pred:
             return And((Cmp(">=", e, lo), Cmp("<", e, hi)))
         return Not(p) if negate else p
     raise TypeError(p)
+
+
+def _digit_abs(e: Expr) -> Expr | None:
+    """X of abs(X) when X reads a digit of k (k under / or %), else None."""
+    if not (isinstance(e, Call) and e.fn == "abs" and len(e.args) == 1):
+        return None
+    x = e.args[0]
+    if any(isinstance(n, BinOp) and n.op in "/%" and uses(n.a, K) for n in nodes(x)):
+        return x
+    return None
+
+
+def _abs_window(op: CmpOp, a: Expr, b: Expr) -> Pred | None:
+    """abs(X) op R (or R op abs(X)), R free of k, X over a digit of k, as comparisons of X:
+    |X| <= R is -R <= X <= R (empty when R < 0), |X| >= R is X >= R or X <= -R, and the
+    strict forms alike. One window instead of a case split per sign, so that a
+    neighbourhood over mixed-radix digits (|qt - kt| <= RT, ...) stays one conjunction,
+    whose family has one interval per offset (see radix_terms). Only digit windows are
+    rewritten: a plain |q - k| <= W lowers to the same keys either way."""
+    x, r = _digit_abs(a), b
+    if x is None:
+        x, r, op = _digit_abs(b), a, _FLIP[op]
+    if x is None or uses(r, K):
+        return None
+    if op in ("<", "<="):
+        return And((Cmp(op, x, r), Cmp(_FLIP[op], x, neg(r))))
+    if op in (">", ">="):
+        return Or((Cmp(op, x, r), Cmp(_FLIP[op], x, neg(r))))
+    return None
 
 
 class TooManyCases(Exception):
@@ -784,6 +818,201 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
     )
 
 
+# --------------------------------------------------------------------------- mixed-radix families
+
+
+@dataclass(frozen=True)
+class Radix:
+    """k = origin + sum of d_i * bounds[i] over the digits d_0 .. d_n of k (n = len(bounds)
+    - 1): 0 <= d_i < bounds[i + 1] / bounds[i] below the top digit d_n, which is any integer
+    (floor division). bounds[0] = 1 and each bound divides the next. A video of frames of
+    FH x FW tokens has bounds (1, FW, FH * FW): d_0 = k % FW (the column), d_1 =
+    k % (FH * FW) / FW (the row in the frame), d_2 = k / (FH * FW) (the frame)."""
+
+    origin: int
+    bounds: tuple[int, ...]
+
+
+def _k_offset(e: Expr) -> int | None:
+    """o when e == k - o (o constant), else None."""
+    lin = linearize(e, K)
+    if lin is None or lin[0] != 1 or not isinstance(lin[1], Const):
+        return None
+    return -lin[1].value
+
+
+def _digit_form(e: Expr) -> tuple[int, int, int | None] | None:
+    """(o, lo, hi) when e is the digit ((k - o) mod hi) div lo of k (hi None: no mod):
+    (k - o) / lo, (k - o) % hi, (k - o) % hi / lo or (k - o) / lo % (hi / lo)."""
+    if not (isinstance(e, BinOp) and e.op in "/%" and isinstance(e.b, Const) and e.b.value > 0):
+        return None
+    c = e.b.value
+    o = _k_offset(e.a)
+    if o is not None:
+        return (o, c, None) if e.op == "/" else (o, 1, c)
+    inner = e.a
+    if not (isinstance(inner, BinOp) and inner.op in "/%" and inner.op != e.op
+            and isinstance(inner.b, Const) and inner.b.value > 0):
+        return None
+    o = _k_offset(inner.a)
+    d = inner.b.value
+    if o is None:
+        return None
+    if e.op == "/":  # (k - o) % d / c
+        return (o, c, d) if c < d and d % c == 0 else None
+    return (o, d, d * c) if c > 1 else None  # (k - o) / d % c
+
+
+def _zero_digit(e: Expr) -> bool:
+    """(k - o) % d / c with c >= d > 0, or x % 1: zero for every k (an empty digit, such as
+    the row of frames one row high)."""
+    if not (isinstance(e, BinOp) and isinstance(e.b, Const) and e.b.value > 0 and uses(e.a, K)):
+        return False
+    if e.op == "%":
+        return e.b.value == 1
+    inner = e.a
+    return (e.op == "/" and isinstance(inner, BinOp) and inner.op == "%"
+            and isinstance(inner.b, Const) and 0 < inner.b.value <= e.b.value)
+
+
+def find_radix(atoms: list[Pred]) -> Radix | None:
+    """The one mixed-radix decomposition of k that every use of k under / or % in the atoms
+    is a single digit of, or None (two origins, radices that do not divide each other, a
+    digit that spans two of another's, k under / or % in another form)."""
+    forms: set[tuple[int, int, int | None]] = set()
+
+    def walk(e: Expr) -> bool:
+        if _zero_digit(e):
+            return True
+        f = _digit_form(e)
+        if f is not None:
+            forms.add(f)
+            return True
+        if isinstance(e, BinOp):
+            if e.op in "/%" and uses(e.a, K):
+                return False
+            return walk(e.a) and walk(e.b)
+        if isinstance(e, Neg):
+            return walk(e.a)
+        if isinstance(e, Call):
+            return all(walk(a) for a in e.args)
+        return not isinstance(e, (SegFn, TableRef)) or not uses(e, K)
+
+    for atom in atoms:
+        if not isinstance(atom, Cmp) or not (walk(atom.a) and walk(atom.b)):
+            return None
+    if not forms or len({f[0] for f in forms}) != 1:
+        return None
+    bounds = sorted({1} | {f[1] for f in forms} | {f[2] for f in forms if f[2] is not None})
+    if any(b % a for a, b in zip(bounds, bounds[1:], strict=False)):
+        return None
+    for _, lo, hi in forms:
+        i = bounds.index(lo)
+        if hi != (bounds[i + 1] if i + 1 < len(bounds) else None):
+            return None
+    return Radix(next(iter(forms))[0], tuple(bounds))
+
+
+def _digit_var(i: int) -> str:
+    return f"kd{i}"
+
+
+def to_digits(e: Expr, rad: Radix) -> Expr:
+    """e with every digit of k replaced by its variable kd<i> (find_radix matched them)."""
+
+    def f(x: Expr) -> Expr | None:
+        if _zero_digit(x):
+            return Const(0)
+        form = _digit_form(x)
+        if form is None or form[0] != rad.origin:
+            return None
+        return Var(_digit_var(rad.bounds.index(form[1])))
+
+    return substitute(e, f)
+
+
+def radix_terms(guard_atoms: list[Pred], k_atoms: list[Pred], rad: Radix) -> list[Term] | None:
+    """A conjunction of windows over the digits of k (a 3D neighbourhood: frames, rows,
+    columns) as exact families, or None.
+
+    Each atom must bound one digit (or k itself) alone. The lowest digit (the column) gives
+    the key interval; every higher digit must range over a constant count of values from a
+    k-free base (a window's width, else the digit's own range [0, radix)). The instances are
+    the product of those ranges: one family per value of the digits above the row digit
+    d_1, each indexed by d_1, so that every instance keeps its keys in one grid row
+    (k - origin) / bounds[1] = base(q) + t, recorded as its GridRow."""
+    n = len(rad.bounds) - 1
+    names = [_digit_var(i) for i in range(n + 1)]
+    lows: dict[str, list[Expr]] = {v: [] for v in (K, *names)}
+    highs: dict[str, list[Expr]] = {v: [] for v in (K, *names)}
+    for atom in k_atoms:
+        assert isinstance(atom, Cmp)
+        ga = Cmp(atom.op, to_digits(atom.a, rad), to_digits(atom.b, rad))
+        vs = [v for v in (K, *names) if uses(ga, v)]
+        if not vs:  # k only in an empty digit: a row guard
+            guard_atoms = [*guard_atoms, ga]
+            continue
+        if len(vs) != 1:
+            return None
+        got = solve_atom(ga, vs[0])
+        if got is None:
+            return None
+        for c in got:
+            (lows if isinstance(c, Lo) else highs)[vs[0]].append(c.expr)
+    # every digit above the column: (base, count, radix or None for the top digit)
+    spans: list[tuple[Expr, int, int | None]] = []
+    for i in range(1, n + 1):
+        los, his = lows[names[i]], highs[names[i]]
+        radix = rad.bounds[i + 1] // rad.bounds[i] if i < n else None
+        if radix is None:  # k >= 0 bounds the top digit from below
+            span = _row_span(los, his) or _row_span([Const(-rad.origin // rad.bounds[n])], his)
+        else:
+            span = _row_span(los + [Const(0)], his + [Const(radix)])
+        if span is None:
+            return None
+        spans.append((span[0], span[1], radix))
+    total = 1
+    for _, count, _ in spans:
+        total *= count
+    if total > MAX_TERM_INSTANCES:
+        return None
+    t = Var("t")
+    width = rad.bounds[1]
+    x_lo = emax(lows[names[0]] + [Const(0)])
+    x_hi = emin(highs[names[0]] + [Const(width)])
+    assert x_lo is not None and x_hi is not None
+    terms: list[Term] = []
+    for offsets in product(*(range(c) for _, c, _ in spans[1:])):
+        digits = [spans[0][0]] + [add(base, Const(c)) for (base, _, _), c in
+                                  zip(spans[1:], offsets, strict=True)]
+        guards = list(guard_atoms)
+        for i, ((base, count, radix), d) in enumerate(zip(spans, digits, strict=True), 1):
+            digit = add(d, t) if i == 1 else d
+            guards += [Cmp(">=", digit, e) for e in lows[names[i]] if e != base]
+            guards += [Cmp("<", digit, e) for e in highs[names[i]]
+                       if const_difference(e, base) != count]
+            if radix is not None:  # a lower digit out of its range would alias another's keys
+                lo_c = const_difference(base, Const(0))
+                if lo_c is None or lo_c < 0:
+                    guards.append(Cmp(">=", digit, Const(0)))
+                if lo_c is None or lo_c + count > radix:
+                    guards.append(Cmp("<", digit, Const(radix)))
+        row_base = digits[0]  # the grid row of instance t = 0, in rows of `width` keys
+        for i, d in enumerate(digits[1:], 2):
+            row_base = add(row_base, mul(d, rad.bounds[i] // width))
+        row = add(Const(rad.origin), mul(add(row_base, t), width))
+        lo = emax([add(row, x_lo)] + lows[K])
+        hi = emin([add(row, x_hi)] + highs[K])
+        assert lo is not None and hi is not None
+        terms.append(Term(
+            guard=simplify_guard(guards),
+            lo=Bound(lo, "none"),
+            hi=Bound(hi, "none"),
+            family=Family("t", 0, spans[0][1], (), GridRow(rad.origin, width, row_base, 1)),
+        ))
+    return terms
+
+
 # --------------------------------------------------------------------------- the stage
 
 
@@ -794,8 +1023,9 @@ def _bound(items: list[Expr], default: Expr, pick: Callable[[list[Expr]], Expr |
 
 
 def lower_conjunction(atoms: list[Pred], env: RangeEnv | None = None
-                      ) -> tuple[Term | None, Residual | None]:
-    """One conjunction as a term, or None when it is always empty.
+                      ) -> tuple[list[Term], Residual | None]:
+    """One conjunction as terms (none when it is always empty; several families for a
+    window over three or more digits of k).
 
     A k-atom whose solved bounds could leave int64 for some q, k, len and declared parameter
     value stays in the residual (evaluated exactly from the mask's own expression)."""
@@ -804,7 +1034,7 @@ def lower_conjunction(atoms: list[Pred], env: RangeEnv | None = None
     k_atoms = [a for a in atoms if uses(a, K)]
     guard = simplify_guard(guard_atoms)
     if guard == FALSE:
-        return None, None
+        return [], None
     lows: list[Expr] = []
     highs: list[Expr] = []
     unsolved: list[Pred] = []
@@ -820,13 +1050,18 @@ def lower_conjunction(atoms: list[Pred], env: RangeEnv | None = None
         for c in got:
             (lows if isinstance(c, Lo) else highs).append(c.expr)
     if _always_empty(lows, highs):
-        return None, None
+        return [], None
     if unsolved and not overflow:
         g = find_grid(k_atoms) if all(isinstance(a, Cmp) for a in k_atoms) else None
         if g is not None:
             term = grid_term(guard_atoms, k_atoms, g)
             if term is not None and _term_fits(term, env):
-                return (term if term.guard != FALSE else None), None
+                return ([term] if term.guard != FALSE else []), None
+        else:
+            rad = find_radix(k_atoms) if all(isinstance(a, Cmp) for a in k_atoms) else None
+            fams = radix_terms(guard_atoms, k_atoms, rad) if rad is not None else None
+            if fams is not None and all(_term_fits(t, env) for t in fams):
+                return [t for t in fams if t.guard != FALSE], None
     if unsolved or overflow:
         rest = unsolved + overflow
         residual: Pred = rest[0] if len(rest) == 1 else And(tuple(rest))
@@ -838,8 +1073,8 @@ def lower_conjunction(atoms: list[Pred], env: RangeEnv | None = None
         else:
             reason = ("k appears in a form the interval analysis cannot invert; "
                       "it is checked per element on every tile these rows touch")
-        return term, Residual(reason, pred_str(residual))
-    return Term(guard, _bound(lows, Const(0), emax), _bound(highs, Var("len"), emin)), None
+        return [term], Residual(reason, pred_str(residual))
+    return [Term(guard, _bound(lows, Const(0), emax), _bound(highs, Var("len"), emin))], None
 
 
 def _always_empty(lows: list[Expr], highs: list[Expr]) -> bool:
@@ -917,8 +1152,7 @@ def lower(mask: Mask) -> IntervalTable:
     residuals: list[Residual] = []
     for atoms in conjs:
         got, reason = lower_conjunction(atoms, env)
-        if got is not None and got not in terms:
-            terms.append(got)
+        terms += [t for t in got if t not in terms]
         if reason is not None and reason not in residuals:
             residuals.append(reason)
     table = IntervalTable(mask, tuple(merge_adjacent(terms)), tuple(residuals))

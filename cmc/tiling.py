@@ -14,13 +14,14 @@ Tokens before the grid origin stay linear tiles; so the origin must be a multipl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 
-from .evaluate import Env, eval_pred
+from .evaluate import Env, ParamValue, eval_pred
 from .ir import LINEAR, TILE, Expr, GridRow, IntervalTable, PatchMasks, Pred, Tiling, Var, nodes
-from .tiles import instances, iter_row_intervals, row_intervals
+from .tiles import instances, iter_row_intervals
 
 PATCH_COLS = (8, 16, 32, 64)  # candidate tokens per grid row of a patch
 MIN_GAIN = 0.10  # a patch tiling must compute this much less than the linear one
@@ -58,15 +59,17 @@ def tile_ids(tiling: Tiling, length: int) -> np.ndarray:
     return np.where(tok < o, tok // TILE, -(-o // TILE) + patch)
 
 
-def computed_pairs(table: IntervalTable, tiling: Tiling, length: int) -> int:
+def computed_pairs(table: IntervalTable, tiling: Tiling, length: int,
+                   params: Mapping[str, ParamValue] | None = None) -> int:
     """Pairs the kernel computes on one sequence: TILE^2 per (query tile, key tile) that a
-    term instance touches (exactly, from the row intervals)."""
+    term instance touches (exactly, from the row intervals). It holds
+    query_tiles(length) x (length + 1) counters."""
     qt = tile_ids(tiling, length)
     kt = tile_ids(tiling, length)
     nt = tiling.query_tiles(length)
     # cover[a, k] > 0: key k lies in some row interval of a row of query tile a
     cover = np.zeros((nt, length + 1), dtype=np.int32)
-    for ri in row_intervals(table, length, {}):
+    for ri in iter_row_intervals(table, length, params or {}):
         rows = np.nonzero(ri.guard)[0]
         np.add.at(cover, (qt[rows], ri.lo[rows]), 1)
         np.add.at(cover, (qt[rows], ri.hi[rows]), -1)

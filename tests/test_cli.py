@@ -84,3 +84,32 @@ def test_compile_usage_errors(tmp_path):
     r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples/causal.mask"), "-o",
                                  str(tmp_path), "--head-dim", "96"])
     assert r.exit_code == 2
+
+
+def test_show_reports_the_sm90_tiling_and_its_computed_pairs():
+    r = run("show", str(ROOT / "samples/causal.mask"), "--len", "512", "--tile", "128x128")
+    assert r.exit_code == 0, r.output
+    # 10 of the 16 tiles of 128 x 128 are reached (the diagonal and below)
+    assert "  sm90 tiling: linear (128-token tiles)\n    reason: default\n" in r.output
+    assert f"computed pairs {10 * 128 * 128} (128x128 tiles), 1.25 per visible pair" in r.output
+    r = run("show", str(ROOT / "samples/clear.mask"), "--len", "4096")
+    assert r.exit_code == 0, r.output
+    assert ("sm90 tiling: patches of 8 grid rows x 16 tokens (grid width 128 from token 512; "
+            "linear tiles below len 2560)") in r.output
+    assert "    reason: computed pairs at len 8704: linear " in r.output
+    assert "(128x128 tiles), 1.59 per visible pair" in r.output
+    r = run("show", str(ROOT / "samples/clear.mask"), "--len", "2000")  # below min_len
+    assert ": at len 2000, linear tiles" in r.output
+    r = run("show", str(ROOT / "benchmarks/generality/video3d.mask"), "--len", "2048")
+    assert "sm90 tiling: linear (128-token tiles)" in r.output
+    assert "16x8" in r.output and "per visible pair" in r.output
+    # run-time parameters are counted with the given values
+    r = run("show", str(ROOT / "samples/shared_prefix.mask"), "--len", "300",
+            "--param", "prompt_len=60", "--param", "responses=60,150,220")
+    assert r.exit_code == 0 and "per visible pair" in r.output, r.output
+
+
+def test_show_does_not_count_pairs_past_its_budget():
+    r = run("show", str(ROOT / "samples/causal.mask"), "--len", "66000", "--tile", "512x512")
+    assert r.exit_code == 0, r.output
+    assert "computed pairs: not counted at len 66000" in r.output

@@ -803,3 +803,19 @@ def test_host_expressions_and_intervals(workdir):
                 vals = ref[qa:qb + 1]
                 assert may or not vals.any(), (p, params, length, qa, qb)
                 assert not must or vals.all(), (p, params, length, qa, qb)
+
+
+@needs_gxx
+def test_host_hooks_match_evaluate_video3d(workdir):
+    """A 3D neighbourhood (product families over frame and row offsets) and its transposed
+    table: the generated hooks agree with evaluate at lengths spanning several frames."""
+    from cmc.driver import front
+    from cmc.transpose import transpose
+
+    table = front(ROOT / "benchmarks" / "generality" / "video3d.mask",
+                  {"FH": 3, "FW": 4, "RT": 1, "RY": 1, "RX": 1})
+    for t in (table, transpose(table)):
+        assert t.exact and t.max_intervals_per_row() == 9
+        exe = _build_harness(t, workdir)
+        seen = _check_table(t, exe, random.Random(22), n=30, max_len=60)
+        assert seen["p"] > 0 and seen["s"] > 0

@@ -376,3 +376,19 @@ def test_host_patch_plan_natten(workdir):
     exe = _build(table, tiling, workdir)
     seen = _check(table, tiling, exe, [16 * 5, 16 * 9 + 3, 16 * 64])
     assert seen["p"] > 0 and seen["."] > 0
+
+
+@needs_gxx
+def test_host_patch_plan_video3d(workdir):
+    """A 3D neighbourhood (frames of 5 x 16 tokens) lowers to one grid family per frame
+    offset, each instance in the grid row its GridRow names: the generated grid_span of
+    every family, under a 2D patch tiling of the rows, against the dense oracle."""
+    table = front(ROOT / "benchmarks" / "generality" / "video3d.mask",
+                  {"FH": 5, "FW": 16, "RT": 1, "RY": 1, "RX": 2})
+    assert table.exact and len(table.terms) == 3
+    tiling = Tiling("patch", 0, 16, 16, 8, "test")
+    masks, why = patch_masks(table, tiling)
+    assert masks is None and "shift" in why  # frames of 5 rows: patch rows of 16 do not repeat
+    exe = _build(table, tiling, workdir)
+    seen = _check(table, tiling, exe, [16 * 5 * 2 + 7, 16 * 5 * 7, 16 * 64])
+    assert seen["p"] > 0 and seen["."] > 0
