@@ -36,7 +36,8 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                 ("      CMC_PROBE(4, load(sm.sV + stage * C::kTile, maps.v, sm.bar_vfull(stage), C::kTile, hkv, wk.j));\n",
                  "      if (lane == 0) mbar_arrive(sm.bar_vfull(stage));\n")]),
     "nomask": ("partial tiles are not masked (the tile masks' or spans' cost removed)",
-               [("          if (!is_full) {\n", "          if (false) {\n")]),
+               [("    CMC_PROBE_MARK(pr_mask_);\n    if (!is_full) {\n",
+                 "    CMC_PROBE_MARK(pr_mask_);\n    if (false) {\n")]),
     "noepilogue": ("no O stores to global memory (staging, barriers and LSE stay)",
                    [("        if (orow[i] < len) st_global_v4(", "        if (orow[i] < 0) st_global_v4(")]),
 }

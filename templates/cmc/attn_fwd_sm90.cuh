@@ -106,6 +106,9 @@ __device__ unsigned long long cmc_probe[256 * 48];
 #define CMC_PROBE_PARAMS , const long long pr_t0_, unsigned long long* const pr_row_, \
   const bool pr_lead_
 #define CMC_PROBE_ARGS , pr_t0_, pr_row_, pr_lead_
+// ... and as the last members of a closure struct (initialised by CMC_PROBE_ARGS)
+#define CMC_PROBE_MEMBERS const long long pr_t0_; unsigned long long* const pr_row_; \
+  const bool pr_lead_;
 #else
 #define CMC_PROBE_DECL(row, leader)
 #define CMC_PROBE_ADD(slot, v)
@@ -116,6 +119,7 @@ __device__ unsigned long long cmc_probe[256 * 48];
 #define CMC_PROBE_FLUSH()
 #define CMC_PROBE_PARAMS
 #define CMC_PROBE_ARGS
+#define CMC_PROBE_MEMBERS
 #endif
 
 namespace cmc_sm90 {

@@ -168,6 +168,95 @@ CMC_DEV void run_loader(const typename H::desc_t& desc, const TensorMaps& maps, 
   }
 }
 
+// Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
+// returns the rescale factors of the running O and l.
+// The consumers' per-tile parts are closures written out: structs of references to fwd()'s
+// locals, members in the order the lambdas they replace captured them, built where the
+// lambdas were (functions taking the same references as parameters reordered the PTX and
+// changed every sm_90a cubin).
+template <class H, class ApplyBits, class MaskLinear, class MaskPatch>
+struct Softmax {
+  const unsigned* const& fullbits;
+  int& f;
+  const int& nfull;
+  const int* const& full;
+  const bool& mw_ok;
+  const ApplyBits& apply_bits;
+  const cmc_uint2& mw;
+  const cmc_patch_geo& g;
+  const MaskPatch& mask_patch;
+  const MaskLinear& mask_linear;
+  float (&s)[64];
+  float& m0;
+  float& m1;
+  const float& sl2;
+  bool& grow;
+  float& l0;
+  float& l1;
+  CMC_PROBE_MEMBERS
+  CMC_DEV void operator()(int j, float& c0, float& c1) const {
+    constexpr bool kPatch = H::kTiling == 1;
+    constexpr bool kLazy = kPatch;  // as in fwd()
+    bool is_full;
+    if constexpr (kPatch) {
+      is_full = (fullbits[j >> 5] >> (j & 31)) & 1u;
+    } else {
+      while (f < nfull && full[2 * f + 1] <= j) ++f;
+      is_full = f < nfull && full[2 * f] <= j;
+    }
+    CMC_PROBE_MARK(pr_mask_);
+    if (!is_full) {
+      if constexpr (kPatch) {
+        if (mw_ok) apply_bits(mw.x, mw.y);
+        else if (j >= g.nlin) mask_patch(j);
+        else mask_linear(j * kBN);
+      } else {
+        mask_linear(j * kBN);
+      }
+    }
+    CMC_PROBE_SINCE(13, pr_mask_);
+    // row maxima as 4 independent chains: the exponentials wait on this reduction
+    float a0[4], a1[4];
+#pragma unroll
+    for (int n2 = 0; n2 < 16; ++n2) {
+      const float v0 = fmaxf(s[4 * n2], s[4 * n2 + 1]);
+      const float v1 = fmaxf(s[4 * n2 + 2], s[4 * n2 + 3]);
+      a0[n2 & 3] = n2 < 4 ? v0 : fmaxf(a0[n2 & 3], v0);
+      a1[n2 & 3] = n2 < 4 ? v1 : fmaxf(a1[n2 & 3], v1);
+    }
+    float mx0 = fmaxf(fmaxf(fmaxf(a0[0], a0[1]), fmaxf(a0[2], a0[3])), m0);
+    float mx1 = fmaxf(fmaxf(fmaxf(a1[0], a1[1]), fmaxf(a1[2], a1[3])), m1);
+    mx0 = quad_max(mx0);
+    mx1 = quad_max(mx1);
+    // kLazy: the offsets (and O) stay while no row of the warp has a max more than
+    // 2^kLazyLog2 above its offset; P <= 2^kLazyLog2 then, exact in the end (O / l and
+    // the LSE use the same offset). A row still at -inf grows by +inf.
+    constexpr float kLazyLog2 = 8.f;
+    if constexpr (kLazy)
+      grow = __any_sync(0xffffffffu, (mx0 - m0) * sl2 > kLazyLog2 || (mx1 - m1) * sl2 > kLazyLog2);
+    const float mn0 = grow ? mx0 : m0, mn1 = grow ? mx1 : m1;
+    // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
+    const float ms0 = mn0 == neg_inf() ? 0.f : mn0 * sl2;
+    const float ms1 = mn1 == neg_inf() ? 0.f : mn1 * sl2;
+    c0 = grow ? ex2(m0 * sl2 - ms0) : 1.f;
+    c1 = grow ? ex2(m1 * sl2 - ms1) : 1.f;
+    m0 = mn0;
+    m1 = mn1;
+    float ps0[2] = {0.f, 0.f}, ps1[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n2 = 0; n2 < 16; ++n2) {
+      s[4 * n2 + 0] = ex2(fmaf(s[4 * n2 + 0], sl2, -ms0));
+      s[4 * n2 + 1] = ex2(fmaf(s[4 * n2 + 1], sl2, -ms0));
+      s[4 * n2 + 2] = ex2(fmaf(s[4 * n2 + 2], sl2, -ms1));
+      s[4 * n2 + 3] = ex2(fmaf(s[4 * n2 + 3], sl2, -ms1));
+      ps0[n2 & 1] += s[4 * n2 + 0] + s[4 * n2 + 1];
+      ps1[n2 & 1] += s[4 * n2 + 2] + s[4 * n2 + 3];
+    }
+    l0 = l0 * c0 + (ps0[0] + ps0[1]);
+    l1 = l1 * c1 + (ps1[0] + ps1[1]);
+  }
+};
+
 template <class H, bool BF16, int D>
 CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -447,65 +536,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
 
         // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
         // returns the rescale factors of the running O and l.
-        auto softmax = [&](int j, float& c0, float& c1) {
-          bool is_full;
-          if constexpr (kPatch) {
-            is_full = (fullbits[j >> 5] >> (j & 31)) & 1u;
-          } else {
-            while (f < nfull && full[2 * f + 1] <= j) ++f;
-            is_full = f < nfull && full[2 * f] <= j;
-          }
-          CMC_PROBE_MARK(pr_mask_);
-          if (!is_full) {
-            if constexpr (kPatch) {
-              if (mw_ok) apply_bits(mw.x, mw.y);
-              else if (j >= g.nlin) mask_patch(j);
-              else mask_linear(j * kBN);
-            } else {
-              mask_linear(j * kBN);
-            }
-          }
-          CMC_PROBE_SINCE(13, pr_mask_);
-          // row maxima as 4 independent chains: the exponentials wait on this reduction
-          float a0[4], a1[4];
-#pragma unroll
-          for (int n2 = 0; n2 < 16; ++n2) {
-            const float v0 = fmaxf(s[4 * n2], s[4 * n2 + 1]);
-            const float v1 = fmaxf(s[4 * n2 + 2], s[4 * n2 + 3]);
-            a0[n2 & 3] = n2 < 4 ? v0 : fmaxf(a0[n2 & 3], v0);
-            a1[n2 & 3] = n2 < 4 ? v1 : fmaxf(a1[n2 & 3], v1);
-          }
-          float mx0 = fmaxf(fmaxf(fmaxf(a0[0], a0[1]), fmaxf(a0[2], a0[3])), m0);
-          float mx1 = fmaxf(fmaxf(fmaxf(a1[0], a1[1]), fmaxf(a1[2], a1[3])), m1);
-          mx0 = quad_max(mx0);
-          mx1 = quad_max(mx1);
-          // kLazy: the offsets (and O) stay while no row of the warp has a max more than
-          // 2^kLazyLog2 above its offset; P <= 2^kLazyLog2 then, exact in the end (O / l and
-          // the LSE use the same offset). A row still at -inf grows by +inf.
-          constexpr float kLazyLog2 = 8.f;
-          if constexpr (kLazy)
-            grow = __any_sync(0xffffffffu, (mx0 - m0) * sl2 > kLazyLog2 || (mx1 - m1) * sl2 > kLazyLog2);
-          const float mn0 = grow ? mx0 : m0, mn1 = grow ? mx1 : m1;
-          // a row whose max is still -inf uses 0 as its offset: never (-inf) - (-inf)
-          const float ms0 = mn0 == neg_inf() ? 0.f : mn0 * sl2;
-          const float ms1 = mn1 == neg_inf() ? 0.f : mn1 * sl2;
-          c0 = grow ? ex2(m0 * sl2 - ms0) : 1.f;
-          c1 = grow ? ex2(m1 * sl2 - ms1) : 1.f;
-          m0 = mn0;
-          m1 = mn1;
-          float ps0[2] = {0.f, 0.f}, ps1[2] = {0.f, 0.f};
-#pragma unroll
-          for (int n2 = 0; n2 < 16; ++n2) {
-            s[4 * n2 + 0] = ex2(fmaf(s[4 * n2 + 0], sl2, -ms0));
-            s[4 * n2 + 1] = ex2(fmaf(s[4 * n2 + 1], sl2, -ms0));
-            s[4 * n2 + 2] = ex2(fmaf(s[4 * n2 + 2], sl2, -ms1));
-            s[4 * n2 + 3] = ex2(fmaf(s[4 * n2 + 3], sl2, -ms1));
-            ps0[n2 & 1] += s[4 * n2 + 0] + s[4 * n2 + 1];
-            ps1[n2 & 1] += s[4 * n2 + 2] + s[4 * n2 + 3];
-          }
-          l0 = l0 * c0 + (ps0[0] + ps0[1]);
-          l1 = l1 * c1 + (ps1[0] + ps1[1]);
-        };
+        const Softmax<H, decltype(apply_bits), decltype(mask_linear), decltype(mask_patch)> softmax = {
+            fullbits, f, nfull, full, mw_ok, apply_bits, mw, g, mask_patch, mask_linear, s, m0, m1,
+            sl2, grow, l0, l1 CMC_PROBE_ARGS};
         auto rescale_o = [&](float c0, float c1) {
 #pragma unroll
           for (int d = 0; d < kO / 4; ++d) {
