@@ -257,6 +257,128 @@ struct Softmax {
   }
 };
 
+// A key tile of 128 consecutive keys from k0: OR the exact spans of the terms touching
+// it (touched ranges of the plan) into column bits, or evaluate visible() per element
+// when one of them has a residual.
+template <class H, class ApplyBits>
+struct MaskLinear {
+  const int* const& plan;
+  const typename H::seq_t& seq;
+  const typename H::row_t& rc0;
+  const int& off;
+  const typename H::row_t& rc1;
+  const int& len;
+  const ApplyBits& apply_bits;
+  float (&s)[64];
+  CMC_DEV void operator()(int k0) const {
+    constexpr bool kPatch = H::kTiling == 1;
+    constexpr int NT = H::kTerms;
+    unsigned bits0 = 0u, bits1 = 0u;
+    bool exact = true;
+    auto add_term = [&](int i) {
+      if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
+        int lo, hi;
+        exact = H::span(seq, rc0, i, lo, hi) && exact;
+        bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+        H::span(seq, rc1, i, lo, hi);
+        bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
+      }
+    };
+    if constexpr (kPatch) {
+      // the grid families give one span per key grid row the tile meets (a grid row
+      // per tile when the grid width is 128 and the origin tile-aligned), instead of
+      // one per instance; the other terms as below
+      const int k1 = (k0 + kBN < len ? k0 + kBN : len) - 1 - H::kGridOrigin;
+      if (k1 >= 0) {
+        const int ky0 = k0 > H::kGridOrigin ? (k0 - H::kGridOrigin) / H::kGridWidth : 0;
+        for (int ky = ky0; ky <= k1 / H::kGridWidth; ++ky) {
+#pragma unroll
+          for (int fm = 0; fm < H::kGridFamilies; ++fm) {
+            int lo, hi;
+            H::grid_span(seq, rc0, fm, ky, lo, hi);
+            bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
+            H::grid_span(seq, rc1, fm, ky, lo, hi);
+            bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
+          }
+        }
+      }
+#pragma unroll
+      for (int n3 = 0; n3 < H::kOtherTerms; ++n3) add_term(H::other_term(n3));
+    } else {
+      // unrolled by 4: the touched-range loads of 4 terms are in flight together
+#pragma unroll 4
+      for (int i = 0; i < NT; ++i) add_term(i);
+    }
+    if (exact) {
+      apply_bits(bits0, bits1);
+    } else {
+      const int kbase = k0 + off;
+#pragma unroll
+      for (int n2 = 0; n2 < 16; ++n2) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int k = kbase + n2 * 8 + e;
+          const bool in = k < len;
+          if (!(in && H::visible(seq, rc0, k))) s[4 * n2 + e] = neg_inf();
+          if (!(in && H::visible(seq, rc1, k))) s[4 * n2 + 2 + e] = neg_inf();
+        }
+      }
+    }
+  }
+};
+
+// A patch key tile (patch tilings are exact): box b holds keys [kb + b W, + PW), the
+// columns b PW ..; each grid family gives the one span of each box's grid row, the
+// other terms their spans cut to each box.
+template <class H, class ApplyBits>
+struct MaskPatch {
+  const cmc_patch_geo& g;
+  const int& off;
+  const typename H::seq_t& seq;
+  const typename H::row_t& rc0;
+  const typename H::row_t& rc1;
+  const int* const& plan;
+  const ApplyBits& apply_bits;
+  CMC_DEV void operator()(int j) const {
+    constexpr int kPH = H::kPatchRows, kPW = H::kPatchCols;
+    const int u = j - g.nlin, py = u / g.ngx;
+    const int kb = g.O + py * kPH * H::kGridWidth + (u - py * g.ngx) * kPW;
+    const int khi = kb + (kPH - 1) * H::kGridWidth + kPW;
+    unsigned bits0 = 0u, bits1 = 0u;
+    auto add = [&](unsigned& bits, int b, int lo, int hi) {
+      const int ks = kb + b * H::kGridWidth;
+      const int a = lo - ks > 0 ? lo - ks : 0, e = hi - ks < kPW ? hi - ks : kPW;
+      if (a < e) bits |= cmc_colmask32(a + b * kPW, e + b * kPW, off);
+    };
+#pragma unroll
+    for (int b = 0; b < kPH; ++b) {
+#pragma unroll
+      for (int f = 0; f < H::kGridFamilies; ++f) {
+        int lo, hi;
+        H::grid_span(seq, rc0, f, py * kPH + b, lo, hi);
+        add(bits0, b, lo, hi);
+        H::grid_span(seq, rc1, f, py * kPH + b, lo, hi);
+        add(bits1, b, lo, hi);
+      }
+    }
+#pragma unroll
+    for (int n3 = 0; n3 < H::kOtherTerms; ++n3) {
+      const int i = H::other_term(n3);
+      if (plan[4 * i] < khi && plan[4 * i + 1] > kb) {
+        int lo0, hi0, lo1, hi1;
+        H::span(seq, rc0, i, lo0, hi0);
+        H::span(seq, rc1, i, lo1, hi1);
+#pragma unroll
+        for (int b = 0; b < kPH; ++b) {
+          add(bits0, b, lo0, hi0);
+          add(bits1, b, lo1, hi1);
+        }
+      }
+    }
+    apply_bits(bits0, bits1);
+  }
+};
+
 template <class H, bool BF16, int D>
 CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -421,102 +543,10 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           }
         };
         const int off = 2 * (lane & 3);
-        // A key tile of 128 consecutive keys from k0: OR the exact spans of the terms touching
-        // it (touched ranges of the plan) into column bits, or evaluate visible() per element
-        // when one of them has a residual.
-        auto mask_linear = [&](int k0) {
-          unsigned bits0 = 0u, bits1 = 0u;
-          bool exact = true;
-          auto add_term = [&](int i) {
-            if (plan[4 * i] < k0 + kBN && plan[4 * i + 1] > k0) {
-              int lo, hi;
-              exact = H::span(seq, rc0, i, lo, hi) && exact;
-              bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
-              H::span(seq, rc1, i, lo, hi);
-              bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
-            }
-          };
-          if constexpr (kPatch) {
-            // the grid families give one span per key grid row the tile meets (a grid row
-            // per tile when the grid width is 128 and the origin tile-aligned), instead of
-            // one per instance; the other terms as below
-            const int k1 = (k0 + kBN < len ? k0 + kBN : len) - 1 - H::kGridOrigin;
-            if (k1 >= 0) {
-              const int ky0 = k0 > H::kGridOrigin ? (k0 - H::kGridOrigin) / H::kGridWidth : 0;
-              for (int ky = ky0; ky <= k1 / H::kGridWidth; ++ky) {
-#pragma unroll
-                for (int fm = 0; fm < H::kGridFamilies; ++fm) {
-                  int lo, hi;
-                  H::grid_span(seq, rc0, fm, ky, lo, hi);
-                  bits0 |= cmc_colmask32(lo - k0, hi - k0, off);
-                  H::grid_span(seq, rc1, fm, ky, lo, hi);
-                  bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
-                }
-              }
-            }
-#pragma unroll
-            for (int n3 = 0; n3 < H::kOtherTerms; ++n3) add_term(H::other_term(n3));
-          } else {
-            // unrolled by 4: the touched-range loads of 4 terms are in flight together
-#pragma unroll 4
-            for (int i = 0; i < NT; ++i) add_term(i);
-          }
-          if (exact) {
-            apply_bits(bits0, bits1);
-          } else {
-            const int kbase = k0 + off;
-#pragma unroll
-            for (int n2 = 0; n2 < 16; ++n2) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int k = kbase + n2 * 8 + e;
-                const bool in = k < len;
-                if (!(in && H::visible(seq, rc0, k))) s[4 * n2 + e] = neg_inf();
-                if (!(in && H::visible(seq, rc1, k))) s[4 * n2 + 2 + e] = neg_inf();
-              }
-            }
-          }
-        };
-        // A patch key tile (patch tilings are exact): box b holds keys [kb + b W, + PW), the
-        // columns b PW ..; each grid family gives the one span of each box's grid row, the
-        // other terms their spans cut to each box.
-        auto mask_patch = [&](int j) {
-          const int u = j - g.nlin, py = u / g.ngx;
-          const int kb = g.O + py * kPH * H::kGridWidth + (u - py * g.ngx) * kPW;
-          const int khi = kb + (kPH - 1) * H::kGridWidth + kPW;
-          unsigned bits0 = 0u, bits1 = 0u;
-          auto add = [&](unsigned& bits, int b, int lo, int hi) {
-            const int ks = kb + b * H::kGridWidth;
-            const int a = lo - ks > 0 ? lo - ks : 0, e = hi - ks < kPW ? hi - ks : kPW;
-            if (a < e) bits |= cmc_colmask32(a + b * kPW, e + b * kPW, off);
-          };
-#pragma unroll
-          for (int b = 0; b < kPH; ++b) {
-#pragma unroll
-            for (int f = 0; f < H::kGridFamilies; ++f) {
-              int lo, hi;
-              H::grid_span(seq, rc0, f, py * kPH + b, lo, hi);
-              add(bits0, b, lo, hi);
-              H::grid_span(seq, rc1, f, py * kPH + b, lo, hi);
-              add(bits1, b, lo, hi);
-            }
-          }
-#pragma unroll
-          for (int n3 = 0; n3 < H::kOtherTerms; ++n3) {
-            const int i = H::other_term(n3);
-            if (plan[4 * i] < khi && plan[4 * i + 1] > kb) {
-              int lo0, hi0, lo1, hi1;
-              H::span(seq, rc0, i, lo0, hi0);
-              H::span(seq, rc1, i, lo1, hi1);
-#pragma unroll
-              for (int b = 0; b < kPH; ++b) {
-                add(bits0, b, lo0, hi0);
-                add(bits1, b, lo1, hi1);
-              }
-            }
-          }
-          apply_bits(bits0, bits1);
-        };
+        // the masks of a linear key tile from k0 and of a patch key tile j (closures, see Softmax)
+        const MaskLinear<H, decltype(apply_bits)> mask_linear = {plan, seq, rc0, off, rc1, len,
+                                                                 apply_bits, s};
+        const MaskPatch<H, decltype(apply_bits)> mask_patch = {g, off, seq, rc0, rc1, plan, apply_bits};
         // The per-offset tile mask of key tile j when the tile stage proved one
         // (H::kPatchMasks): fetched as the walk reaches j, so that the load runs under j's
         // QK GEMM; mw_ok: the softmax of j applies it instead of the spans.
@@ -534,8 +564,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         int f = 0;
         bool grow = true;  // the last softmax moved the offsets: O owes the rescale c0, c1
 
-        // Mask (partial tiles only) + online softmax of S in place (S becomes P in fp32);
-        // returns the rescale factors of the running O and l.
+        // mask + online softmax of key tile j (a closure, see Softmax)
         const Softmax<H, decltype(apply_bits), decltype(mask_linear), decltype(mask_patch)> softmax = {
             fullbits, f, nfull, full, mw_ok, apply_bits, mw, g, mask_patch, mask_linear, s, m0, m1,
             sl2, grow, l0, l1 CMC_PROBE_ARGS};
