@@ -323,3 +323,27 @@ def test_args_struct_matches_the_kernel_header():
     pos = [body.index(f" {n}") for n in names if n.endswith(("tok", "head")) is False]
     assert pos == sorted(pos)
     assert struct.calcsize("<6Q8q2i") == 120 and CTYPES["int64_t"][0] == 8
+
+
+def test_backward_capture_names_the_host_parameter(tmp_path, gpu):
+    """During capture, host values name the parameter that holds them, as the forward does:
+    not the first parameter when that is a scalar (nothing to upload) and a later one holds a
+    host array."""
+    attn = loader.load(write_bwd_artifact(
+        tmp_path, params=(("window", "scalar"), ("n_targets", "batch"))))
+    q, k, v, out, dout, lse = packed_inputs(gpu, 16)
+    cs = gpu.array((3,), "i32")
+    (ctypes.c_int32 * 3).from_address(ptr(cs))[:] = [0, 6, 16]
+    gpu.capturing = True
+    with pytest.raises(ParamError) as fwd:
+        attn(q, k, v, cu_seqlens=cs, max_len=10, window=3, n_targets=[6, 10])
+    with pytest.raises(ParamError) as bwd:
+        attn.backward(dout, q, k, v, out, lse, cu_seqlens=cs, max_len=10, window=3,
+                      n_targets=[6, 10])
+    assert (bwd.value.param, bwd.value.rule) == (fwd.value.param, fwd.value.rule)
+    assert bwd.value.param == "n_targets" and "capture" in bwd.value.rule
+    assert not gpu.launches
+    nt = gpu.array((2,), "i32")
+    (ctypes.c_int32 * 2).from_address(ptr(nt))[:] = [6, 10]
+    attn.backward(dout, q, k, v, out, lse, cu_seqlens=cs, max_len=10, window=3, n_targets=nt)
+    assert len(gpu.launches) == 3  # device values: launches during capture

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from cuda.bindings import driver as cu
 
 from ..errors import ArtifactError, ParamError
@@ -34,7 +33,14 @@ from .arrays import (
     library_of,
     stream_handle,
 )
-from .device import MapTensor, _cached_seqlens, _Kernel, _Uploads, tensor_maps_block
+from .device import (
+    MapTensor,
+    _cached_seqlens,
+    _Kernel,
+    _Uploads,
+    refuse_host_values_in_capture,
+    tensor_maps_block,
+)
 from .params import (
     Geometry,
     TensorStrides,
@@ -152,11 +158,8 @@ def run_backward(attn: Attention, dout: Any, q: Any, k: Any, v: Any, out: Any, l
                 device, sh, geo, packed, cu_seqlens, max_len, params, capturing)
         _check_lse(info["lse"], geo, packed, batch, geo.seq_len)
         slog2 = scale_log2(scale, geo.head_dim)
-        if capturing and (uploads.items or any(isinstance(a, np.ndarray)
-                                               for p in packed_params for a in p.arrays)):
-            raise ParamError("cu_seqlens" if uploads.items else packed_params[0].name,
-                             "host values cannot be uploaded during CUDA graph capture; pass "
-                             "device int32 arrays (and cu_seqlens on the device), or a plan")
+        if capturing:
+            refuse_host_values_in_capture(packed_params, uploads)
         outs = {}
         for n, x, xi in (("dq", q, qi), ("dk", k, info["k"]), ("dv", v, info["v"])):
             if n in given:

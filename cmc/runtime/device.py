@@ -230,6 +230,23 @@ class _Uploads:
             self.base = 0
 
 
+def refuse_host_values_in_capture(packed_params: Sequence[Any], uploads: _Uploads) -> None:
+    """During CUDA graph capture nothing can be uploaded: a ParamError naming the first
+    parameter that holds a host array (packed_params: params.PackedParam), else cu_seqlens
+    (the only other upload), where there is anything to upload. The forward and the backward
+    raise the same error."""
+    for p in packed_params:
+        if any(isinstance(a, np.ndarray) for a in p.arrays):
+            name = p.name
+            break
+    else:
+        if not uploads.items:
+            return
+        name = "cu_seqlens"
+    raise ParamError(name, "host values cannot be uploaded during CUDA graph capture; pass "
+                           "device int32 arrays (and cu_seqlens on the device), or a plan")
+
+
 # --------------------------------------------------------------------------- tensor maps
 
 _tmap_lock = threading.Lock()

@@ -47,6 +47,7 @@ from .device import (
     _Kernel,
     _Uploads,
     batch_cu_seqlens,
+    refuse_host_values_in_capture,
     tensor_maps_block,
 )
 from .launch_check import verify_launch
@@ -412,11 +413,8 @@ class Attention:
         batch, mlen, seq_ptr, packed_params, uploads = self._sequences(
             device, sh, geo, packed, cu_seqlens, max_len, params, capturing)
         slog2 = scale_log2(scale, geo.head_dim)
-        if capturing and (uploads.items or any(isinstance(a, np.ndarray)
-                                               for p in packed_params for a in p.arrays)):
-            raise ParamError(_host_param_name(packed_params, uploads),
-                             "host values cannot be uploaded during CUDA graph capture; pass "
-                             "device int32 arrays (and cu_seqlens on the device)")
+        if capturing:
+            refuse_host_values_in_capture(packed_params, uploads)
         kern = dk.kernels[(geo.dtype, geo.head_dim)]
         if out is None:
             out = _empty_like_q(q, qi, lib)
@@ -636,13 +634,6 @@ def _wants_grad(q: Any, k: Any, v: Any) -> bool:
     if torch is None or not isinstance(q, torch.Tensor) or not torch.is_grad_enabled():
         return False
     return any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v))
-
-
-def _host_param_name(packed_params: Sequence[PackedParam], uploads: _Uploads) -> str:
-    for p in packed_params:
-        if any(isinstance(a, np.ndarray) for a in p.arrays):
-            return p.name
-    return "cu_seqlens"
 
 
 def load(path: str | Path, *, device: int | None = None) -> Attention:
