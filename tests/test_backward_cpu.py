@@ -347,3 +347,24 @@ def test_backward_capture_names_the_host_parameter(tmp_path, gpu):
     (ctypes.c_int32 * 2).from_address(ptr(nt))[:] = [6, 10]
     attn.backward(dout, q, k, v, out, lse, cu_seqlens=cs, max_len=10, window=3, n_targets=nt)
     assert len(gpu.launches) == 3  # device values: launches during capture
+
+
+@pytest.mark.parametrize("grid", [(1, 65536, 1), (1, 1, 65536), (2**31, 1, 1), (0, 1, 1)])
+def test_launch_grid_limit_names_the_kernel(tmp_path, gpu, monkeypatch, grid):
+    """The forward and the backward refuse a grid outside the device limits with one message
+    that names the kernel, before any launch."""
+    from cmc.runtime import backward
+    attn = loader.load(write_bwd_artifact(tmp_path))
+    q, k, v, out, dout, lse = packed_inputs(gpu, 16)
+    good = dict(cu_seqlens=[0, 6, 16], n_targets=[1, 2])
+    for mod in (loader, backward):
+        monkeypatch.setattr(mod, "grid_dims", lambda fns, env: grid)
+    with pytest.raises(ParamError) as fwd:
+        attn(q, k, v, **good)
+    with pytest.raises(ParamError) as bwd:
+        attn.backward(dout, q, k, v, out, lse, **good)
+    for e, symbol in ((fwd, "cmc_hstu_fwd_fp16_d64"), (bwd, "cmc_hstu_bwd_pre_fp16_d64")):
+        assert e.value.param == "q"
+        assert e.value.rule == (f"launch grid {grid} of {symbol} is outside the device limits "
+                                "(x in [1, 2^31 - 1], y and z in [1, 65535])")
+    assert not gpu.launches

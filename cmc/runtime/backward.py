@@ -46,6 +46,7 @@ from .params import (
     TensorStrides,
     _check_one,
     _dtype_name,
+    check_grid,
     check_tensors,
     grid_dims,
     packed_layout,
@@ -216,9 +217,7 @@ def _launch_all(attn: Attention, roles: Mapping[str, _Kernel], num_sms: int, sh:
                "block_m": ent.block_m, "block_n": ent.block_n, "threads": ent.threads,
                "max_ctas": persistent_ctas(num_sms, packed, mlen, dynamic=False)}
         grid = grid_dims(ent.grid, env)
-        if not (0 < grid[0] <= 2**31 - 1 and 0 < grid[1] <= 65535 and 0 < grid[2] <= 65535):
-            raise ParamError("q", f"launch grid {grid} of {ent.symbol} is outside the device "
-                                  "limits")
+        check_grid(grid, ent.symbol)
         plans.append((roles[role], grid))
     work: dict[str, int] = {}
     uploads.upload(sh)

@@ -57,6 +57,7 @@ from .params import (
     PackedParam,
     TensorStrides,
     check_cu_seqlens,
+    check_grid,
     check_int32_device,
     check_params,
     check_tensors,
@@ -593,8 +594,7 @@ class Attention:
             raise ParamError("q", "(ceil(max_len / block_m) + 1) * heads * batch must be below "
                                   "2^31 (the kernels number query tiles in int32)")
         grid = grid_dims(e.grid, env)
-        if not (0 < grid[0] <= 2**31 - 1 and 0 < grid[1] <= 65535 and 0 < grid[2] <= 65535):
-            raise ParamError("q", f"launch grid {grid} is outside the device limits")
+        check_grid(grid, e.symbol)
         uploads.upload(sh)
         try:
             for fname, off in pending:

@@ -625,6 +625,16 @@ def grid_dims(fns: Sequence[Callable[[Mapping[str, int]], int]],
     return dims[0], dims[1], dims[2]
 
 
+def check_grid(grid: tuple[int, int, int], symbol: str) -> None:
+    """A launch grid within the device limits (x up to 2^31 - 1, y and z up to 65535, none
+    zero), else a ParamError on q naming the kernel: the forward and the backward check each
+    kernel's grid with it before launching."""
+    if not (0 < grid[0] <= INT32_MAX and 0 < grid[1] <= GRID_YZ_MAX
+            and 0 < grid[2] <= GRID_YZ_MAX):
+        raise ParamError("q", f"launch grid {grid} of {symbol} is outside the device limits "
+                              f"(x in [1, 2^31 - 1], y and z in [1, {GRID_YZ_MAX}])")
+
+
 def scale_log2(scale: Any, head_dim: int) -> float:
     """Softmax scale (default 1/sqrt(D)) times log2(e), as the kernel's exp2 wants it; the
     scale must be positive (the kernel's running maximum relies on it)."""
