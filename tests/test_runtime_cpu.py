@@ -812,6 +812,10 @@ def test_load_refuses_tampered_launch_fields(tmp_path, gpu, field, entry):
     (lambda d: edit_manifest(d, lambda m: m["kernels"][1].update(kernel="fancy")), "malformed"),
     (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(
         fake_cubin("sm_90a", "cmc_hstu_fwd_bf16_d128", 256, 8)), "parameter bytes"),
+    (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(fake_cubin(
+        "sm_90a", "cmc_hstu_fwd_bf16_d128", 128, kernel_param_bytes(
+            loader.read_manifest(d).layout.size, "portable"))),
+     r"manifest launches 256 threads, the cubin's launch bounds are \[128, 1, 1\]"),
     (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(
         fake_cubin("sm_100a", "cmc_hstu_fwd_bf16_d128", 256, 8)), "the cubin is for sm_100a"),
     (lambda d: (d / "hstu.sm_90a.bf16_d128.cubin").write_bytes(
@@ -825,6 +829,7 @@ def test_load_refuses_launch_facts_it_cannot_confirm(tmp_path, gpu, edit, words)
         (d / m["kernels"][1]["file"]).read_bytes()).hexdigest()))
     with pytest.raises(ArtifactError, match=words):
         loader.load(d)
+    assert not gpu.loaded  # refused before any module is loaded
 
 
 def test_load_without_a_driver_is_an_artifact_error(tmp_path):
@@ -881,11 +886,12 @@ class FakeGPU:
             "event_synchronize": lambda ev: None, "tensor_map_3d": self.tensor_map,
         }.items():
             monkeypatch.setattr(d, name, fn)
+        # no cuFuncGetAttribute: load asks the driver nothing of a kernel's threads (the
+        # cubin's launch bounds are checked against the manifest first: launch_check.py)
         fake_cu = SimpleNamespace(
             cuModuleLoadData=lambda data: (self.loaded.append(bytes(data)) or 0, object()),
             cuModuleGetFunction=lambda mod, name: (0, name.decode()),
             cuFuncSetAttribute=lambda f, a, v: (0,),
-            cuFuncGetAttribute=lambda a, f: (0, 1024),
             CUfunction_attribute=cu.CUfunction_attribute,
             cuLaunchKernel=self.launch)
         monkeypatch.setattr(loader, "cu", fake_cu)

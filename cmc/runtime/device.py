@@ -100,14 +100,8 @@ class _DeviceKernels:
                              cu.cuFuncSetAttribute(
                                  func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  k.dynamic_smem), ArtifactError)
-                max_threads = _driver.call(
-                    "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)",
-                    cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func),
-                    ArtifactError)
-                threads = k.block[0] * k.block[1] * k.block[2]
-                if threads > int(max_threads):
-                    raise ArtifactError(f"{k.file}: block of {threads} threads, the kernel "
-                                        f"allows {int(max_threads)}")
+                # no driver query of MAX_THREADS_PER_BLOCK: load() checked the block against
+                # the cubin's recorded launch bounds (launch_check.verify_launch), which set it
                 if k.pass_ == "backward":
                     self.backward.setdefault((k.dtype, k.head_dim), {})[k.role] = \
                         _Kernel(k, module, func)
