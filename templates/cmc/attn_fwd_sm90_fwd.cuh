@@ -1,7 +1,7 @@
 // cmc sm90a: the forward (producer: plan builders and loader; consumers: GEMMs, mask,
 // online softmax, epilogue).
 // Part of the sm90a forward kernel: emit concatenates the parts in the order of
-// cmc/emit.py SM90_HEADERS (design notes and launch contract in attn_fwd_sm90.cuh).
+// cmc/kernels.py KernelSpec.headers (design notes and launch contract in attn_fwd_sm90.cuh).
 
 #if !defined(CMC_HOST)
 namespace cmc_sm90 {

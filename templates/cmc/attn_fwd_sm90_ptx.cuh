@@ -1,6 +1,6 @@
 // cmc sm90a: PTX wrappers (TMA, mbarriers, named barriers, wgmma) and the tile GEMMs.
 // Part of the sm90a forward kernel: emit concatenates the parts in the order of
-// cmc/emit.py SM90_HEADERS (design notes and launch contract in attn_fwd_sm90.cuh).
+// cmc/kernels.py KernelSpec.headers (design notes and launch contract in attn_fwd_sm90.cuh).
 
 #if !defined(CMC_HOST)
 namespace cmc_sm90 {

@@ -1,6 +1,6 @@
 // cmc sm90a: the schedule (plan walks, tile plans, work units, query tile rows).
 // Part of the sm90a forward kernel: emit concatenates the parts in the order of
-// cmc/emit.py SM90_HEADERS (design notes and launch contract in attn_fwd_sm90.cuh).
+// cmc/kernels.py KernelSpec.headers (design notes and launch contract in attn_fwd_sm90.cuh).
 
 #if !defined(CMC_HOST)
 namespace cmc_sm90 {
