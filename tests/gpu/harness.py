@@ -120,6 +120,12 @@ def reference_grads(torch: Any, q: Any, k: Any, v: Any, do: Any, lengths: Sequen
     LSE [Hq, T], and dq [T, Hq, D], dk, dv [T, Hkv, D] for the output gradient `do` (the
     backward kernel's inputs and outputs). One score matrix per sequence (no row chunks:
     autograd keeps them all), so it is meant for the short sequences of a gradient check."""
+    with torch.enable_grad():  # also under no_grad (e.g. inside an autograd backward)
+        return _reference_grads(torch, q, k, v, do, lengths, masks, scale)
+
+
+def _reference_grads(torch: Any, q: Any, k: Any, v: Any, do: Any, lengths: Sequence[int],
+                     masks: Sequence[MaskFn], scale: float) -> tuple[Any, Any, Any, Any, Any]:
     q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in (q, k, v))
     outs = []
     tokens, hq, d = q.shape
@@ -133,7 +139,7 @@ def reference_grads(torch: Any, q: Any, k: Any, v: Any, do: Any, lengths: Sequen
     for start, n, oc, lc in outs:
         o = o.index_copy(0, torch.arange(start, start + n, device=q.device), oc)
         lse[:, start:start + n] = lc.detach()
-    if o.requires_grad:
+    if outs:
         dq, dk, dv = torch.autograd.grad(o, (q64, k64, v64), grad_outputs=do.double(),
                                          allow_unused=True)
     else:  # every sequence empty: no graph, all gradients zero
