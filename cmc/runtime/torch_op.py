@@ -204,6 +204,7 @@ def register(attn: Attention, name: str | None = None, *, namespace: str = "cmc"
         ctx.meta = (max_len, scale, deterministic,
                     [None if isinstance(p, torch.Tensor) else p for p in pargs])
         ctx.n_inputs = len(inputs)
+        ctx.mark_non_differentiable(output[1])
 
     def backward(ctx: Any, do: Any, _dlse: Any) -> tuple[Any, ...]:
         q, k, v, o, lse, cu_seqlens, *tensors = ctx.saved_tensors
@@ -219,11 +220,10 @@ def register(attn: Attention, name: str | None = None, *, namespace: str = "cmc"
     def fn(q: Any, k: Any, v: Any, *, scale: float | None = None, return_lse: bool = False,
            cu_seqlens: Any = None, max_len: int | None = None, deterministic: bool = False,
            **params: Any) -> Any:
-        batch = q.shape[0] if q.dim() == 4 else (cu_seqlens.shape[0] - 1
-                                                 if cu_seqlens is not None else 0)
         if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
             cu_seqlens = torch.as_tensor(cu_seqlens, dtype=torch.int32, device=q.device)
-            batch = cu_seqlens.shape[0] - 1
+        batch = q.shape[0] if q.dim() == 4 else (cu_seqlens.shape[0] - 1
+                                                 if cu_seqlens is not None else 0)
         declared = [n for n, _, _ in plan]
         for pname in params:
             if pname not in declared:
