@@ -391,3 +391,71 @@ def test_train_tiny_imports_and_model_shapes():
     assert logits.shape == (mod.B, mod.L, mod.VOCAB)
     assert calls[0][0] == (mod.B, mod.L, mod.H, mod.D)
     ast.parse((ROOT / "examples/train_tiny.py").read_text())
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_harness_pipeline_every_sample(packed):
+    """What tests/gpu/test_backward_gpu.py's setup_case does, on CPU at small lengths: the
+    harness' parameters, oracle masks (an empty sequence included) and float64 reference
+    gradients for every sample; no NaN, dK = dV = 0 for keys nobody sees."""
+    from tests.gpu.gpu_common import SAMPLES, mask_of
+    from tests.gpu.harness import (
+        call_params,
+        compare_grads,
+        oracle_masks,
+        reference_grads,
+        scalar_values,
+        seq_params,
+    )
+    import numpy as np
+
+    lengths = [1, 0, 9, 20, 13] if packed else [12, 12]
+    for p in SAMPLES:
+        mask = mask_of(p.stem)
+        rng = np.random.default_rng(3)
+        scal = scalar_values(mask, 3)
+        per_seq = [seq_params(mask, n, 3 + j, rng, scal) for j, n in enumerate(lengths)]
+        kw = call_params(mask, per_seq)
+        assert set(kw) == {q.name for q in mask.params}
+        t = sum(lengths)
+        g = torch.Generator().manual_seed(0)
+        q, k, v, do = (torch.randn((t, h, 8), generator=g).to(torch.bfloat16)
+                       for h in (4, 2, 2, 4))
+        masks = oracle_masks(torch, mask, lengths, per_seq, "cpu")
+        o, lse, dq, dk, dv = reference_grads(torch, q, k, v, do, lengths, masks, 0.35)
+        assert compare_grads(torch, (dq, dk, dv), (dq, dk, dv)) == \
+            {"dq": 0.0, "dk": 0.0, "dv": 0.0}, p.stem
+        dense = [fn(0, n) for n, fn in zip(lengths, masks, strict=True)]
+        seen = torch.cat([m.any(0) for m in dense])
+        sees = torch.cat([m.any(1) for m in dense])
+        assert seen.shape == (t,) and sees.shape == (t,)
+        assert (dk[~seen] == 0).all() and (dv[~seen] == 0).all() and (dq[~sees] == 0).all()
+
+
+def test_reference_grads_match_sdpa_on_cpu():
+    """test_gpu_correctness.test_reference_grads_match_sdpa_autograd, on CPU tensors."""
+    import torch.nn.functional as F
+
+    from tests.gpu.harness import causal_mask_fn, reference, reference_grads
+
+    lengths, hq, hkv, d = [5, 0, 17], 4, 2, 16
+    g = torch.Generator().manual_seed(3)
+    q, do = (torch.randn(sum(lengths), hq, d, generator=g) for _ in range(2))
+    k, v = (torch.randn(sum(lengths), hkv, d, generator=g) for _ in range(2))
+    fns = [causal_mask_fn(torch, n, "cpu") for n in lengths]
+    scale = d ** -0.5
+    o, lse, dq, dk, dv = reference_grads(torch, q, k, v, do, lengths, fns, scale)
+    ref_o, ref_lse = reference(torch, q, k, v, lengths, fns, scale)
+    assert torch.allclose(o, ref_o) and torch.equal(lse.isinf(), ref_lse.isinf())
+    q64, k64, v64 = (x.double().requires_grad_(True) for x in (q, k, v))
+    start = 0
+    for n in lengths:
+        if n:
+            sl = slice(start, start + n)
+            os_ = F.scaled_dot_product_attention(
+                q64[sl].transpose(0, 1), k64[sl].transpose(0, 1).repeat_interleave(2, 0),
+                v64[sl].transpose(0, 1).repeat_interleave(2, 0), is_causal=True, scale=scale)
+            os_.transpose(0, 1).backward(do[sl].double())
+        start += n
+    for got, want in ((dq, q64.grad), (dk, k64.grad), (dv, v64.grad)):
+        assert torch.allclose(got, want, atol=1e-10)
