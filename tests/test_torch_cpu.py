@@ -459,3 +459,38 @@ def test_reference_grads_match_sdpa_on_cpu():
         start += n
     for got, want in ((dq, q64.grad), (dk, k64.grad), (dv, v64.grad)):
         assert torch.allclose(got, want, atol=1e-10)
+
+
+def test_real_attention_op_traces_on_fake_tensors(tmp_path, monkeypatch):
+    """torch_op.register on a real loader.Attention (fake driver, fake artifact): forward and
+    backward of fn traced by make_fx over fake tensors (CPU: this torch has no CUDA device guard; the ops' fakes only: no kernel),
+    in both layouts."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from cmc.runtime import loader
+
+    from .test_runtime_cpu import FakeGPU, write_artifact
+
+    FakeGPU(monkeypatch)
+    attn = loader.load(write_artifact(tmp_path, name="hstu"))
+    fn = torch_op.register(attn, "cpu_fake_cuda_hstu")
+
+    def step(q, k, v, do, cu):
+        o, lse = fn(q, k, v, return_lse=True, cu_seqlens=cu, n_targets=2)
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+        return o, lse, dq, dk, dv
+
+    with FakeTensorMode():
+        for shape, cu in (((2, 16, 4, 128), None),
+                          ((32, 4, 128), torch.tensor([0, 10, 32], dtype=torch.int32,
+                                                      device="cpu"))):
+            q = torch.empty(shape, dtype=torch.bfloat16, device="cpu", requires_grad=True)
+            kv = (*shape[:-2], 2, 128)
+            k, v = (torch.empty(kv, dtype=torch.bfloat16, device="cpu", requires_grad=True)
+                    for _ in range(2))
+            gm = make_fx(step)(q, k, v, torch.empty_like(q), cu)
+            o, lse, dq, dk, dv = gm(q, k, v, torch.empty_like(q), cu)
+            assert o.shape == q.shape and dq.shape == q.shape and dk.shape == k.shape
+            assert tuple(lse.shape) == ((2, 4, 16) if len(shape) == 4 else (4, 32))
+            assert "cpu_fake_cuda_hstu_backward" in gm.code
