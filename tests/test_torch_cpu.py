@@ -398,6 +398,8 @@ def test_harness_pipeline_every_sample(packed):
     """What tests/gpu/test_backward_gpu.py's setup_case does, on CPU at small lengths: the
     harness' parameters, oracle masks (an empty sequence included) and float64 reference
     gradients for every sample; no NaN, dK = dV = 0 for keys nobody sees."""
+    import numpy as np
+
     from tests.gpu.gpu_common import SAMPLES, mask_of
     from tests.gpu.harness import (
         call_params,
@@ -407,7 +409,6 @@ def test_harness_pipeline_every_sample(packed):
         scalar_values,
         seq_params,
     )
-    import numpy as np
 
     lengths = [1, 0, 9, 20, 13] if packed else [12, 12]
     for p in SAMPLES:

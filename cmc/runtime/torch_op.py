@@ -190,8 +190,9 @@ def register(attn: Attention, name: str | None = None, *, namespace: str = "cmc"
     def bwd_fake(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, cu_seqlens: Any,
                  max_len: Any, scale: Any, deterministic: bool, *pargs: Any
                  ) -> tuple[Any, Any, Any]:
-        return tuple(torch.empty_like(x, memory_format=torch.contiguous_format)
-                     for x in (q, k, v))
+        dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format)
+                      for x in (q, k, v))
+        return dq, dk, dv
 
     bwd_op = torch.library.custom_op(f"{qual}_backward", bwd_impl, mutates_args=(),
                                      device_types="cuda", schema=_backward_schema(attn))
