@@ -525,3 +525,28 @@ def test_train_tiny_step_through_autograd_function():
     assert attn.bwd_calls and attn.bwd_calls[-1]["plan"] == "P"
     err = (grads[0] - grads[1]).norm() / grads[1].norm()
     assert err < 5e-2, err
+
+
+def test_torch_compile_inductor_trains(cpu_op):
+    """test_backward_gpu.test_torch_compile_fullgraph_trains's layer (default backend,
+    inductor) on CPU: the ops' fakes' strides agree with what impl returns."""
+    import shutil
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("inductor on CPU needs a C compiler")
+    attn, fn = cpu_op()
+
+    class Layer(torch.nn.Module):
+        def forward(self, q, k, v):
+            return fn(q * 1.0, k, v, n=3)
+
+    layer = torch.compile(Layer(), fullgraph=True)
+    q, k, v = _qkv()
+    out = layer(q, k, v)
+    do = torch.randn_like(out)
+    out.backward(do)
+    qr, kr, vr = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    _dense_causal(qr, kr, vr).backward(do)
+    for x, r in ((q, qr), (k, kr), (v, vr)):
+        assert torch.allclose(x.grad, r.grad, atol=1e-10)
+    assert attn.bwd_calls
