@@ -550,3 +550,34 @@ def test_torch_compile_inductor_trains(cpu_op):
     for x, r in ((q, qr), (k, kr), (v, vr)):
         assert torch.allclose(x.grad, r.grad, atol=1e-10)
     assert attn.bwd_calls
+
+
+def test_torch_compile_fullgraph_python_list_params(cpu_op):
+    """Lists for batch and segments parameters (and cu_seqlens) under fullgraph: numpy does
+    not trace, so fn packs them in plain Python there; same op arguments as eager."""
+    from cmc.errors import ParamError
+
+    attn, fn = cpu_op((("n", "batch"), ("s", "segments")))
+    q, k, v = (x.detach().flatten(0, 1) for x in _qkv())
+
+    def f(q, k, v):
+        return fn(q, k, v, cu_seqlens=[0, 5, 10], n=[1, 2], s=[[0, 2], [1]])
+
+    want = f(q, k, v)
+    eager = attn.calls[-1]["params"]
+    got = torch.compile(f, backend="aot_eager", fullgraph=True)(q, k, v)
+    assert torch.equal(got, want)
+    seen = attn.calls[-1]["params"]
+    assert seen["n"].tolist() == eager["n"].tolist() == [1, 2]
+    for part in ("offsets", "starts"):
+        a, b = getattr(seen["s"], part), getattr(eager["s"], part)
+        assert a.dtype == b.dtype == torch.int32 and a.tolist() == b.tolist()
+    bad = torch.compile(lambda q, k, v: fn(q, k, v, cu_seqlens=[0, 5, 10], n=[1, 2],
+                                           s=[[2, 0], [1]]), backend="aot_eager",
+                        fullgraph=True)
+    # a bad value: eager raises the ParamError; fullgraph tracing cannot raise it (Dynamo
+    # does not trace the exception's __init__) and fails with its source line in the message
+    with pytest.raises(ParamError, match="sorted"):
+        fn(q, k, v, cu_seqlens=[0, 5, 10], n=[1, 2], s=[[2, 0], [1]])
+    with pytest.raises(Exception, match="starts must be sorted"):
+        bad(q, k, v)

@@ -5,7 +5,9 @@ Imported only on demand (it imports torch). The op itself, `cmc::<name>`, takes 
 tensors and ints (schema below), returns (out, lse[Hq, T]) and never aliases its inputs; its
 fake implementation gives the shapes, so torch.compile needs no real kernel to trace it.
 The Python wrapper `register` returns turns friendly parameter values (ints, lists, lists of
-segment starts) into those tensors before calling the op.
+segment starts) into those tensors before calling the op; under torch.compile Python lists
+are packed without numpy (numpy calls do not trace) and become constants of the graph, so
+new values recompile: pass int32 tensors for values that change.
 
 CUDA graph capture: warm up once outside capture with the same shapes (the batch layout's
 cu_seqlens is created and cached then), and pass per-sequence parameters and cu_seqlens as
@@ -265,11 +267,41 @@ def _to_op_args(torch: Any, name: str, kind: str, value: Any, batch: int,
     if kind == "batch":
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
             return [torch.full((batch,), int(value), dtype=torch.int32, device=device)]
+        if _compiling(torch) and _int_list(value):  # numpy does not trace (fullgraph)
+            return [torch.tensor(list(value), dtype=torch.int32, device=device)]
         return [dev(value)]
     if isinstance(value, Segments):
         return [dev(value.offsets), dev(value.starts)]
     items = list(value)
     if batch == 1 and all(isinstance(x, (int, np.integer)) for x in items):
         items = [items]
+    if _compiling(torch) and all(_int_list(x) for x in items):
+        offsets_l, starts_l = _pack_segments_py(name, items)
+        return [torch.tensor(offsets_l, dtype=torch.int32, device=device),
+                torch.tensor(starts_l, dtype=torch.int32, device=device)]
     offsets, starts = pack_segments(name, items, None)
     return [dev(offsets), dev(starts)]
+
+
+def _compiling(torch: Any) -> bool:
+    return bool(torch.compiler.is_compiling())
+
+
+def _int_list(x: Any) -> bool:
+    return isinstance(x, (list, tuple)) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in x)
+
+
+def _pack_segments_py(name: str, per_seq: list[Any]) -> tuple[list[int], list[int]]:
+    """pack_segments for Python lists of ints, without numpy (torch.compile traces this;
+    it specializes on the values, as on any Python constant). Same rules and messages."""
+    offsets, flat = [0], []
+    for b, starts in enumerate(per_seq):
+        if any(y < x for x, y in zip(starts[:-1], starts[1:], strict=True)):
+            raise ParamError(name, f"sequence {b}: starts must be sorted (non-decreasing); "
+                                   f"got {list(starts)[:16]}")
+        if starts and starts[0] < 0:
+            raise ParamError(name, f"sequence {b}: starts must be >= 0")
+        flat += starts
+        offsets.append(len(flat))
+    return offsets, flat
