@@ -410,8 +410,11 @@ def test_constant_expressions_fold_with_floor_semantics(n):
 # --------------------------------------------------------------------------- CI fuzz of the CLI
 
 FUZZ_EXAMPLES = int(__import__("os").environ.get("CMC_FUZZ_EXAMPLES", 10_000))
-FUZZ_SECONDS = 5.0  # per input: no input may take longer to check
-FUZZ_COUNTS = {"inputs": 0, "ok": 0, "positioned": 0, "unpositioned": 0, "usage": 0}
+# Per input, wall time: "a few seconds" (issue 23) with headroom for a loaded 2-core CI runner
+# (5.9 s was seen once while a build ran beside the suite); the summary prints the slowest.
+FUZZ_SECONDS = 10.0
+FUZZ_COUNTS = {"inputs": 0, "ok": 0, "positioned": 0, "unpositioned": 0, "usage": 0,
+               "slowest_ms": 0}
 _NAMES = ["W", "C", "P", "R", "n", "x", ""]
 _VALUES = ["1", "0", "-3", "64", "0x10", "abc", "99999999999", "", "1,2,3", "5,1", "-1,4"]
 
@@ -463,6 +466,7 @@ def test_cli_fuzz_every_input_gets_an_answer(tmp_path_factory, text, options):
     r = CliRunner().invoke(cli, [cmd, str(path), *rest])
     took = time.monotonic() - started
     FUZZ_COUNTS["inputs"] += 1
+    FUZZ_COUNTS["slowest_ms"] = max(FUZZ_COUNTS["slowest_ms"], round(took * 1000))
     assert took < FUZZ_SECONDS, (took, text, options)
     assert r.exception is None or isinstance(r.exception, SystemExit), (r.exception, text, options)
     assert "Traceback" not in r.output
