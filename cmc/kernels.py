@@ -203,7 +203,7 @@ SPECS: Mapping[KernelKind, KernelSpec] = {
         kind=KernelKind.FWD_SM90,
         pass_=Pass.FORWARD,
         # design notes and layout, PTX wrappers and tile GEMMs, schedule and plans, the forward
-        headers=("cmc/attn_fwd_sm90.cuh", "cmc/attn_fwd_sm90_ptx.cuh",
+        headers=("cmc/attn_fwd_sm90.cuh", "cmc/wgmma.cuh", "cmc/attn_fwd_sm90_ptx.cuh",
                  "cmc/attn_fwd_sm90_schedule.cuh", "cmc/attn_fwd_sm90_fwd.cuh"),
         archs=("sm_90a",),
         threads={64: 384, 128: 384},
@@ -322,7 +322,7 @@ def _bwd_kv_sm90_smem(head_dim: int, plan_ints: int) -> int:
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     BWD_SPECS[KernelKind.BWD_KV],
     kind=KernelKind.BWD_KV_SM90,
-    headers=("cmc/attn_bwd_portable.cuh", "cmc/attn_bwd_sm90.cuh"),  # reuses cmc_bwd's helpers
+    headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh"),  # reuses cmc_bwd's helpers
     archs=("sm_90a",),
     threads={64: BWD_SM90_THREADS, 128: BWD_SM90_THREADS},
     block_m=BWD_SM90_BN,  # keys per CTA: the grid's x counts key tiles
