@@ -435,31 +435,9 @@ def test_harness_pipeline_every_sample(packed):
 
 def test_reference_grads_match_sdpa_on_cpu():
     """test_gpu_correctness.test_reference_grads_match_sdpa_autograd, on CPU tensors."""
-    import torch.nn.functional as F
+    from tests.gpu.harness import check_reference_grads_against_sdpa
 
-    from tests.gpu.harness import causal_mask_fn, reference, reference_grads
-
-    lengths, hq, hkv, d = [5, 0, 17], 4, 2, 16
-    g = torch.Generator().manual_seed(3)
-    q, do = (torch.randn(sum(lengths), hq, d, generator=g) for _ in range(2))
-    k, v = (torch.randn(sum(lengths), hkv, d, generator=g) for _ in range(2))
-    fns = [causal_mask_fn(torch, n, "cpu") for n in lengths]
-    scale = d ** -0.5
-    o, lse, dq, dk, dv = reference_grads(torch, q, k, v, do, lengths, fns, scale)
-    ref_o, ref_lse = reference(torch, q, k, v, lengths, fns, scale)
-    assert torch.allclose(o, ref_o) and torch.equal(lse.isinf(), ref_lse.isinf())
-    q64, k64, v64 = (x.double().requires_grad_(True) for x in (q, k, v))
-    start = 0
-    for n in lengths:
-        if n:
-            sl = slice(start, start + n)
-            os_ = F.scaled_dot_product_attention(
-                q64[sl].transpose(0, 1), k64[sl].transpose(0, 1).repeat_interleave(2, 0),
-                v64[sl].transpose(0, 1).repeat_interleave(2, 0), is_causal=True, scale=scale)
-            os_.transpose(0, 1).backward(do[sl].double())
-        start += n
-    for got, want in ((dq, q64.grad), (dk, k64.grad), (dv, v64.grad)):
-        assert torch.allclose(got, want, atol=1e-10)
+    check_reference_grads_against_sdpa(torch, "cpu", [5, 0, 17], (4, 2), 16)
 
 
 def test_real_attention_op_traces_on_fake_tensors(tmp_path, monkeypatch):

@@ -204,3 +204,37 @@ def compare_grads(torch: Any, got: Sequence[Any], ref: Sequence[Any],
         den = torch.linalg.vector_norm(r).item()
         out[name] = (0.0 if num == 0 else float("inf")) if den == 0 else num / den
     return out
+
+
+def check_reference_grads_against_sdpa(torch: Any, device: str, lengths: Sequence[int],
+                                       heads: tuple[int, int], head_dim: int) -> None:
+    """The gradient reference against torch's own attention (float64 SDPA autograd, causal,
+    GQA, a packed batch that may hold an empty sequence), and its forward against the
+    forward reference: the harness's self-check, on any device."""
+    import torch.nn.functional as F
+
+    hq, hkv = heads
+    g = torch.Generator(device=device).manual_seed(3)
+    q, do = (torch.randn(sum(lengths), hq, head_dim, device=device, generator=g)
+             for _ in range(2))
+    k, v = (torch.randn(sum(lengths), hkv, head_dim, device=device, generator=g)
+            for _ in range(2))
+    fns = [causal_mask_fn(torch, n, device) for n in lengths]
+    scale = head_dim ** -0.5
+    o, lse, dq, dk, dv = reference_grads(torch, q, k, v, do, lengths, fns, scale)
+    ref_o, ref_lse = reference(torch, q, k, v, lengths, fns, scale)
+    assert torch.allclose(o, ref_o) and torch.equal(lse.isinf(), ref_lse.isinf())
+    assert torch.allclose(lse[~lse.isinf()], ref_lse[~ref_lse.isinf()])
+    q64, k64, v64 = (x.double().requires_grad_(True) for x in (q, k, v))
+    start = 0
+    for n in lengths:
+        if n:
+            sl = slice(start, start + n)
+            os_ = F.scaled_dot_product_attention(
+                q64[sl].transpose(0, 1), k64[sl].transpose(0, 1).repeat_interleave(hq // hkv, 0),
+                v64[sl].transpose(0, 1).repeat_interleave(hq // hkv, 0), is_causal=True,
+                scale=scale)
+            os_.transpose(0, 1).backward(do[sl].double())
+        start += n
+    for got, want in ((dq, q64.grad), (dk, k64.grad), (dv, v64.grad)):
+        assert torch.allclose(got, want, atol=1e-10)

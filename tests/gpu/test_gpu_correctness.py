@@ -23,10 +23,10 @@ from .gpu_common import SAMPLES, artifact, cuda_torch, mask_of, requires_gpu
 from .harness import (
     call_params,
     causal_mask_fn,
+    check_reference_grads_against_sdpa,
     compare,
     oracle_masks,
     reference,
-    reference_grads,
     scalar_values,
     seq_params,
 )
@@ -230,29 +230,8 @@ def test_causal_mask_fn_is_the_oracle():
 def test_reference_grads_match_sdpa_autograd():
     """The gradient reference against torch's own attention (float64, GQA, a packed batch
     with an empty sequence), and its forward against the forward reference."""
-    F = pytest.importorskip("torch.nn.functional")
-    lengths, hq, hkv, d = [5, 0, 70], 4, 2, 64
-    g = torch.Generator(device="cuda").manual_seed(3)
-    q, do = (torch.randn(sum(lengths), hq, d, device="cuda", generator=g) for _ in range(2))
-    k, v = (torch.randn(sum(lengths), hkv, d, device="cuda", generator=g) for _ in range(2))
-    fns = [causal_mask_fn(torch, n, "cuda") for n in lengths]
-    scale = d ** -0.5
-    o, lse, dq, dk, dv = reference_grads(torch, q, k, v, do, lengths, fns, scale)
-    ref_o, ref_lse = reference(torch, q, k, v, lengths, fns, scale)
-    assert torch.allclose(o, ref_o) and torch.equal(lse.isinf(), ref_lse.isinf())
-    assert torch.allclose(lse[~lse.isinf()], ref_lse[~ref_lse.isinf()])
-    q64, k64, v64 = (x.double().requires_grad_(True) for x in (q, k, v))
-    start = 0
-    for n in lengths:
-        if n:
-            sl = slice(start, start + n)
-            os_ = F.scaled_dot_product_attention(
-                q64[sl].transpose(0, 1), k64[sl].transpose(0, 1).repeat_interleave(2, 0),
-                v64[sl].transpose(0, 1).repeat_interleave(2, 0), is_causal=True, scale=scale)
-            os_.transpose(0, 1).backward(do[sl].double())
-        start += n
-    for got, want in ((dq, q64.grad), (dk, k64.grad), (dv, v64.grad)):
-        assert torch.allclose(got, want, atol=1e-10)
+    pytest.importorskip("torch.nn.functional")
+    check_reference_grads_against_sdpa(torch, "cuda", [5, 0, 70], (4, 2), 64)
 
 
 # --------------------------------------------------------------------------- bad inputs
