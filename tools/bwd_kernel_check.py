@@ -290,8 +290,26 @@ def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
         t = min(times)
         out.append(f"{label}causal bwd L={L} B={B} H={H} D={D} {dtype} "
                    f"{'deterministic' if det else 'atomic dQ':14s} {t * 1e3:8.3f} ms "
-                   f"{flops / t / 1e12:7.1f} TFLOP/s")
+                   f"{flops / t / 1e12:7.1f} TFLOP/s  ({role_times(bwd, desc, args, L, H, B, det)})")
     return out
+
+
+def role_times(bwd: Bwd, desc: bytes, args: bytes, L: int, H: int, B: int, det: bool) -> str:
+    """Each role of the sequence timed alone (fastest of 5, ms): where the backward's time goes."""
+    from cmc.kernels import BWD_SEQUENCE
+
+    parts = []
+    for role in BWD_SEQUENCE["deterministic" if det else "atomic"]:
+        ts = []
+        for _ in range(5):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            bwd.launch_role(role, desc, args, L, H, H, B)
+            e1.record()
+            torch.cuda.synchronize()
+            ts.append(e0.elapsed_time(e1))
+        parts.append(f"{role} {min(ts):.3f}")
+    return ", ".join(parts)
 
 
 def main() -> int:
