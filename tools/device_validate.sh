@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One device call (~8 minutes) that validates everything that has not run on a GPU, most
+# important evidence first; each part under its own `timeout`, all inside one deadline, so a
+# hang costs that part only and the summary is always written. Usage, on the device, from the
+# repository root, with lark carried in .whl (README.md, "GPU validation"):
+#   bash tools/device_validate.sh            # logs in $OUT (7 files), summary in $OUT/summary.txt
+# Knobs: BUDGET (seconds from start, 530), NPROC (pytest-xdist workers, 4; 0 = serial),
+# CMC_GPU_ARTIFACTS (prebuilt artifact folder: skips the build), SKIP (parts to leave out,
+# e.g. "sanitizer torch").
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+S=$OUT/summary.txt
+START=$(date +%s)
+DEADLINE=$((START + ${BUDGET:-530}))
+: >"$S"
+note() { echo "$*" | tee -a "$S"; }
+
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+  >/dev/null 2>&1 || note "wheel install from .whl failed (lark missing?)"
+export PYTHONPATH=/tmp/site:$PWD
+note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+note "$(python3 -c 'import sys, torch, cuda.bindings as cb, cmc
+from cmc.build import nvrtc_version
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda-bindings",
+      cb.__version__, "cmc", cmc.__version__, "nvrtc", nvrtc_version())' 2>&1 | tail -1)"
+
+XDIST=()
+if [ "${NPROC:-4}" != 0 ] && python3 -c 'import xdist' 2>/dev/null; then
+  XDIST=(-n "${NPROC:-4}")
+fi
+note "pytest workers: ${XDIST[*]:-serial (NPROC=0 or no pytest-xdist)}"
+PYTEST=(python3 -m pytest -q -rfEs -p no:cacheprovider)
+python3 -c 'import pytest_timeout' 2>/dev/null && PYTEST+=(--timeout 240)
+
+# step PART LOG LIMIT CMD...: run CMD under min(LIMIT, time left), append to $OUT/LOG, and one
+# line to the summary: rc (TIMEOUT for 124/137), seconds, the tool's own last count line.
+step() {
+  local part=$1 log=$OUT/$2 limit=$3; shift 3
+  case " ${SKIP:-} " in *" $part "*) note "[$part] $* : SKIPPED (SKIP)"; return;; esac
+  local left=$((DEADLINE - $(date +%s) - 5))
+  [ "$limit" -gt "$left" ] && limit=$left
+  if [ "$limit" -lt 15 ]; then note "[$part] $* : SKIPPED (budget spent)"; return; fi
+  echo "===== $* (limit ${limit}s)" >>"$log"
+  local n0 t0
+  n0=$(wc -l <"$log"); t0=$(date +%s)
+  timeout -k 10 "$limit" "$@" >>"$log" 2>&1
+  local rc=$? secs=$(( $(date +%s) - t0 ))
+  local verdict=ok
+  [ $rc -ne 0 ] && verdict="FAIL rc=$rc"
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="TIMEOUT after ${limit}s"
+  local last
+  last=$(tail -n +$((n0 + 1)) "$log" | grep -E '[0-9]+ (passed|failed|skipped|errors?)|built [0-9]+ of|^loss |^OK$|^FAILED$' | tail -1)
+  note "[$part] $verdict ${secs}s :: $* :: ${last:0:220}"
+  tail -n +$((n0 + 1)) "$log" | grep -E '^(FAILED|ERROR) ' | sed "s/^/    /" | head -15 >>"$S"
+}
+
+# 0. every artifact the tier loads, once, on every core (tools/gpu_artifacts.py)
+if [ -z "${CMC_GPU_ARTIFACTS:-}" ]; then
+  step build build.log 170 python3 tools/gpu_artifacts.py /tmp/gpuart --jobs "$(nproc)"
+  export CMC_GPU_ARTIFACTS=/tmp/gpuart
+fi
+T=tests/gpu
+# 1. forward: every sample (incl. hstu, hstu_context: int32 params since their last GPU run),
+#    the generality masks, the artifact/C-header tier
+step fwd fwd.log 150 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_correctness.py \
+  $T/test_artifacts_gpu.py $T/test_generality_gpu.py -k "not backward"
+# 2. backward, portable kernels: the shipped pipeline's cubins, then the runtime path
+step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
+step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
+  -k "(matches_reference or generality_backward) and portable"
+# 3. the opt-in sm_90a dK/dV kind (bwd_kv_sm90)
+step sm90 sm90.log 75 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
+step sm90 sm90.log 80 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
+  -k "(matches_reference or generality_backward) and sm90"
+# 4. torch: autograd Function, custom op under torch.compile, CUDA graph of fwd+bwd, training
+step torch torch.log 120 "${PYTEST[@]}" $T/test_backward_gpu.py -k "autograd or compile or graph"
+step torch torch.log 90 python3 examples/train_tiny.py --out "$CMC_GPU_ARTIFACTS"
+# 5. compute-sanitizer memcheck, forward then backward (skips without compute-sanitizer)
+step sanitizer sanitizer.log 200 "${PYTEST[@]}" $T/test_sanitizer.py \
+  $T/test_backward_gpu.py::test_backward_memcheck
+note "total $(( $(date +%s) - START ))s of budget ${BUDGET:-530}s"

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Build every artifact the GPU tier loads into one folder, in parallel processes, so that
+the tier runs with CMC_GPU_ARTIFACTS=OUT instead of building mask by mask inside pytest.
+
+    python3 tools/gpu_artifacts.py OUT [--arch sm_90a] [--jobs N] [--no-sm90]
+
+Layout (what tests/gpu/gpu_common.artifact and tests/gpu/test_generality_gpu.py read):
+  OUT/NAME                      samples/NAME.mask, portable backward
+  OUT/bwd_sm90/NAME             the same with --bwd-kernel sm90 (sm_90a only)
+  OUT/gen/KEY/NAME              benchmarks/masks.py GENERALITY spec KEY (its -D values)
+  OUT/gen/KEY/bwd_sm90/NAME     the same with --bwd-kernel sm90
+Every build is bf16 and fp16, head dims 64 and 128, with the backward. One mask per process
+(`compile_file(jobs=1)`): the masks are many and their kernels few, so this keeps every core
+busy. Prints each build's seconds; exit 1 if any build failed (the others are still built).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+Job = tuple[str, str, dict[str, int], str, str]  # (label, mask path, defines, out dir, bwd)
+
+
+def jobs_for(out: Path, sm90: bool) -> list[Job]:
+    from masks import GENERALITY
+
+    kinds = ["portable"] + (["sm90"] if sm90 else [])
+    jobs: list[Job] = []
+    for kind in kinds:
+        sub = "bwd_sm90" if kind == "sm90" else ""
+        for p in sorted((ROOT / "samples").glob("*.mask")):
+            jobs.append((f"{p.stem} {kind}", str(p), {}, str(out / sub), kind))
+        for s in GENERALITY:
+            jobs.append((f"{s.key} {kind}", str(ROOT / s.mask), dict(s.defines),
+                         str(out / "gen" / s.key / sub), kind))
+    return jobs
+
+
+def build_one(path: str, defines: dict[str, int], out: str, bwd_kernel: str,
+              arch: str) -> float:
+    from cmc.driver import compile_file
+
+    t0 = time.perf_counter()
+    compile_file(path, out, archs=[arch], dtypes=["bf16", "fp16"], head_dims=[64, 128],
+                 defines=defines, jobs=1, bwd_kernel=bwd_kernel)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--no-sm90", action="store_true", help="skip the bwd_kv_sm90 builds")
+    opts = ap.parse_args()
+    sm90 = not opts.no_sm90 and opts.arch == "sm_90a"
+    jobs = jobs_for(opts.out, sm90)
+    t0 = time.perf_counter()
+    failed = 0
+    with ProcessPoolExecutor(max_workers=max(1, min(opts.jobs, len(jobs)))) as pool:
+        futs = {pool.submit(build_one, path, defs, out, kind, opts.arch): label
+                for label, path, defs, out, kind in jobs}
+        for f in as_completed(futs):
+            try:
+                print(f"  {futs[f]:32s} {f.result():6.1f} s", flush=True)
+            except Exception as e:  # report every failure, keep building the rest
+                failed += 1
+                print(f"  {futs[f]:32s} FAILED {type(e).__name__}: {e}", flush=True)
+    print(f"built {len(jobs) - failed} of {len(jobs)} artifacts for {opts.arch} into "
+          f"{opts.out} in {time.perf_counter() - t0:.1f} s ({opts.jobs} processes)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
