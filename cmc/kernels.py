@@ -410,7 +410,7 @@ def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind,
 
 
 # Options.bwd_kernel: "portable" every arch; "sm90" also the arch-specific backward kinds
-# (BWD_KV_SM90 and BWD_DQ_SM90 on sm_90a). Default "portable" until a GPU run validates the sm90 kind.
+# (BWD_KV_SM90 and BWD_DQ_SM90 on sm_90a). Default "portable" until a GPU run validates them.
 BWD_KERNELS = ("portable", "sm90")
 
 
