@@ -251,7 +251,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
                    "forward-only artifacts small.")
 @click.option("--bwd-kernel", type=click.Choice(["portable", "sm90"]), default="portable",
               show_default=True,
-              help="sm90: the wgmma dK/dV kernel on sm_90a (opt-in: not yet run on a GPU).")
+              help="sm90: the wgmma dK/dV and dQ kernels on sm_90a (opt-in: not yet run on a GPU).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")

@@ -68,7 +68,7 @@ class Options:
     kernel: str = "auto"  # "auto": each arch's own kind (kernels.forward_kinds); "portable"
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
     backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
-    # "portable": cmc_bwd everywhere; "sm90": the wgmma dK/dV kind on sm_90a (bwd_kv_sm90).
+    # "portable": cmc_bwd everywhere; "sm90": the wgmma kinds on sm_90a (bwd_kv_sm90, bwd_dq_sm90).
     # Opt-in until a GPU run validates it (tools/bwd_kernel_check.py --sm90, tests/gpu).
     bwd_kernel: str = "portable"
 

@@ -1057,8 +1057,9 @@ def emit(
     portable (mma.sync) kernel elsewhere). `tiling` is the tile stage's, used by the kinds
     that follow it (driver.tile). `backward` adds the transposed table's hooks (`cmc_hooks_t`),
     the backward header and one variant per backward kind, dtype and head dim; without it
-    the text is the forward's alone. `bwd_kernel` "sm90" builds the kv role on sm_90a with
-    the wgmma kernel (kernels.BWD_KV_SM90, opt-in; its header is inlined only then)."""
+    the text is the forward's alone. `bwd_kernel` "sm90" builds the kv and dq roles on
+    sm_90a with the wgmma kernels (kernels.BWD_KV_SM90, BWD_DQ_SM90, opt-in; their headers are
+    inlined only then)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:

@@ -10,8 +10,9 @@ Adding a kind: a KernelKind member and a KernelSpec in SPECS with its own thread
 shape, shared-memory and grid rules, launch `params` and `role`. Every kind is its own
 variant with its own cubin (one entry point per cubin). A kind whose `archs` names some
 archs replaces the portable kind of the same pass and role there (`kinds_for`): FWD_SM90
-replaces FWD_PORTABLE on sm_90a, and BWD_KV_SM90 (role "kv", archs ("sm_90a",)) replaces
-BWD_KV the same way when asked (`backward_kinds(..., "sm90")`). Backward kinds carry their entry
+replaces FWD_PORTABLE on sm_90a, and BWD_KV_SM90 (role "kv", archs ("sm_90a",)) and
+BWD_DQ_SM90 (role "dq") replace BWD_KV and BWD_DQ the same way when asked
+(`backward_kinds(..., "sm90")`). Backward kinds carry their entry
 point (`entry`, `threads_expr`, `smem_expr`), so emit renders them without a template
 change; the forward's entry points are in templates/kernel.cu.j2. A new launch parameter
 also needs its packing in the runtime. docs/architecture.md, "Where to change what".
@@ -42,6 +43,7 @@ class KernelKind(str, Enum):
     BWD_KV = "bwd_kv"  # one key tile: dK, dV; dQ atomically into the workspace
     BWD_KV_SM90 = "bwd_kv_sm90"  # BWD_KV by wgmma, 128-key tiles, sm_90a only; opt-in
     BWD_DQ = "bwd_dq"  # deterministic mode: one query tile's dQ
+    BWD_DQ_SM90 = "bwd_dq_sm90"  # BWD_DQ by wgmma, 128-row tiles, sm_90a only; opt-in
     BWD_POST = "bwd_post"  # dQ workspace * scale -> dtype
 
     def __str__(self) -> str:
@@ -335,6 +337,39 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     threads_expr="cmc_bwd_sm90::Cfg<{head_dim}>::kThreadsKV",
     smem_expr="cmc_bwd_sm90::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>()",
 )}
+
+# cmc_bwd_sm90 (templates/cmc/attn_bwd_sm90_dq.cuh): kDqRows query rows per CTA (64 per
+# warpgroup), kDqKeys keys per tile of the forward plan, DqCfg<D>::kThreads = 2 warpgroups.
+BWD_SM90_DQ_ROWS = 128
+BWD_SM90_DQ_KEYS = 64
+
+
+def _bwd_dq_sm90_smem(head_dim: int, plan_ints: int) -> int:
+    """cmc_bwd_sm90::smem_dq: Q, dO [128 x D], K x2, V x2 [64 x D], the forward plan; + 1024
+    (the kernel aligns its base up to 1 KiB)."""
+    fixed = 2 * BWD_SM90_DQ_ROWS * head_dim * 2 + 4 * BWD_SM90_DQ_KEYS * head_dim * 2
+    return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
+
+
+# Replaces BWD_DQ (the deterministic sequence's dq role) on sm_90a with BWD_KV_SM90, under the
+# same opt-in and for the same reason: built, not yet run on a GPU.
+BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
+    BWD_SPECS[KernelKind.BWD_DQ],
+    kind=KernelKind.BWD_DQ_SM90,
+    headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh",
+             "cmc/attn_bwd_sm90_dq.cuh"),  # reuses cmc_bwd's and cmc_bwd_sm90's helpers
+    archs=("sm_90a",),
+    threads={64: BWD_SM90_THREADS, 128: BWD_SM90_THREADS},
+    block_m=BWD_SM90_DQ_ROWS,  # query rows per CTA: the grid's x counts 128-row tiles
+    block_n=BWD_SM90_DQ_KEYS,
+    smem=_bwd_dq_sm90_smem,
+    cubin_group=KernelKind.BWD_DQ_SM90.value,
+    symbol="cmc_{mask}_bwd_dq_sm90_{dtype}_d{head_dim}",
+    tag="bwd_dq_sm90_{dtype}_d{head_dim}",
+    entry="cmc_bwd_sm90::dq<cmc_hooks, {bf16}, {head_dim}>(desc, args)",
+    threads_expr="cmc_bwd_sm90::DqCfg<{head_dim}>::kThreads",
+    smem_expr="cmc_bwd_sm90::smem_dq<{head_dim}, cmc_hooks::kTerms>()",
+)}
 SPECS = {**SPECS, **BWD_SPECS}
 
 # The manifest's backward "sequence": kernel roles in launch order per mode.
@@ -375,14 +410,15 @@ def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind,
 
 
 # Options.bwd_kernel: "portable" every arch; "sm90" also the arch-specific backward kinds
-# (BWD_KV_SM90 on sm_90a). Default "portable" until a GPU run validates the sm90 kind.
+# (BWD_KV_SM90 and BWD_DQ_SM90 on sm_90a). Default "portable" until a GPU run validates them.
 BWD_KERNELS = ("portable", "sm90")
 
 
 def backward_kinds(archs: tuple[str, ...], choice: str = "portable"
                    ) -> list[tuple[KernelKind, tuple[str, ...]]]:
     """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post); choice
-    "sm90" lets the arch-specific kinds claim their archs (bwd_kv_sm90 on sm_90a)."""
+    "sm90" lets the arch-specific kinds claim their archs (bwd_kv_sm90 and bwd_dq_sm90 on
+    sm_90a)."""
     if choice not in BWD_KERNELS:
         raise ValueError(f"unsupported backward kernel {choice!r} (supported: {BWD_KERNELS})")
     return kinds_for(Pass.BACKWARD, archs, "auto" if choice == "sm90" else "portable")

@@ -151,8 +151,9 @@ def test_runtime_check_case_parameters():
 
 
 def test_bwd_kernel_check_sm90_builds_the_opt_in_kv(tmp_path, monkeypatch):
-    """--sm90's builds, without a GPU: the kv role is bwd_kv_sm90 on its own launch shape
-    (torch is stubbed: the tool imports it for the GPU part only)."""
+    """--sm90's builds, without a GPU: the kv role is bwd_kv_sm90 and the dq role bwd_dq_sm90,
+    each on its own launch shape (torch is stubbed: the tool imports it for the GPU part
+    only)."""
     pytest.importorskip("cuda.bindings.nvrtc")
     import types
 
@@ -164,6 +165,10 @@ def test_bwd_kernel_check_sm90_builds_the_opt_in_kv(tmp_path, monkeypatch):
     _, sym, threads, smem, block_m, heads = kernels["kv"]
     assert (sym, threads, block_m, heads) == ("cmc_causal_bwd_kv_sm90_bf16_d64", 256, 128,
                                               "heads_kv")
+    assert smem > 48 * 1024 and res[sym][1:] == (0, 0)
+    _, sym, threads, smem, block_m, heads = kernels["dq"]
+    assert (sym, threads, block_m, heads) == ("cmc_causal_bwd_dq_sm90_bf16_d64", 256, 128,
+                                              "heads_q")
     assert smem > 48 * 1024 and res[sym][1:] == (0, 0)
     assert kernels["pre"][1] == "cmc_causal_bwd_pre_bf16_d64"
     portable, _ = bkc.build_variant("causal", "bf16", 64, "sm_90a")

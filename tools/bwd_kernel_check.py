@@ -4,8 +4,10 @@
 Run on the GPU machine from the repository root:  python3 tools/bwd_kernel_check.py
 (--no-timing skips the causal timing; --sm90 builds with `bwd_kernel="sm90"`, so the kv role
 is the opt-in sm_90a kind bwd_kv_sm90 (templates/cmc/attn_bwd_sm90.cuh: wgmma, 128-key tiles,
-256 threads), checks it on the same cases and modes, and times portable and sm90 side by side
-at causal L=4096 B=8 and L=16384 B=2, H=16, D=128, bf16). For each case: the real pipeline (cmc.driver front ->
+256 threads) and the dq role bwd_dq_sm90 (templates/cmc/attn_bwd_sm90_dq.cuh: wgmma, 128-row
+tiles, 256 threads), checks them on the same cases and modes, and times portable and sm90 side
+by side, atomic and deterministic, each role alone too, at causal L=4096 B=8 and L=16384 B=2,
+H=16, D=128, bf16). For each case: the real pipeline (cmc.driver front ->
 back with backward on, the portable forward -> cmc.build.build) for the device's arch (builds
 in parallel processes first), so the cubins, symbols, threads and shared memory are exactly
 what `cmc compile` ships; the portable forward cubin of the same build for O and LSE, then pre -> kv -> post (non-deterministic) and pre -> kv -> dq
@@ -86,8 +88,8 @@ def table_of(name: str):
 def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False):
     """Worker: {role: (cubin, symbol, threads, dynamic smem, block_m, grid y)} of the forward
     ("fwd") and the four backward kernels, and {symbol: (registers, spill st, spill ld)}.
-    sm90: the kv role is bwd_kv_sm90 (cmc.build refuses wgmma pipeline notes C7515-C7520,
-    so a built variant has none)."""
+    sm90: the kv role is bwd_kv_sm90 and the dq role bwd_dq_sm90 (cmc.build refuses wgmma
+    pipeline notes C7515-C7520, so a built variant has none)."""
     from cmc.build import build
     from cmc.driver import Options, back
     from cmc.kernels import spec
@@ -316,8 +318,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--sm90", action="store_true",
-                    help="the kv role is the opt-in sm_90a kind bwd_kv_sm90; times it beside "
-                         "the portable kv")
+                    help="the kv and dq roles are the opt-in sm_90a kinds bwd_kv_sm90 and "
+                         "bwd_dq_sm90; times them beside the portable kv and dq")
     opts = ap.parse_args()
     sm90 = opts.sm90
     t_start = time.perf_counter()

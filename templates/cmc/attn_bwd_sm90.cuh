@@ -2,8 +2,9 @@
 // cmc sm_90a backward attention: the dK / dV kernel (FA3-style, wgmma), Hopper only.
 // Hand-written. Placed after templates/cmc/attn_bwd_portable.cuh in the backward .cu: it
 // reuses cmc_portable's cp.async / conversion helpers and cmc_bwd's args struct, plan builder,
-// cp_async4 and lse_offset; pre, dq and post stay the portable ones. Same ABI and semantics
-// as cmc_bwd::kv (/work/notes/bwd_contract.md) with its own key tile: grid
+// cp_async4 and lse_offset; pre and post stay the portable ones, and the sm90 dq kernel
+// (attn_bwd_sm90_dq.cuh, placed after this part) reuses this part's helpers. Same ABI and
+// semantics as cmc_bwd::kv (/work/notes/bwd_contract.md) with its own key tile: grid
 // (ceil(max_len / cmc_bwd_sm90::kBN), heads_kv, batch), block Cfg<D>::kThreadsKV, dynamic
 // shared memory smem_kv<D, NT, NTT>() (opt-in above 48 KiB). Own PTX wrappers (namespace
 // cmc_bwd_sm90), so it does not depend on the forward sm90 header's names.
@@ -28,8 +29,8 @@
 //          barrier, dQ by wgmma SS m64n64k16, A = dS (MN-major view of dS^T), B = K
 //          (MN-major); D = 128: warpgroup w computes dQ[:, 64 w .. 64 w + 63] over all 128
 //          keys; D = 64: warpgroup w all of dQ over its own 64 keys (both add); fp32
-//          red.global.add.v2.f32 into args.dq_accum. Deterministic mode: no dQ (the portable
-//          dq kernel).
+//          red.global.add.v2.f32 into args.dq_accum. Deterministic mode: no dQ (the dq role's
+//          kernel: bwd_dq_sm90 with --bwd-kernel sm90, else the portable one).
 // dK (times scale = scale_log2 ln 2) and dV go through shared memory (the K, V tiles) to
 // 16-byte row stores. Keys no query sees: dK = dV = 0.
 // Shared memory (1 KiB aligned base): K | V | Q x2 | dO x2 | dS^T | LSE x2 | Dsum x2 | plan.

@@ -58,7 +58,7 @@ def artifact(name: str, bwd_kernel: str = "portable") -> Path:
     """OUT/NAME for samples/NAME.mask, built once per session for this GPU's arch, for every
     dtype and head dim, through the project's own pipeline (or taken from the folder named by
     CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC). bwd_kernel "sm90": the opt-in
-    sm_90a dK/dV kind, in OUT/bwd_sm90/NAME (prebuilt: `cmc compile samples/*.mask -o
+    sm_90a dK/dV and dQ kinds, in OUT/bwd_sm90/NAME (prebuilt: `cmc compile samples/*.mask -o
     out/gpu/bwd_sm90 --arch sm_90a --bwd-kernel sm90`)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")

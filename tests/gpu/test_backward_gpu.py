@@ -116,15 +116,18 @@ def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:
 @pytest.mark.parametrize("case", range(len(CASES)), ids=["packed-bf16-d128", "batch-fp16-d64"])
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
 def test_backward_matches_reference(sample, case, bwd_kernel):
-    """bwd_kernel "sm90": artifacts built with --bwd-kernel sm90, whose kv role on sm_90a is
-    the opt-in wgmma kind bwd_kv_sm90 (not yet validated on a GPU: this is its check)."""
+    """bwd_kernel "sm90": artifacts built with --bwd-kernel sm90, whose kv and dq roles on
+    sm_90a are the opt-in wgmma kinds bwd_kv_sm90 and bwd_dq_sm90 (not yet validated on a
+    GPU: this is their check; the deterministic runs go through bwd_dq_sm90)."""
     name = sample.stem
     if bwd_kernel == "sm90" and device_arch() != "sm_90a":
-        pytest.skip("the sm90 dK/dV kind is built for sm_90a only")
+        pytest.skip("the sm90 dK/dV and dQ kinds are built for sm_90a only")
     attn = load_bwd(name, bwd_kernel)
     if bwd_kernel == "sm90":
         assert any(k.role == "kv" and k.symbol.startswith(f"cmc_{name}_bwd_kv_sm90_")
                    for k in attn.manifest.kernels), "the artifact's kv is not the sm90 kind"
+        assert any(k.role == "dq" and k.symbol.startswith(f"cmc_{name}_bwd_dq_sm90_")
+                   for k in attn.manifest.kernels), "the artifact's dq is not the sm90 kind"
     packed, lengths, dtype, d, hq, hkv = CASES[case]
     c = setup_case(name, packed, lengths, dtype, d, hq, hkv, seed=7 + case)
     q, k, v, do = c["shaped"]
