@@ -67,7 +67,8 @@ SPECS = {s.key: s for s in all_specs()}
 ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 
 
-def compile_all(dest: Path, tiling: str = "auto", suite: str = "all") -> None:
+def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
+                bwd_kernel: str = "portable") -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
@@ -75,7 +76,8 @@ def compile_all(dest: Path, tiling: str = "auto", suite: str = "all") -> None:
             continue
         t = time.perf_counter()
         path = compile_file(ROOT / spec.mask, dest / spec.key, archs=["sm_90a"], dtypes=["bf16"],
-                            head_dims=[HEAD_DIM], defines=spec.defines, jobs=2, tiling=tiling)
+                            head_dims=[HEAD_DIM], defines=spec.defines, jobs=2, tiling=tiling,
+                            bwd_kernel=bwd_kernel)
         print(f"compiled {spec.key} -> {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
@@ -650,6 +652,14 @@ def check_peers(cases: list[Case], tables: dict[str, Any], kernels: dict[str, An
     return out
 
 
+def artifact_kinds(root: Path) -> list[str]:
+    """The kernel kinds the run's cmc artifacts hold (which backward was timed)."""
+    kinds: set[str] = set()
+    for m in root.glob("*/*/manifest.json"):
+        kinds.update(str(k.get("kernel", "?")) for k in json.loads(m.read_text()).get("kernels", []))
+    return sorted(kinds)
+
+
 def _artifact_dir(root: Path, key: str) -> Path:
     sub = root / key
     inner = [p for p in sub.iterdir() if (p / "manifest.json").exists()] if sub.is_dir() else []
@@ -764,6 +774,9 @@ def main() -> None:
     ap.add_argument("--compile", metavar="DIR", help="only compile the artifacts into DIR")
     ap.add_argument("--tiling", choices=("auto", "linear"), default="auto",
                     help="with --compile: the tile stage's choice, or linear tiles everywhere")
+    ap.add_argument("--bwd-kernel", choices=("portable", "sm90"), default="portable",
+                    help="with --compile: the backward kinds (cmc compile --bwd-kernel); a run "
+                         "records the kinds it loaded in bench.json's meta")
     ap.add_argument("--suite", choices=("public", "generality", "all"), default="all",
                     help="which masks to compile and run")
     ap.add_argument("--artifacts", default="out/bench")
@@ -807,7 +820,7 @@ def main() -> None:
         (out / "bench.md").write_text(markdown(merged) + "\n")
         return
     if args.compile:
-        compile_all(Path(args.compile), args.tiling, args.suite)
+        compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel)
         return
     import torch
 
@@ -820,6 +833,7 @@ def main() -> None:
         "python": platform.python_version(),
         "tokens": TOKENS, "heads": HEADS, "head_dim": HEAD_DIM,
         "command": " ".join(sys.argv),
+        "cmc_kernel_kinds": artifact_kinds(Path(args.artifacts)),
     }
     for mod, dist in (("flash_attn", "flash-attn-4"), ("cudnn", "nvidia-cudnn-frontend"),
                       ("triton", "triton")):
