@@ -101,6 +101,8 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
             _echo(f"{f}: ok")
             _echo(table_text(table))
             _echo(f"transposed: {transposed_summary(transpose(table))}")
+            if not table.exact:
+                _echo(f"sm90 residual: {_offset_masks_line(table)}")
     if failed:
         sys.exit(1)
 
@@ -204,6 +206,17 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
         _echo(f"  wrote {png}")
 
 
+def _offset_masks_line(table: Any) -> str:
+    """What the sm90 kernel does on the partial tiles of a table with residual terms."""
+    from .tiling import offset_masks
+
+    masks, why = offset_masks(table)
+    if masks is None:
+        return f"evaluated per element on partial tiles (no tile masks: {why})"
+    return (f"per-offset tile masks replace it on partial linear tiles ({why}, "
+            f"{masks.classes * 2} KiB in the cubin)")
+
+
 def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -> list[str]:
     """The sm90 kernel's tiling as the tile stage chooses it, its reason, and the pairs it
     computes at this length (TILE^2 per query tile x key tile that a row interval reaches)."""
@@ -220,6 +233,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
     else:
         shape = f"linear ({TILE}-token tiles)"
     out = [f"  sm90 tiling: {shape}", f"    reason: {t.reason}"]
+    if t.offset_masks is not None:
+        m = t.offset_masks
+        out.append(f"    tile masks: {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "
+                   f"{m.classes * 2} KiB in the cubin) replace the residual on partial tiles")
     cells = t.query_tiles(length) * (length + 1)
     if cells > SHOW_MAX_PAIR_CELLS:
         out.append(f"  computed pairs: not counted at len {length} ({cells:,} counters, more than "

@@ -49,6 +49,7 @@ from .ir import (
     IntervalTable,
     Neg,
     Not,
+    OffsetMasks,
     Or,
     ParamRef,
     PatchMasks,
@@ -108,7 +109,7 @@ def sm90_smem_bytes(head_dim: int, n_terms: int, tiling: Tiling = LINEAR) -> int
 SM90_CONSUMER_THREADS = 256
 
 
-def sm90_mask_words(masks: PatchMasks) -> list[tuple[int, int]]:
+def sm90_mask_words(masks: PatchMasks | OffsetMasks) -> list[tuple[int, int]]:
     """The per-offset tile masks in the sm90 consumers' fragment order: for class c and
     consumer thread t (warpgroup t / 128, warp, lane), entry c * 256 + t holds the column
     bits of its two rows lrow and lrow + 8, bit e * 16 + n for column 8 n + 2 (lane % 4) + e
@@ -133,15 +134,21 @@ def sm90_mask_words(masks: PatchMasks) -> list[tuple[int, int]]:
     return out
 
 
-def _mask_table(masks: PatchMasks | None) -> str:
+def _mask_table(masks: PatchMasks | OffsetMasks | None, symbol: str) -> str:
     """C definition of the tile mask words (global memory: threads read different words)."""
     if masks is None:
         return ""
     words = sm90_mask_words(masks)
     lines = [", ".join(f"{{0x{a:08x}u, 0x{b:08x}u}}" for a, b in words[i:i + 4]) + ","
              for i in range(0, len(words), 4)]
-    return (f"CMC_MASK_TABLE cmc_patch_mask_words[{len(words)}] = {{\n"
+    return (f"CMC_MASK_TABLE {symbol}[{len(words)}] = {{\n"
             + _indent(lines, 2) + "\n};")
+
+
+def _mask_tables(tiling: Tiling) -> str:
+    """The tile mask tables of a tiling: patch offsets, or linear tile offsets."""
+    return (_mask_table(tiling.masks, "cmc_patch_mask_words")
+            or _mask_table(tiling.offset_masks, "cmc_offset_mask_words"))
 
 
 def rows_per_warp(head_dim: int) -> int:
@@ -841,7 +848,8 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         visible=visible,
         term_blocks=tuple(blocks),
         span_blocks=tuple(spans),
-        tiling=tiling if grid_blocks else replace(LINEAR, units=tiling.units),
+        tiling=(tiling if grid_blocks
+                else replace(LINEAR, units=tiling.units, offset_masks=tiling.offset_masks)),
         grid_terms=" || ".join(grid_ranges) or "false",
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),
@@ -1001,7 +1009,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         block_n=PORTABLE.block_n,
         n_terms=hooks.n_terms,
         tables=list(hooks.tables),
-        mask_table=_mask_table(hooks.tiling.masks),
+        mask_table=_mask_tables(hooks.tiling),
         hooks=render_hooks(hooks, check_identifier(layout.struct_name), "cmc_hooks"),
         backward=(_backward_parts(bwd, hooks_t, check_identifier(layout.struct_name))
                   if hooks_t is not None and bwd else None),
@@ -1034,6 +1042,7 @@ def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str) -> str:
         tiling=hooks.tiling,
         patch=1 if hooks.tiling.kind == "patch" else 0,
         masks=hooks.tiling.masks,
+        offset_masks=hooks.tiling.offset_masks,
         grid_terms=hooks.grid_terms,
         grid_blocks=[_indent(b.split("\n"), 4) for b in hooks.grid_blocks],
         n_other=sum(c for _, c in hooks.other_terms),

@@ -316,6 +316,32 @@ class PatchMasks:
 
 
 @dataclass(frozen=True)
+class OffsetMasks:
+    """The mask of every partial (query tile, key tile) pair of a linear tiling, one per tile
+    offset dt = key tile - query tile: the tile stage proved that visibility depends only on
+    q - k (cmc/tiling.py, `offset_masks`), so the pair's mask depends only on dt.
+
+    rows[c * TILE + lr] has bit lk set when key kt * TILE + lk is visible from query
+    qt * TILE + lr, for the class c = dt - lo. Offsets outside [lo, hi) see nothing. Valid
+    only for a key tile wholly below len (the kernel cuts the last one at len)."""
+
+    lo: int
+    hi: int  # exclusive
+    rows: tuple[int, ...]
+
+    @property
+    def classes(self) -> int:
+        return self.hi - self.lo
+
+    def tile(self, dt: int) -> list[int]:
+        """The 128 row bitmaps of offset dt (all zero outside the range)."""
+        if not self.lo <= dt < self.hi:
+            return [0] * TILE
+        c = dt - self.lo
+        return list(self.rows[c * TILE:(c + 1) * TILE])
+
+
+@dataclass(frozen=True)
 class Tiling:
     """Which tokens share a 128 x 128 tile of the sm90 kernel (the tile stage's result):
     linear (128 consecutive tokens), or patches of a token grid (cmc/tiling.py)."""
@@ -329,6 +355,7 @@ class Tiling:
     masks: PatchMasks | None = None  # per-offset tile masks (patch tilings that allow them)
     min_len: int = 0  # patch tilings: shorter sequences are cut into linear tiles only
     units: str = "pairs"  # the work counter's unit: "pairs" of query tiles | single "tiles"
+    offset_masks: OffsetMasks | None = None  # per-offset tile masks (linear, q - k masks)
 
     def origin_for(self, length: int) -> int:
         """The grid origin the kernel uses for one sequence: below min_len the whole
@@ -367,7 +394,10 @@ class Tiling:
                 "masks": None if self.masks is None else {
                     "classes": self.masks.classes,
                     "dpy": [self.masks.dpy_lo, self.masks.dpy_hi],
-                    "dpx": [self.masks.dpx_lo, self.masks.dpx_hi]}}
+                    "dpx": [self.masks.dpx_lo, self.masks.dpx_hi]},
+                "offset_masks": None if self.offset_masks is None else {
+                    "classes": self.offset_masks.classes,
+                    "offsets": [self.offset_masks.lo, self.offset_masks.hi]}}
 
 
 LINEAR = Tiling("linear", reason="default")

@@ -19,8 +19,32 @@ from dataclasses import replace
 
 import numpy as np
 
-from .evaluate import Env, ParamValue, eval_pred
-from .ir import LINEAR, TILE, Expr, GridRow, IntervalTable, PatchMasks, Pred, Tiling, Var, nodes
+from .evaluate import Env, ParamValue, eval_expr, eval_pred
+from .ir import (
+    LINEAR,
+    TILE,
+    And,
+    BinOp,
+    BoolConst,
+    Call,
+    Cmp,
+    Const,
+    Expr,
+    GridRow,
+    IntervalTable,
+    Neg,
+    Not,
+    OffsetMasks,
+    Or,
+    ParamRef,
+    PatchMasks,
+    Pred,
+    Tiling,
+    Var,
+    nodes,
+)
+from .ranges import LEN_MAX
+from .render import expr_str, pred_str
 from .tiles import instances, iter_row_intervals
 
 PATCH_COLS = (8, 16, 32, 64)  # candidate tokens per grid row of a patch
@@ -193,6 +217,143 @@ def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None
                    f"{dpx_lo}..{dpx_hi - 1}), shift-checked to len {big}")
 
 
+class _NotToeplitz(Exception):
+    """Why a predicate may depend on more than q - k."""
+
+
+def _qk_coefficients(e: Expr) -> tuple[int, int]:
+    """(cq, ck) with e == cq * q + ck * k + r(q - k) for some function r, or _NotToeplitz.
+
+    e depends on q - k alone exactly when cq + ck == 0: then e == cq * (q - k) + r(q - k).
+    Sums and constant multiples stay affine; every other operation (products, /, %, min,
+    max, abs) needs operands that are functions of q - k, and then is one."""
+    if isinstance(e, Const):
+        return 0, 0
+    if isinstance(e, Var):
+        if e.name == "q":
+            return 1, 0
+        if e.name == "k":
+            return 0, 1
+        raise _NotToeplitz(f"it reads {e.name}")
+    if isinstance(e, ParamRef):
+        raise _NotToeplitz(f"it reads the run-time parameter {e.name}")
+    if isinstance(e, Neg):
+        cq, ck = _qk_coefficients(e.a)
+        return -cq, -ck
+    if isinstance(e, BinOp) and e.op in "+-":
+        aq, ak = _qk_coefficients(e.a)
+        bq, bk = _qk_coefficients(e.b)
+        sign = 1 if e.op == "+" else -1
+        return aq + sign * bq, ak + sign * bk
+    if isinstance(e, BinOp) and e.op == "*" and isinstance(e.a, Const):
+        cq, ck = _qk_coefficients(e.b)
+        return e.a.value * cq, e.a.value * ck
+    if isinstance(e, BinOp) and e.op == "*" and isinstance(e.b, Const):
+        cq, ck = _qk_coefficients(e.a)
+        return e.b.value * cq, e.b.value * ck
+    if isinstance(e, (BinOp, Call)):
+        for a in (e.a, e.b) if isinstance(e, BinOp) else e.args:
+            cq, ck = _qk_coefficients(a)
+            if cq + ck != 0:
+                raise _NotToeplitz(f"{expr_str(a)} is not a function of q - k")
+        return 0, 0
+    raise _NotToeplitz(f"it reads {expr_str(e)}")
+
+
+def _check_toeplitz(p: Pred) -> None:
+    """Raise _NotToeplitz unless every comparison of p compares functions of q - k."""
+    if isinstance(p, BoolConst):
+        return
+    if isinstance(p, Cmp):
+        aq, ak = _qk_coefficients(p.a)
+        bq, bk = _qk_coefficients(p.b)
+        if (aq - bq) + (ak - bk) != 0:
+            raise _NotToeplitz(f"q and k do not cancel in {pred_str(p)}")
+        return
+    if isinstance(p, (And, Or)):
+        for x in p.items:
+            _check_toeplitz(x)
+        return
+    if isinstance(p, Not):
+        _check_toeplitz(p.a)
+        return
+    raise _NotToeplitz(f"it reads {pred_str(p)}")
+
+
+def _diagonal_reach(table: IntervalTable) -> tuple[int, int] | None:
+    """[dmin, dmax]: the q - k the table's intervals reach (None: none), read at the longest
+    length from its first row (every d <= 0: key -d) and its last (every d >= 0). The table
+    over-approximates visibility at every length, so no visible pair lies outside."""
+    rows = np.array([0, LEN_MAX - 1], dtype=np.int64)
+    env = Env(LEN_MAX, {}, {"q": rows})
+    max_hi0, min_lo1 = -1, LEN_MAX
+    for t in table.terms:
+        for e in instances(t, env):
+            g = np.broadcast_to(eval_pred(t.guard, e), rows.shape)
+            lo = np.clip(np.broadcast_to(eval_expr(t.lo.expr, e), rows.shape), 0, LEN_MAX)
+            hi = np.clip(np.broadcast_to(eval_expr(t.hi.expr, e), rows.shape), 0, LEN_MAX)
+            ok = g & (lo < hi)
+            if ok[0]:
+                max_hi0 = max(max_hi0, int(hi[0]))
+            if ok[1]:
+                min_lo1 = min(min_lo1, int(lo[1]))
+    if max_hi0 < 0 and min_lo1 == LEN_MAX:
+        return None
+    dmin = -(max_hi0 - 1) if max_hi0 > 0 else 0
+    dmax = LEN_MAX - 1 - min_lo1 if min_lo1 < LEN_MAX else 0
+    return dmin, dmax
+
+
+def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
+    """The per-offset tile masks of a linear tiling, or None and why not.
+
+    What makes one mask per tile offset dt = key tile - query tile true for every pair whose
+    key tile lies below len, at every length:
+    1. no run-time parameters, and the mask's predicate compares only functions of q - k
+       (affine forms whose q and k coefficients cancel, and /, %, *, min, max, abs of such):
+       visible(q, k) = f(q - k), never reading len. Query qt * 128 + lr and key
+       kt * 128 + lk differ by lr - lk - 128 dt, so the pair's mask is a function of dt;
+    2. the table's intervals bound the q - k any visible pair has (_diagonal_reach), so the
+       offsets outside the computed range see nothing;
+    3. each offset's mask is then the predicate evaluated on one pair of tiles.
+    """
+    if table.mask.params:
+        names = ", ".join(p.name for p in table.mask.params)
+        return None, f"the mask reads run-time parameters ({names})"
+    try:
+        _check_toeplitz(table.mask.predicate)
+    except _NotToeplitz as e:
+        return None, f"visibility may depend on more than q - k: {e}"
+    reach = _diagonal_reach(table)
+    if reach is None:
+        return None, "no pair is visible"
+    dmin, dmax = reach
+    lo, hi = -((127 + dmax) // TILE), (127 - dmin) // TILE + 1
+    if hi - lo > 4 * MAX_MASK_CLASSES:
+        return None, (f"q - k reaches [{dmin}, {dmax}]: {hi - lo} tile offsets, more than "
+                      f"{MAX_MASK_CLASSES}")
+    dts = np.arange(lo, hi, dtype=np.int64)
+    qt = np.maximum(0, -dts)
+    lr = np.arange(TILE, dtype=np.int64)
+    q = (qt * TILE)[:, None, None] + lr[None, :, None]
+    k = ((qt + dts) * TILE)[:, None, None] + lr[None, None, :]
+    length = int((np.maximum(qt, qt + dts).max() + 1) * TILE)
+    vis = np.broadcast_to(eval_pred(table.mask.predicate, Env(length, {}, {"q": q, "k": k})),
+                          q.shape[:1] + (TILE, TILE))
+    seen = np.nonzero(vis.any(axis=(1, 2)))[0]
+    if seen.size == 0:
+        return None, "no pair is visible"
+    a, b = int(seen[0]), int(seen[-1]) + 1
+    if b - a > MAX_MASK_CLASSES:
+        return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
+    weights = 1 << np.arange(TILE, dtype=object)
+    rows = tuple(int((vis[c, r].astype(object) * weights).sum())
+                 for c in range(a, b) for r in range(TILE))
+    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, rows)
+    return masks, (f"visibility depends only on q - k: tile masks of {masks.classes} tile "
+                   f"offsets ({masks.lo}..{masks.hi - 1})")
+
+
 def patch_min_len(table: IntervalTable, tiling: Tiling) -> tuple[int, str]:
     """The shortest length from which patches are used: the first grid-row count (in steps
     of half a patch height, up to REF_ROWS) from which every counted length computes at least
@@ -223,7 +384,21 @@ def units_for(table: IntervalTable) -> str:
 def choose_tiling(table: IntervalTable) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc); and
     the schedule's work unit (units_for)."""
-    return replace(_choose_shape(table), units=units_for(table))
+    shape = _choose_shape(table)
+    if shape.kind == "linear" and not table.exact:
+        shape = _with_offset_masks(table, shape)
+    return replace(shape, units=units_for(table))
+
+
+def _with_offset_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
+    """A linear tiling of a mask with residual terms, with its per-offset tile masks where
+    offset_masks proves them (the kernel then loads a partial tile's mask instead of
+    evaluating the residual per element), and the reason either way. Exact tables keep
+    their interval masks: a partial tile costs them one span compare per term."""
+    masks, why = offset_masks(table)
+    note = why if masks is not None else f"no tile masks: {why}"
+    reason = note if tiling.reason in ("", LINEAR.reason) else f"{tiling.reason}; {note}"
+    return replace(tiling, reason=reason, offset_masks=masks)
 
 
 def _choose_shape(table: IntervalTable) -> Tiling:

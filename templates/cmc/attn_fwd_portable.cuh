@@ -416,6 +416,26 @@ struct cmc_uint2 {
 typedef uint2 cmc_uint2;
 #define CMC_MASK_TABLE static __device__ const cmc_uint2
 #endif
+// The tile mask of the linear tile pair (query tile qt, key tile j) for sm90 consumer
+// thread th, from a per-offset table over the tile offsets [lo, lo + n) (cmc/tiling.py
+// offset_masks; cmc/emit.py sm90_mask_words gives the order): nothing visible outside
+// them, and a key tile that crosses len is cut there (off = 2 (lane % 4)).
+CMC_DEV cmc_uint2 cmc_offset_tile_mask(const cmc_uint2* table, int lo, int n, int qt, int j,
+                                       int th, int len, int off) {
+  const unsigned c = static_cast<unsigned>(j - qt - lo);
+  cmc_uint2 w = {0u, 0u};
+#if defined(CMC_HOST)
+  if (c < static_cast<unsigned>(n)) w = table[c * 256 + th];
+#else
+  if (c < static_cast<unsigned>(n)) w = __ldg(table + c * 256 + th);
+#endif
+  if (j * 128 + 128 > len) {
+    const unsigned cut = cmc_colmask32(0, len - j * 128, off);
+    w.x &= cut;
+    w.y &= cut;
+  }
+  return w;
+}
 #if defined(CMC_HOST)
 CMC_DEV void cmc_or_word(unsigned* w, unsigned v) { *w |= v; }
 #else

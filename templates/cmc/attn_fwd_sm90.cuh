@@ -12,7 +12,8 @@
 // Per key tile: tiles no term touches are never loaded, full tiles do no mask work, partial
 // tiles OR the exact row spans (H::span) of the terms touching them into a column bit mask,
 // one bit test per element; only a tile touched by a term with a residual evaluates
-// H::visible(s, r, k) && k < len per element.
+// H::visible(s, r, k) && k < len per element, unless the tile stage proved the mask a
+// function of q - k (H::kOffsetMasks: one 8-byte load of the tile offset's mask bits).
 //
 // ------------------------------------------------------------------------------ launch
 // Grid (min(pairs, max_ctas), 1, 1) (cmc/abi.py), pairs = ceil(tiles / 2) * heads_q * batch

@@ -210,6 +210,8 @@ struct Softmax {
         if (mw_ok) apply_bits(mw.x, mw.y);
         else if (j >= g.nlin) mask_patch(j);
         else mask_linear(j * kBN);
+      } else if constexpr (H::kOffsetMasks != 0) {
+        apply_bits(mw.x, mw.y);  // the tile mask of its offset, cut at len (fetch_mask)
       } else {
         mask_linear(j * kBN);
       }
@@ -548,8 +550,9 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
                                                                  apply_bits, s};
         const MaskPatch<H, decltype(apply_bits)> mask_patch = {g, off, seq, rc0, rc1, plan, apply_bits};
         // The per-offset tile mask of key tile j when the tile stage proved one
-        // (H::kPatchMasks): fetched as the walk reaches j, so that the load runs under j's
-        // QK GEMM; mw_ok: the softmax of j applies it instead of the spans.
+        // (H::kPatchMasks, or H::kOffsetMasks for linear tiles): fetched as the walk reaches
+        // j, so that the load runs under j's QK GEMM; mw_ok: the softmax of j applies it
+        // instead of the spans (linear offset masks: always, instead of the predicate).
         cmc_uint2 mw = {0u, 0u};
         bool mw_ok = false;
         auto fetch_mask = [&](int j) {
@@ -558,6 +561,10 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
                                                H::kMaskDxLo, H::kMaskDxN);
             mw_ok = c >= 0;
             if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
+          } else if constexpr (!kPatch && H::kOffsetMasks != 0) {
+            // a linear tile pair's mask depends only on j - qt (H::kOffsetMasks)
+            mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN, it.qt,
+                                      j, cw * 128 + ctid, len, off);
           }
           (void)j;
         };

@@ -1,0 +1,212 @@
+"""Per-offset tile masks of linear tiles (cmc/tiling.py offset_masks) for masks whose
+visibility depends only on q - k and that keep a residual (a dilated band).
+
+The proof's refusals (len, a run-time parameter, q and k that do not cancel, an unbounded
+reach) and, on the host with g++, the generated table read through the kernel's own
+cmc_offset_tile_mask and decoded in the consumers' fragment order, against the dense mask,
+for every (query tile, key tile) pair of a few lengths (including a key tile cut by len).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cmc.cli import cli
+from cmc.driver import front
+from cmc.evaluate import Env, eval_pred
+from cmc.ir import LINEAR, OffsetMasks, Tiling
+from cmc.tiling import MAX_MASK_CLASSES, choose_tiling, offset_masks
+
+from .conftest import ROOT
+from .conftest import emit_tiled as emit
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
+
+
+def _mask(tmp_path: Path, body: str, name: str = "m"):
+    path = tmp_path / f"{name}.mask"
+    path.write_text(f"mask {name}\n{body}\n")
+    return front(path, {})
+
+
+def test_dilated_band_gets_offset_masks():
+    table = front(ROOT / "benchmarks" / "generality" / "dilated_band.mask", {})
+    t = choose_tiling(table)
+    assert t.kind == "linear" and t.offset_masks is not None
+    # |q - k| < 2048: tile offsets -16 .. 16
+    assert (t.offset_masks.lo, t.offset_masks.hi) == (-16, 17)
+    assert "depends only on q - k" in t.reason and "33 tile offsets" in t.reason
+    assert t.to_dict()["offset_masks"] == {"classes": 33, "offsets": [-16, 17]}
+    text = emit(table, archs=("sm_90a",)).text
+    assert "cmc_offset_mask_words[8448]" in text and "kOffsetMasks = 1" in text
+
+
+def test_exact_masks_keep_their_interval_masks():
+    """Causal and sliding windows depend only on q - k too, but their partial tiles cost one
+    span compare per term: no tables for them (and their cubins stay as they were)."""
+    for stem in ("causal", "sliding_window"):
+        t = choose_tiling(front(ROOT / "samples" / f"{stem}.mask", {}))
+        assert t.offset_masks is None and t.reason == LINEAR.reason, stem
+        assert "kOffsetMasks = 0" in emit(front(ROOT / "samples" / f"{stem}.mask", {}),
+                                          archs=("sm_90a",)).text
+
+
+def test_check_and_show_say_what_the_residual_becomes(tmp_path):
+    band = ROOT / "benchmarks" / "generality" / "dilated_band.mask"
+    r = CliRunner().invoke(cli, ["check", str(band)], catch_exceptions=False)
+    assert r.exit_code == 0
+    assert "sm90 residual: per-offset tile masks replace it" in r.output
+    assert "66 KiB in the cubin" in r.output
+    r = CliRunner().invoke(cli, ["show", str(band), "--len", "512"], catch_exceptions=False)
+    assert "tile masks: 33 tile offsets (-16..16, 66 KiB in the cubin)" in r.output
+    other = tmp_path / "sum.mask"
+    other.write_text("mask sum\nallow abs(q - k) < 200 and (q + k) % 3 == 0\n")
+    r = CliRunner().invoke(cli, ["check", str(other)], catch_exceptions=False)
+    assert "sm90 residual: evaluated per element on partial tiles (no tile masks:" in r.output
+
+
+@pytest.mark.parametrize("body, why", [
+    ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and k < len - 5", "reads len"),
+    ("param w : int in [0, 1000]\nallow abs(q - k) < 200 and (q - k) % w == 0",
+     "run-time parameters (w)"),
+    ("allow abs(q - k) < 200 and (q + k) % 3 == 0", "q + k is not a function"),
+    ("allow abs(q - k) < 200 and (q - k) * q % 3 == 0", "not a function of q - k"),
+    ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and q % 2 == 0", "q is not a function"),
+    ("allow k <= q and (q - k) % 3 == 0", "tile offsets, more than"),
+    (f"allow abs(q - k) < {128 * (MAX_MASK_CLASSES // 2 + 1)} and (q - k) % 3 == 0",
+     f"more than {MAX_MASK_CLASSES}"),
+])
+def test_offset_masks_refused_with_a_reason(tmp_path, body, why):
+    table = _mask(tmp_path, body)
+    assert not table.exact
+    masks, reason = offset_masks(table)
+    assert masks is None and why in reason, reason
+    t = choose_tiling(table)
+    assert t.offset_masks is None and "no tile masks" in t.reason and why in t.reason
+
+
+def test_a_one_sided_band_gets_only_its_offsets(tmp_path):
+    """q - k from 300 to 599: keys 300 .. 599 behind the query, 2.3 .. 5.7 tiles back."""
+    masks, _ = offset_masks(_mask(tmp_path, "allow 300 <= q - k < 600 and (q - k) % 4 != 1"))
+    assert masks is not None and (masks.lo, masks.hi) == (-5, -1)
+
+
+# =========================================================================== host harness
+
+MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+int main() {
+  const int ncase = rd();
+  static char m[128][129];
+  for (int c = 0; c < ncase; ++c) {
+    const int len = rd(), nt = (len + 127) / 128;
+    for (int t = 0; t < nt; ++t)
+      for (int j = 0; j < nt; ++j) {
+        for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
+        for (int th = 0; th < 256; ++th) {
+          const int ct = th % 128, lane = ct % 32;
+          const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
+          const cmc_uint2 w = cmc_offset_tile_mask(cmc_hooks::offset_masks(),
+                                                   cmc_hooks::kMaskTileLo,
+                                                   cmc_hooks::kMaskTileN, t, j, th, len, off);
+          for (int n = 0; n < 16; ++n)
+            for (int e = 0; e < 2; ++e) {
+              if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
+              if ((w.y >> (e * 16 + n)) & 1u) m[lrow + 8][8 * n + off + e] = '1';
+            }
+        }
+        for (int r = 0; r < 128; ++r) puts(m[r]);
+      }
+  }
+  return 0;
+}
+"""
+
+
+def _build(table, tiling: Tiling, workdir: Path) -> Path:
+    src = emit(table, archs=("sm_90a",), tiling=tiling)
+    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+            "#include <vector>\n#define CMC_HOST 1\n")
+    cpp = workdir / f"{table.mask.name}.cpp"
+    exe = workdir / table.mask.name
+    cpp.write_text(head + src.text + MAIN)
+    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
+                        "-Wno-unused-variable", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    return exe
+
+
+def _mismatches(table, exe: Path, lengths: list[int]) -> list[str]:
+    """Tile pairs whose decoded mask differs from the dense mask (rows past len are never
+    stored; keys past len must be masked)."""
+    r = subprocess.run([str(exe)], input=" ".join(map(str, [len(lengths), *lengths])),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    lines = r.stdout.split("\n")
+    pos, bad = 0, []
+    for n in lengths:
+        nt = -(-n // 128)
+        pad = nt * 128
+        qq = np.arange(pad, dtype=np.int64)[:, None]
+        kk = np.arange(pad, dtype=np.int64)[None, :]
+        vis = np.broadcast_to(eval_pred(table.mask.predicate, Env(n, {}, {"q": qq, "k": kk})),
+                              (pad, pad)) & (kk < n)
+        for t in range(nt):
+            for j in range(nt):
+                got = np.array([[ch == "1" for ch in ln] for ln in lines[pos:pos + 128]])
+                pos += 128
+                live = min(128, n - t * 128)
+                want = vis[t * 128:t * 128 + live, j * 128:(j + 1) * 128]
+                if not (got[:live] == want).all():
+                    bad.append(f"len {n}: tiles ({t}, {j})")
+    return bad
+
+
+LENGTHS = [100, 128, 700, 1000, 1290]
+CASES = {
+    "dil3": "allow abs(q - k) < 300 and (q - k) % 3 == 0",
+    "dil5_skew": "allow -100 <= q - k < 400 and (2 * q - 2 * k + 1) % 5 == 0",
+    "dil_deny": "allow abs(q - k) < 260 and (k - q) % 4 != 1\ndeny abs(q - k) == 7",
+}
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    with tempfile.TemporaryDirectory(prefix="cmc-offset-") as d:
+        yield Path(d)
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_host_offset_masks_equal_the_dense_mask(name, workdir):
+    table = _mask(workdir, CASES[name], name)
+    t = choose_tiling(table)
+    assert t.offset_masks is not None, t.reason
+    assert _mismatches(table, _build(table, t, workdir), LENGTHS) == []
+
+
+@needs_gxx
+def test_host_offset_masks_one_flipped_bit_is_found(workdir):
+    table = _mask(workdir, CASES["dil3"], "dil3_flip")
+    t = choose_tiling(table)
+    assert t.offset_masks is not None
+    rows = list(t.offset_masks.rows)
+    c = -t.offset_masks.lo  # offset 0: the diagonal tiles
+    rows[c * 128 + 5] ^= 1 << 77
+    flipped = replace(t, offset_masks=OffsetMasks(t.offset_masks.lo, t.offset_masks.hi,
+                                                  tuple(rows)))
+    bad = _mismatches(table, _build(table, flipped, workdir), [1000])
+    assert bad and all(b.startswith("len 1000: tiles (") for b in bad)
+    assert "len 1000: tiles (0, 0)" in bad
