@@ -281,15 +281,7 @@ def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
         for _ in range(2):
             bwd.run(desc, args, L, H, H, B, det)
         torch.cuda.synchronize()
-        times = []
-        for _ in range(5):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            bwd.run(desc, args, L, H, H, B, det)
-            e1.record()
-            torch.cuda.synchronize()
-            times.append(e0.elapsed_time(e1) / 1e3)
-        t = min(times)
+        t = fastest_ms(lambda a=args, d=det: bwd.run(desc, a, L, H, H, B, d)) / 1e3
         out.append(f"{label}causal bwd L={L} B={B} H={H} D={D} {dtype} "
                    f"{'deterministic' if det else 'atomic dQ':14s} {t * 1e3:8.3f} ms "
                    f"{flops / t / 1e12:7.1f} TFLOP/s  ({role_times(bwd, desc, args, L, H, B, det)})")
@@ -300,18 +292,21 @@ def role_times(bwd: Bwd, desc: bytes, args: bytes, L: int, H: int, B: int, det: 
     """Each role of the sequence timed alone (fastest of 5, ms): where the backward's time goes."""
     from cmc.kernels import BWD_SEQUENCE
 
-    parts = []
-    for role in BWD_SEQUENCE["deterministic" if det else "atomic"]:
-        ts = []
-        for _ in range(5):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            bwd.launch_role(role, desc, args, L, H, H, B)
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1))
-        parts.append(f"{role} {min(ts):.3f}")
-    return ", ".join(parts)
+    return ", ".join(f"{role} {fastest_ms(lambda r=role: bwd.launch_role(r, desc, args, L, H, H, B)):.3f}"
+                     for role in BWD_SEQUENCE["deterministic" if det else "atomic"])
+
+
+def fastest_ms(fn, n: int = 5) -> float:
+    """The fastest of n CUDA-event timings of fn (ms)."""
+    times = []
+    for _ in range(n):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1))
+    return min(times)
 
 
 def main() -> int:
