@@ -141,6 +141,17 @@ CMC_DEV void rs_n128(float* d, const unsigned* a, unsigned long long db) {
   CMC_WGMMA_DTYPE(BF16, CMC_BWD_RS_N128);
 }
 
+// D[64 x 64] = A[64 x D] B[64 x D]^T over the head dim, both operands K-major swizzled tiles:
+// A: 64 rows at `a` inside a [ROWS_A][D] tile; B: the whole [ROWS_B = 64][D] tile at `b`.
+template <bool BF16, int D, int ROWS_A, int ROWS_B>
+CMC_DEV void ss_headdim(float* d, unsigned a, unsigned b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const unsigned oa = (kk >> 2) * (ROWS_A * 128) + (kk & 3) * 32, ob = (kk >> 2) * (ROWS_B * 128) + (kk & 3) * 32;
+    ss_n64<BF16, 0, 0>(d, gdesc(a + oa, 16, 1024), gdesc(b + ob, 16, 1024), kk);
+  }
+}
+
 // Unified names for the head-dim-dependent GEMMs of one warpgroup.
 // acc[64 x D] += A[64 x 16] (registers) * B[16 x D] (MN-major at db).
 template <bool BF16, int D> CMC_DEV void rs_nd(float* acc, const unsigned* a, unsigned long long db) {
@@ -304,17 +315,9 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     // S^T and dP^T (two commit groups).
     float s[32], dp[32];
     wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const unsigned o = (kk >> 2) * (kBN * 128) + (kk & 3) * 32, oq = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      ss_n64<BF16, 0, 0>(s, gdesc(kA + o, 16, 1024), gdesc(qB + oq, 16, 1024), kk);
-    }
+    ss_headdim<BF16, D, kBN, kBM>(s, kA, qB);
     wg_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const unsigned o = (kk >> 2) * (kBN * 128) + (kk & 3) * 32, oq = (kk >> 2) * (kBM * 128) + (kk & 3) * 32;
-      ss_n64<BF16, 0, 0>(dp, gdesc(vA + o, 16, 1024), gdesc(doB + oq, 16, 1024), kk);
-    }
+    ss_headdim<BF16, D, kBN, kBM>(dp, vA, doB);
     wg_commit();
     wg_wait<1>();
     fence_regs<32>(s);

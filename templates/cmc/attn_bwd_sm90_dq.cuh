@@ -152,17 +152,9 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     // S and dP (two commit groups).
     float s[32], dp[32];
     wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const unsigned oa = (kk >> 2) * (kDqRows * 128) + (kk & 3) * 32, ob = (kk >> 2) * (kDqKeys * 128) + (kk & 3) * 32;
-      ss_n64<BF16, 0, 0>(s, gdesc(qA + oa, 16, 1024), gdesc(kb + ob, 16, 1024), kk);
-    }
+    ss_headdim<BF16, D, kDqRows, kDqKeys>(s, qA, kb);
     wg_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const unsigned oa = (kk >> 2) * (kDqRows * 128) + (kk & 3) * 32, ob = (kk >> 2) * (kDqKeys * 128) + (kk & 3) * 32;
-      ss_n64<BF16, 0, 0>(dp, gdesc(doA + oa, 16, 1024), gdesc(vb + ob, 16, 1024), kk);
-    }
+    ss_headdim<BF16, D, kDqRows, kDqKeys>(dp, doA, vb);
     wg_commit();
     wg_wait<1>();
     fence_regs<32>(s);
