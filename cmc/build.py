@@ -347,12 +347,22 @@ def _made_by(cub: Cubin) -> str:
     return nvrtc_version()
 
 
+class _LostPipeline(Exception):
+    """ptxas's wgmma pipeline notes for one compile: the caller refuses the kernel or tries
+    another register split."""
+
+    def __init__(self, notes: list[str], log: str) -> None:
+        super().__init__(notes[0])
+        self.notes = notes
+        self.log = log
+
+
 def _compile_checked(
     source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool,
     extra: Sequence[str], split: RegSplit | None
-) -> tuple[BuiltCubin, list[str]]:
-    """One cubin of the variant with `split` (None: the header's default, no define), and
-    ptxas's wgmma pipeline notes, which the caller refuses or tries another split for."""
+) -> BuiltCubin:
+    """One checked cubin of the variant with `split` (None: the header's default, no
+    define); _LostPipeline if ptxas gave up the wgmma pipeline (checked first, as before)."""
     name = source.filename.removesuffix(".cu")
     split_opts = split.options() if split is not None else ()
     options = compile_options(source.text, arch, v, (*extra, *split_opts))
@@ -375,6 +385,10 @@ def _compile_checked(
                 repro=repro_command(path, options),
             )
         data, log = res.cubin, res.log
+    if notes := wgmma_pipeline_notes(log):
+        if use_cache and hit is None:  # a later build skips this candidate without NVRTC
+            _cache_put(key, data, log)
+        raise _LostPipeline(notes, log)
     try:
         cub = read_cubin(data)
     except ArtifactError as e:
@@ -404,7 +418,7 @@ def _compile_checked(
         log=log,
         reg_split=split,
     )
-    return built, wgmma_pipeline_notes(log)
+    return built
 
 
 def _pipeline_error(where: str, notes: list[str], log: str, tried: str = "") -> BuildError:
@@ -420,10 +434,10 @@ def _uses_local(r: KernelResources) -> bool:
     return bool(r.local_bytes or r.spill_stores or r.spill_loads)
 
 
-def _outcome(split: RegSplit, c: BuiltCubin, notes: list[str]) -> str:
-    r = c.resources
-    if notes:
-        return f"{split} lost the wgmma pipeline ({notes[0].split(':')[0]})"
+def _outcome(split: RegSplit, got: BuiltCubin | _LostPipeline) -> str:
+    if isinstance(got, _LostPipeline):
+        return f"{split} lost the wgmma pipeline ({got.notes[0].split(':')[0]})"
+    r = got.resources
     if r.spill_stores or r.spill_loads:
         return f"{split} spilled {r.spill_stores + r.spill_loads} bytes"
     if r.local_bytes:
@@ -441,27 +455,30 @@ def _build_one(
     candidates = spec(v.kernel).reg_split_candidates(v.tiling.kind)
     where = f"{source.filename} [{arch}, {variant_tag(v)}]"
     if not candidates:
-        built, notes = _compile_checked(source, v, arch, use_cache, extra, None)
-        if notes:
-            raise _pipeline_error(where, notes, built.log)
-        return built
+        try:
+            return _compile_checked(source, v, arch, use_cache, extra, None)
+        except _LostPipeline as lost:
+            raise _pipeline_error(where, lost.notes, lost.log) from None
     t0 = time.perf_counter()
-    tried: list[tuple[BuiltCubin, list[str]]] = []
+    tried: list[BuiltCubin | _LostPipeline] = []
     for i, split in enumerate(candidates):
-        built, notes = _compile_checked(source, v, arch, use_cache, extra,
-                                        None if i == 0 else split)
-        tried.append((dataclasses.replace(built, reg_split=split), notes))
-        if not notes and not _uses_local(built.resources):
+        try:
+            built = _compile_checked(source, v, arch, use_cache, extra, None if i == 0 else split)
+        except _LostPipeline as lost:
+            tried.append(lost)
+            continue
+        tried.append(dataclasses.replace(built, reg_split=split))
+        if not _uses_local(built.resources):
             break
-    outcomes = [_outcome(split, c, n) for split, (c, n) in zip(candidates, tried, strict=False)]
-    kept = [(c, n) for c, n in tried if not n]
+    outcomes = [_outcome(split, got) for split, got in zip(candidates, tried, strict=False)]
+    kept = [got for got in tried if isinstance(got, BuiltCubin)]
     if not kept:
-        first, notes = tried[0]
-        raise _pipeline_error(where, notes, first.log,
+        first = tried[0]
+        assert isinstance(first, _LostPipeline)
+        raise _pipeline_error(where, first.notes, first.log,
                               f"; register splits tried: {'; '.join(outcomes)}")
-    chosen, _ = kept[-1] if not _uses_local(kept[-1][0].resources) else min(
-        kept, key=lambda cn: (cn[0].resources.spill_stores + cn[0].resources.spill_loads,
-                              cn[0].resources.local_bytes))
+    chosen = min(kept, key=lambda c: (c.resources.spill_stores + c.resources.spill_loads,
+                                      c.resources.local_bytes))
     if len(tried) == 1 and not _uses_local(chosen.resources):
         reason = "default"
     elif _uses_local(chosen.resources):

@@ -203,11 +203,13 @@ class RegSplit:
 
 # Tried in order until one builds without local memory and with ptxas's wgmma pipeline kept;
 # the first of each tiling is the header's default (byte-identical cubins where it is clean).
-# Measured by hand on the samples (sm_90a bf16 d128, 2026-12-05): 56/224 removes the
-# linear kernels' producer spills, 72/216 video3d's and clear's; patch kernels spill more
-# with 40/232 or 24/240, so they are not tried there.
+# Each step moves 16 registers per thread from the consumers (256 threads) to the producer
+# (128): P + 2 C = 504 = 3 x 168. Measured on the samples and generality masks (NVRTC 13.0,
+# 2026-12-05, docs/kernel-notes.md "Spills as built"): 56/224 removes the producer spills of
+# most linear kernels, 72/216 clear d64's, 88/208 video3d d128's; 24/240 and 40/232 spill
+# more on the kernels that spill at every split here, so they are not tried there.
 SM90_REG_SPLITS: Mapping[str, tuple[RegSplit, ...]] = {
-    "linear": (RegSplit(40, 232), RegSplit(56, 224), RegSplit(72, 216)),
+    "linear": (RegSplit(40, 232), RegSplit(56, 224), RegSplit(72, 216), RegSplit(88, 208)),
     "patch": (RegSplit(56, 224), RegSplit(72, 216)),
 }
 
