@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .abi import SCHEMA_VERSION, DescriptorLayout  # noqa: F401  (SCHEMA_VERSION: re-exported)
 from .ir import LINEAR, IntervalTable, Tiling
-from .kernels import KernelKind, spec
+from .kernels import KernelKind, RegSplit, spec
 
 DEFAULT_ARCHS = ("sm_90a", "sm_100a")
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
@@ -81,6 +81,8 @@ class BuiltCubin:
     build_seconds: float
     resources: KernelResources
     log: str = ""
+    reg_split: RegSplit | None = None  # setmaxnreg kinds: the split the build chose
+    reg_split_reason: str = ""  # "default", or each split tried and what it gave
 
 
 @dataclass(frozen=True)

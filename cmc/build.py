@@ -30,6 +30,7 @@ the include path. That directory is a machine path, so the recorded options carr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -55,7 +56,7 @@ from .artifacts import (
 )
 from .cubin import Cubin, parse_ptxas_log, read_cubin, wgmma_pipeline_notes
 from .errors import ArtifactError, BuildError, UsageError
-from .kernels import spec
+from .kernels import RegSplit, spec
 
 BASE_OPTIONS = ("-std=c++17", "-default-device", "--ptxas-options=-v")
 CUDA_INCLUDE_TOKEN = "-I$CUDA_INCLUDE"
@@ -346,11 +347,25 @@ def _made_by(cub: Cubin) -> str:
     return nvrtc_version()
 
 
-def _build_one(
-    source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool, extra: Sequence[str]
+class _LostPipeline(Exception):
+    """ptxas's wgmma pipeline notes for one compile: the caller refuses the kernel or tries
+    another register split."""
+
+    def __init__(self, notes: list[str], log: str) -> None:
+        super().__init__(notes[0])
+        self.notes = notes
+        self.log = log
+
+
+def _compile_checked(
+    source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool,
+    extra: Sequence[str], split: RegSplit | None
 ) -> BuiltCubin:
+    """One checked cubin of the variant with `split` (None: the header's default, no
+    define); _LostPipeline if ptxas gave up the wgmma pipeline (checked first, as before)."""
     name = source.filename.removesuffix(".cu")
-    options = compile_options(source.text, arch, v, extra)
+    split_opts = split.options() if split is not None else ()
+    options = compile_options(source.text, arch, v, (*extra, *split_opts))
     where = f"{source.filename} [{arch}, {variant_tag(v)}]"
     t0 = time.perf_counter()
     key = cache_key(source.text, source.filename, options)
@@ -371,12 +386,9 @@ def _build_one(
             )
         data, log = res.cubin, res.log
     if notes := wgmma_pipeline_notes(log):
-        raise BuildError(
-            f"{where}: ptxas did not keep the kernel's wgmma pipeline ({notes[0].split(':')[0]}); "
-            "the kernel would run correctly but serialised or with waits the source did not ask "
-            "for",
-            log=log,
-        )
+        if use_cache and hit is None:  # a later build skips this candidate without NVRTC
+            _cache_put(key, data, log)
+        raise _LostPipeline(notes, log)
     try:
         cub = read_cubin(data)
     except ArtifactError as e:
@@ -393,7 +405,7 @@ def _build_one(
         spill_stores=spills.spill_stores if spills else 0,
         spill_loads=spills.spill_loads if spills else 0,
     )
-    return BuiltCubin(
+    built = BuiltCubin(
         arch=arch,
         symbol=v.symbol,
         filename=cubin_filename(name, arch, v),
@@ -404,7 +416,77 @@ def _build_one(
         build_seconds=time.perf_counter() - t0,
         resources=resources,
         log=log,
+        reg_split=split,
     )
+    return built
+
+
+def _pipeline_error(where: str, notes: list[str], log: str, tried: str = "") -> BuildError:
+    return BuildError(
+        f"{where}: ptxas did not keep the kernel's wgmma pipeline ({notes[0].split(':')[0]}"
+        f"{tried}); the kernel would run correctly but serialised or with waits the source "
+        "did not ask for",
+        log=log,
+    )
+
+
+def _uses_local(r: KernelResources) -> bool:
+    return bool(r.local_bytes or r.spill_stores or r.spill_loads)
+
+
+def _outcome(split: RegSplit, got: BuiltCubin | _LostPipeline) -> str:
+    if isinstance(got, _LostPipeline):
+        return f"{split} lost the wgmma pipeline ({got.notes[0].split(':')[0]})"
+    r = got.resources
+    if r.spill_stores or r.spill_loads:
+        return f"{split} spilled {r.spill_stores + r.spill_loads} bytes"
+    if r.local_bytes:
+        return f"{split} used {r.local_bytes} bytes of local memory"
+    return f"{split} clean"
+
+
+def _build_one(
+    source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool, extra: Sequence[str]
+) -> BuiltCubin:
+    """The variant's cubin. A kind with register splits (kernels.SM90_REG_SPLITS) is built
+    with each candidate in order until one uses no local memory and keeps the wgmma pipeline;
+    if none does, the one with the fewest spilled bytes (of those that keep the pipeline) is
+    kept, and its reason names every split tried and what it gave."""
+    candidates = spec(v.kernel).reg_split_candidates(v.tiling.kind)
+    where = f"{source.filename} [{arch}, {variant_tag(v)}]"
+    if not candidates:
+        try:
+            return _compile_checked(source, v, arch, use_cache, extra, None)
+        except _LostPipeline as lost:
+            raise _pipeline_error(where, lost.notes, lost.log) from None
+    t0 = time.perf_counter()
+    tried: list[BuiltCubin | _LostPipeline] = []
+    for i, split in enumerate(candidates):
+        try:
+            built = _compile_checked(source, v, arch, use_cache, extra, None if i == 0 else split)
+        except _LostPipeline as lost:
+            tried.append(lost)
+            continue
+        tried.append(dataclasses.replace(built, reg_split=split))
+        if not _uses_local(built.resources):
+            break
+    outcomes = [_outcome(split, got) for split, got in zip(candidates, tried, strict=False)]
+    kept = [got for got in tried if isinstance(got, BuiltCubin)]
+    if not kept:
+        first = tried[0]
+        assert isinstance(first, _LostPipeline)
+        raise _pipeline_error(where, first.notes, first.log,
+                              f"; register splits tried: {'; '.join(outcomes)}")
+    chosen = min(kept, key=lambda c: (c.resources.spill_stores + c.resources.spill_loads,
+                                      c.resources.local_bytes))
+    if len(tried) == 1 and not _uses_local(chosen.resources):
+        reason = "default"
+    elif _uses_local(chosen.resources):
+        reason = f"{'; '.join(outcomes)}; kept {chosen.reg_split} (the fewest spilled bytes)"
+    else:
+        reason = "; ".join(outcomes)
+    return dataclasses.replace(chosen, reg_split_reason=reason,
+                               build_seconds=time.perf_counter() - t0)
 
 
 def plan(source: EmittedSource, archs: Sequence[str] | None) -> list[tuple[KernelVariant, str]]:

@@ -316,11 +316,13 @@ def check_unique_names(files: Sequence[str], names: Sequence[str]) -> None:
 
 
 def spill_warnings(built: BuiltKernels) -> list[str]:
-    """A line per kernel that uses local memory: spills cost bandwidth the numbers assume."""
+    """A line per kernel that uses local memory: spills cost bandwidth the numbers assume.
+    A kernel with a register split names the splits the build tried."""
     return [
         f"warning: {c.filename}: {c.resources.local_bytes} bytes of local memory per thread, "
         f"{c.resources.spill_stores} bytes spill stores, {c.resources.spill_loads} bytes "
         "spill loads"
+        + (f" (register split {c.reg_split}: {c.reg_split_reason})" if c.reg_split else "")
         for c in built.cubins
         if c.resources.spill_stores or c.resources.spill_loads or c.resources.local_bytes
     ]

@@ -49,6 +49,8 @@ class KernelReport:
     spill_loads: int
     size: int  # bytes of the cubin
     toolkit: str  # ptxas version recorded in the cubin
+    reg_split: str = ""  # "P/C" (setmaxnreg kinds), "" for none
+    reg_split_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,8 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
                 spill_stores=k["spill_stores"],
                 spill_loads=k["spill_loads"],
                 size=len(data),
+                reg_split=_split_text(k.get("reg_split")),
+                reg_split_reason=(k.get("reg_split") or {}).get("reason", ""),
                 toolkit=cub.toolkit,
             )
         )
@@ -223,6 +227,10 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
     )
 
 
+def _split_text(split: dict[str, object] | None) -> str:
+    return "" if not split else f"{split['producer']}/{split['consumer']}"
+
+
 def report_text(r: InspectReport) -> str:
     """What `cmc inspect` prints."""
     head = (
@@ -231,7 +239,7 @@ def report_text(r: InspectReport) -> str:
         f"{'exact' if r.exact else 'with residual parts'}; all checks passed"
     )
     cols = ("symbol", "arch", "kernel", "threads", "regs", "smem static", "smem dyn", "local",
-            "spill st/ld", "bytes")
+            "spill st/ld", "regs P/C", "bytes")
     rows = [
         (
             k.symbol,
@@ -243,6 +251,7 @@ def report_text(r: InspectReport) -> str:
             str(k.dynamic_smem),
             str(k.local_bytes),
             f"{k.spill_stores}/{k.spill_loads}",
+            k.reg_split or "-",
             str(k.size),
         )
         for k in r.kernels
@@ -254,6 +263,7 @@ def report_text(r: InspectReport) -> str:
     lines += [
         f"warning: {k.file}: {k.local_bytes} bytes of local memory per thread, "
         f"{k.spill_stores} bytes spill stores, {k.spill_loads} bytes spill loads"
+        + (f" (register split {k.reg_split}: {k.reg_split_reason})" if k.reg_split else "")
         for k in r.kernels
         if k.spill_stores or k.spill_loads or k.local_bytes
     ]

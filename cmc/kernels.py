@@ -79,6 +79,13 @@ class KernelSpec:
     entry: str = ""  # the device template call
     threads_expr: str = ""  # launch bounds (static_assert'ed == threads)
     smem_expr: str = ""  # dynamic shared memory (static_assert'ed == smem); "" for none
+    # setmaxnreg kinds: the register splits the build tries per tiling kind, in order
+    reg_splits: Mapping[str, tuple[RegSplit, ...]] | None = None
+
+    def reg_split_candidates(self, tiling_kind: str) -> tuple[RegSplit, ...]:
+        """The splits the build tries for a kernel of this tiling kind (() for kinds without
+        setmaxnreg); the first is the header's default and needs no option."""
+        return self.reg_splits[tiling_kind] if self.reg_splits else ()
 
     def grid_rule(self, tiling: TileShape, block_m: int) -> list[str]:
         """Grid dimensions as expressions over descriptor fields and max_ctas (the header's
@@ -157,6 +164,56 @@ def _portable_smem(head_dim: int, plan_ints: int) -> int:
 # --------------------------------------------------------------------------- sm90
 
 SM90_STAGES = {64: 4, 128: 2}
+SM90_THREADS = 384
+SM90_PRODUCER_THREADS = 128
+SM90_LAUNCH_REGS = 168  # per thread under __launch_bounds__(384, 1): 65536 / 384, rounded to 8
+
+
+@dataclass(frozen=True)
+class RegSplit:
+    """Registers per thread of the sm90 forward's producer and consumer warpgroups after
+    setmaxnreg (cmc_sm90::Regs). ptxas allocates each region within its budget, so the split
+    decides where a kernel spills; the build picks one per kernel (build.py)."""
+
+    producer: int
+    consumer: int
+
+    def __post_init__(self) -> None:
+        if self.problem():
+            raise ValueError(f"register split {self}: {self.problem()}")
+
+    def problem(self) -> str:
+        """Why the device would refuse or hang on this split ("" when it is sound)."""
+        for n in (self.producer, self.consumer):
+            if n % 8 or not 24 <= n <= 256:
+                return f"{n} is not a setmaxnreg count (a multiple of 8 in [24, 256])"
+        used = (SM90_PRODUCER_THREADS * self.producer
+                + (SM90_THREADS - SM90_PRODUCER_THREADS) * self.consumer)
+        if used > SM90_THREADS * SM90_LAUNCH_REGS:
+            return (f"needs {used} registers, more than the CTA's {SM90_THREADS} x "
+                    f"{SM90_LAUNCH_REGS} (setmaxnreg.inc would wait forever)")
+        return ""
+
+    def options(self) -> tuple[str, ...]:
+        """The NVRTC defines that select it in cmc_sm90::Regs."""
+        return (f"-DCMC_SM90_REGS_PRODUCER={self.producer}",
+                f"-DCMC_SM90_REGS_CONSUMER={self.consumer}")
+
+    def __str__(self) -> str:
+        return f"{self.producer}/{self.consumer}"
+
+
+# Tried in order until one builds without local memory and with ptxas's wgmma pipeline kept;
+# the first of each tiling is the header's default (byte-identical cubins where it is clean).
+# Each step moves 16 registers per thread from the consumers (256 threads) to the producer
+# (128): P + 2 C = 504 = 3 x 168. Measured on the samples and generality masks (NVRTC 13.0,
+# 2026-12-05, docs/kernel-notes.md "Spills as built"): 56/224 removes the producer spills of
+# most linear kernels, 72/216 clear d64's, 88/208 video3d d128's; 24/240 and 40/232 spill
+# more on the kernels that spill at every split here, so they are not tried there.
+SM90_REG_SPLITS: Mapping[str, tuple[RegSplit, ...]] = {
+    "linear": (RegSplit(40, 232), RegSplit(56, 224), RegSplit(72, 216), RegSplit(88, 208)),
+    "patch": (RegSplit(56, 224), RegSplit(72, 216)),
+}
 
 
 def _sm90_plan_ints(n_terms: int, patch_key_tiles: int | None) -> int:
@@ -223,6 +280,7 @@ SPECS: Mapping[KernelKind, KernelSpec] = {
         cubin_group="forward",
         symbol="cmc_{mask}_fwd_sm90_{dtype}_d{head_dim}",
         tag="sm90_{dtype}_d{head_dim}",
+        reg_splits=SM90_REG_SPLITS,
     ),
 }
 

@@ -184,6 +184,11 @@ def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
         "local_bytes": r.local_bytes,
         "spill_stores": r.spill_stores,
         "spill_loads": r.spill_loads,
+        "reg_split": None if c.reg_split is None else {
+            "producer": c.reg_split.producer,
+            "consumer": c.reg_split.consumer,
+            "reason": c.reg_split_reason,
+        },
         "kernel": v.kernel.value,
         "tensor_maps": [{"tensor": t.tensor, "box": list(t.box), "swizzle": t.swizzle}
                         for t in tensor_maps(v.kernel, v.tiling.box_rows)],

@@ -41,7 +41,7 @@
 //
 // ------------------------------------------------------------------------------ design
 // CTA = 3 warpgroups (384 threads), __launch_bounds__(384, 1):
-//   WG0 producer (setmaxnreg.dec to 40): warps 1-3 build each item's tile plan (named
+//   WG0 producer (setmaxnreg.dec to 40, Regs): warps 1-3 build each item's tile plan (named
 //       barrier 3, 96 threads) as soon as the item's slot is free, up to two items ahead
 //       (a patch tiling's first plan of a CTA: with both consumer warpgroups, 352 threads);
 //       warp 0, the loader, waits for the plan and copies the Q tile [128 x D] and, for every
@@ -50,7 +50,7 @@
 //       lanes issue the boxes). Each FULL barrier (count 1) gets an arrive.expect_tx of the
 //       tile's bytes from lane 0 and completes when the TMA has written them. It waits on the
 //       stage's EMPTY barrier (count 8: lane 0 of each consumer warp) before refilling.
-//   WG1, WG2 consumers (setmaxnreg.inc to 232): 64 query rows each (BLOCK_M = 128).
+//   WG1, WG2 consumers (setmaxnreg.inc to 232, Regs): 64 query rows each (BLOCK_M = 128).
 //       S = Q K^T:  wgmma m64n128k16, A = Q and B = K both from shared memory (K-major,
 //                   128-byte swizzle descriptors), f32 accumulators (64 regs/thread); for
 //                   a patch tiling A = Q from registers (loaded once per item).
@@ -131,13 +131,24 @@ constexpr int kThreads = 384;   // producer WG + 2 consumer WGs
 // Registers per thread after setmaxnreg. The CTA holds what the launch gave it, 168 per
 // thread (__launch_bounds__(384, 1)), and setmaxnreg.inc waits until the producer's dec has
 // freed enough of that, so the split must not exceed 384 x 168 (more hangs the consumers).
-// A patch-tiled plan (box geometry, bit sets) needs more in the producer: 56 / 224.
+// ptxas allocates each region within its budget, so the split decides where spills happen:
+// the build chooses it per kernel (cmc/kernels.py, SM90_REG_SPLITS: the first candidate
+// without local memory) and passes it as -DCMC_SM90_REGS_PRODUCER=P
+// -DCMC_SM90_REGS_CONSUMER=C; without them, the first candidate of the tiling: 40 / 232
+// linear, 56 / 224 patch (a patch-tiled plan's box geometry and bit sets need more).
 constexpr int kLaunchRegs = 168;
 template <int TILING> struct Regs {
+#if defined(CMC_SM90_REGS_PRODUCER) && defined(CMC_SM90_REGS_CONSUMER)
+  static constexpr int kProducer = CMC_SM90_REGS_PRODUCER;
+  static constexpr int kConsumer = CMC_SM90_REGS_CONSUMER;
+#else
   static constexpr int kProducer = TILING == 1 ? 56 : 40;
   static constexpr int kConsumer = TILING == 1 ? 224 : 232;
+#endif
   static_assert(128 * kProducer + (kThreads - 128) * kConsumer <= kThreads * kLaunchRegs,
                 "setmaxnreg split above the CTA's registers");
+  static_assert(kProducer % 8 == 0 && kConsumer % 8 == 0 && kProducer >= 24 &&
+                kConsumer <= 256, "setmaxnreg counts are multiples of 8 in [24, 256]");
 };
 
 template <int D> struct Cfg {
