@@ -110,6 +110,8 @@ def test_grid_text_stays_linear_by_its_counts():
     assert t.kind == "linear"
     assert t.reason == ("computed pairs at len 3149: linear 2670592; 16x8 3424256; 8x16 "
                         "3325952: linear tiles")
+    src = emit(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"), archs=("sm_90a",))
+    assert {v.tiling.reason for v in src.variants} == {t.reason}  # the manifest's, not "default"
 
 
 def test_computed_pairs_counts_tiles():
