@@ -2,7 +2,8 @@
 linear tile is partial, so its rows past the origin must not be stored and its keys past the
 origin must be masked (they belong to patches). CLEAR-like masks at origins 77, 133 and 333
 (widths 128, 80, 96), and the generality suite's grid_text (origin 77, width 48: its counts
-keep it linear), forward against the float64 reference at lengths shorter than the origin,
+keep it linear) with the suite's two other grids (origins 333 and 77, widths 80 and 96),
+forward against the float64 reference at lengths shorter than the origin,
 ending inside the partial tile, just past it, below and above min_len, and long.
 
 Run on a GPU machine: `pytest -m gpu tests/gpu/test_gpu_grid_origin.py -q` (builds with NVRTC
@@ -29,6 +30,9 @@ GRIDS = [
     ("samples/clear.mask", {"TEXT": 133, "W": 80, "R": 10}, "patch"),
     ("samples/clear.mask", {"TEXT": 333, "W": 96, "R": 12}, "patch"),
     ("benchmarks/generality/grid_text.mask", {}, "linear"),
+    # the generality suite's other grids: 8x16 with tile masks, 16x8 without (77 offsets)
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 333, "W": 80, "R": 24}, "patch"),
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}, "patch"),
 ]
 
 
@@ -54,7 +58,8 @@ def _build(path: str, defines: dict[str, int], out: Path) -> Path:
 
 
 @pytest.mark.parametrize("path,defines,kind", GRIDS,
-                         ids=[f"{Path(p).stem}-{d.get('TEXT', 77)}" for p, d, _ in GRIDS])
+                         ids=[f"{Path(p).stem}-{d.get('TEXT', 77)}-{d.get('W', 0)}"
+                              for p, d, _ in GRIDS])
 def test_grid_at_any_origin_matches_reference(path: str, defines: dict[str, int], kind: str):
     from cmc.driver import load_mask
     from cmc.runtime import load
