@@ -848,8 +848,9 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         visible=visible,
         term_blocks=tuple(blocks),
         span_blocks=tuple(spans),
-        tiling=(tiling if grid_blocks
-                else replace(LINEAR, units=tiling.units, offset_masks=tiling.offset_masks)),
+        tiling=tiling if grid_blocks or tiling.kind == "linear" else replace(
+            LINEAR, units=tiling.units, reason=f"{tiling.reason}; no grid family on the "
+            f"tiling's grid: linear tiles"),
         grid_terms=" || ".join(grid_ranges) or "false",
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),

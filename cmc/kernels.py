@@ -135,7 +135,7 @@ class TileShape:
         if self.kind != "patch":
             return None
         per_row = self.width // self.patch_cols
-        patch_rows = (MAX_KEY_TILES - self.origin // TILE) // per_row
+        patch_rows = (MAX_KEY_TILES - -(-self.origin // TILE)) // per_row
         return self.origin + patch_rows * self.patch_rows * self.width
 
 

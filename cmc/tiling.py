@@ -9,7 +9,9 @@ interval table, the computed pairs of every candidate on a reference sequence; a
 tiling is taken only when it computes at least 10 % fewer pairs. What was counted is kept
 in `Tiling.reason` (the manifest records it).
 
-Tokens before the grid origin stay linear tiles; so the origin must be a multiple of 128.
+Tokens before the grid origin stay linear tiles of 128; when the origin is not a multiple of
+128 the last one is partial (it holds tokens up to the origin, the rest of its 128 belong to
+patches), and it is counted as a whole tile: the kernel computes all of it.
 """
 
 from __future__ import annotations
@@ -408,9 +410,9 @@ def _choose_shape(table: IntervalTable) -> Tiling:
     if table.mask.params or not table.exact:
         return Tiling("linear", reason="grid mask with run-time parameters or residuals: "
                       "linear tiles")
-    if grid.origin < 0 or grid.origin % TILE or grid.width <= 0:
-        return Tiling("linear", reason=f"grid origin {grid.origin} is not a multiple of "
-                      f"{TILE}: linear tiles")
+    if grid.origin < 0 or grid.width <= 0:
+        return Tiling("linear", reason=f"grid origin {grid.origin}, width {grid.width}: "
+                      "linear tiles")
     length = grid.origin + grid.width * REF_ROWS
     base = computed_pairs(table, LINEAR, length)
     notes = [f"computed pairs at len {length}: linear {base}"]

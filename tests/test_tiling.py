@@ -91,9 +91,27 @@ def test_units_are_pairs_unless_tile_costs_depend_on_run_time_parameters():
     assert t.kind == "linear" and "linear tiles" in t.reason
 
 
-def test_unaligned_origin_is_refused_with_a_reason():
+def test_unaligned_origin_gets_patches():
+    """The grid may begin anywhere: its last linear tile is then partial."""
     t = choose_tiling(_table("clear", {"TEXT": 100}))
-    assert t.kind == "linear" and "not a multiple of 128" in t.reason
+    assert (t.kind, t.origin, t.patch_rows, t.patch_cols) == ("patch", 100, 8, 16)
+    assert t.masks is not None and "computed pairs at len" in t.reason
+    n = 100 + 128 * 8 * 4  # 32 grid rows: 4 patch rows of 8 patches
+    assert t.min_len <= n and t.query_tiles(n) == 1 + 4 * 8 and t.query_tiles(100) == 1
+    # the plan holds 4096 key tiles: one of them is the partial linear tile
+    assert t.max_len() == 100 + (4096 - 1) // 8 * 8 * 128
+
+
+def test_grid_text_stays_linear_by_its_counts():
+    """grid_text (text 77, width 48, radius 6): its grid is recognised and counted; 128-token
+    linear tiles span 2.7 grid rows of 48 and compute fewer pairs than any patch whose
+    columns divide 48, so it stays linear, and the reason says so with the counts."""
+    t = choose_tiling(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"))
+    assert t.kind == "linear"
+    assert t.reason == ("computed pairs at len 3149: linear 2670592; 16x8 3424256; 8x16 "
+                        "3325952: linear tiles")
+    src = emit(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"), archs=("sm_90a",))
+    assert {v.tiling.reason for v in src.variants} == {t.reason}  # the manifest's, not "default"
 
 
 def test_computed_pairs_counts_tiles():
@@ -141,12 +159,13 @@ int main() {
     const int nw = (g.nqt + 31) / 32;
     for (int t = 0; t < g.nqt; ++t) {
       for (int b = 0; b < PH; ++b) printf("%d ", cmc_patch_box(g, t, b));
-      printf("\n");
+      const int lim = cmc_patch_lim(g, t, len);
+      printf("%d\n", lim);
       // the plan of query tile t, as build_plan_patch makes it (serially)
       std::vector<unsigned> touched(nw, 0u), full(nw, 0u);
       const int qa = cmc_patch_box(g, t, 0);
       if (qa >= len) { printf("-\n"); continue; }
-      const int e = cmc_patch_box(g, t, PH - 1) + PW - 1, qb = e < len - 1 ? e : len - 1;
+      const int e = cmc_patch_box(g, t, PH - 1) + PW - 1, qb = e < lim - 1 ? e : lim - 1;
       for (int i = 0; i < nt; ++i) cmc_hooks::term(s, qa, qb, i, p.data() + 4 * i);
       const int nbox = t < g.nlin ? 1 : PH;
       for (int i = 0; i < nt; ++i)
@@ -261,11 +280,12 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
         owner = np.full(n, -1)
         boxes = []
         for t in range(nqt):
-            starts = [int(x) for x in lines[pos].split()]
+            *starts, lim = (int(x) for x in lines[pos].split())
+            assert lim == tile_limit(t, tiling, n), f"len {n}: limit of tile {t}"
             boxes.append(starts)
             for st in starts:
                 for x in range(pw):
-                    if st + x < n:
+                    if st + x < lim:
                         assert owner[st + x] == -1, f"token {st + x} in two tiles"
                         owner[st + x] = t
             pos += 1
@@ -274,9 +294,10 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
             if plan == "-":
                 continue
             assert len(plan) == nqt
-            rows = [s + x for s in starts for x in range(pw) if s + x < n]
+            rows = [s + x for s in starts for x in range(pw) if s + x < lim]
             for j, c in enumerate(plan):
-                keys = [s + x for s in boxes_of(j, nqt, tiling, n) for x in range(pw) if s + x < n]
+                klim = tile_limit(j, tiling, n)
+                keys = [s + x for s in boxes_of(j, nqt, tiling, n) for x in range(pw) if s + x < klim]
                 blk = vis[np.ix_(rows, keys)] if keys else np.zeros((0, 0), bool)
                 seen[c] += 1
                 where = f"len {n}, query tile {t}, key tile {j}"
@@ -306,6 +327,13 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
             seen["m"] += 1
         pos += 1
     return seen
+
+
+def tile_limit(j: int, tiling: Tiling, n: int) -> int:
+    """The end of tile j's own tokens (cmc_patch_lim, in Python): the origin for the linear
+    tiles of a sequence whose grid begins inside its last one, else len."""
+    o = tiling.origin_for(n)
+    return o if j < -(-min(n, o) // 128) and o < n else n
 
 
 def boxes_of(j: int, nqt: int, tiling: Tiling, n: int) -> list[int]:
@@ -357,6 +385,29 @@ def test_host_patch_plan_short_sequences_are_linear(workdir):
     exe = _build(table, t, workdir)
     seen = _check(table, t, exe, [100, 129, 128 + 32 * 8 - 1, 128 + 32 * 8, 128 + 32 * 17 + 3])
     assert seen["p"] > 0 and seen["m"] > 0
+
+
+@needs_gxx
+@pytest.mark.parametrize("origin,width,shape", [
+    (0, 48, (8, 16)), (77, 48, (8, 16)), (133, 80, (16, 8)), (333, 96, (4, 32)),
+    (77, 96, (8, 16)), (333, 48, (16, 8))])
+def test_host_patch_plan_any_origin(origin, width, shape, workdir):
+    """A small CLEAR whose grid begins at any token: the last linear tile is partial (its
+    rows and keys stop at the origin), checked with and without tile masks at lengths
+    shorter than the origin, ending inside the partial tile, and spanning grid rows."""
+    table = _table("clear", {"TEXT": origin, "W": width, "R": 3})
+    ph, pw = shape
+    tiling = Tiling("patch", origin, width, ph, pw, "test")
+    masks, why = patch_masks(table, tiling)
+    assert masks is not None, why
+    part = origin % 128
+    lengths = sorted({max(1, origin - 5), origin, origin + 1, origin + 128 - part - 1 if part
+                      else origin + 3, origin + width * 5 + 7, origin + width * (3 * ph) + 1})
+    for t in (tiling, replace(tiling, masks=masks)):
+        exe = _build(table, t, workdir)
+        seen = _check(table, t, exe, lengths)
+        assert seen["p"] > 0 and seen["."] > 0
+    assert seen["m"] > 0
 
 
 def test_min_len_is_counted_and_recorded():

@@ -39,7 +39,7 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                [("    CMC_PROBE_MARK(pr_mask_);\n    if (!is_full) {\n",
                  "    CMC_PROBE_MARK(pr_mask_);\n    if (false) {\n")]),
     "noepilogue": ("no O stores to global memory (staging, barriers and LSE stay)",
-                   [("        if (orow[i] < len) st_global_v4(", "        if (orow[i] < 0) st_global_v4(")]),
+                   [("        if (orow[i] < rlim) st_global_v4(", "        if (orow[i] < 0) st_global_v4(")]),
 }
 
 

@@ -372,11 +372,12 @@ CMC_DEV void cmc_plan_merge(int* p, int nt, int bn) {
 
 // ------------------------------------------------------------------- patch tiling (sm90)
 // The sm90 kernel's tiles when the hooks say kTiling == 1 (cmc/tiling.py): tokens before the
-// grid origin O (a multiple of 128) form linear tiles of 128, t = 0 .. nlin - 1; the grid
-// k = O + ky * W + kx is cut into patches of PH grid rows x PW tokens (PH * PW = 128),
-// tile nlin + py * (W / PW) + px. Queries and keys are tiled alike. A tile is PH boxes of
-// PW consecutive tokens (box b: grid row py * PH + b of a patch, tokens 128 t + b PW of a
-// linear tile), which is how TMA loads it.
+// grid origin O form linear tiles of 128, t = 0 .. nlin - 1, the last one partial when O is
+// not a multiple of 128 (its tokens from O on are grid tokens of patches: cmc_patch_lim);
+// the grid k = O + ky * W + kx is cut into patches of PH grid rows x PW tokens
+// (PH * PW = 128), tile nlin + py * (W / PW) + px. Queries and keys are tiled alike. A tile
+// is PH boxes of PW consecutive tokens (box b: grid row py * PH + b of a patch, tokens
+// 128 t + b PW of a linear tile), which is how TMA loads it.
 struct cmc_patch_geo {
   int O, W, PH, PW, nlin, ngx, nqt;
 };
@@ -393,6 +394,11 @@ CMC_DEV int cmc_patch_box(const cmc_patch_geo& g, int t, int b) {
   if (t < g.nlin) return t * 128 + b * g.PW;
   const int u = t - g.nlin, py = u / g.ngx, px = u - py * g.ngx;
   return g.O + (py * g.PH + b) * g.W + px * g.PW;
+}
+// The end of tile t's own tokens: len, or O for a linear tile when the grid begins inside it
+// (its boxes still load 128 tokens; rows and keys from the limit on belong to other tiles).
+CMC_DEV int cmc_patch_lim(const cmc_patch_geo& g, int t, int len) {
+  return t < g.nlin && g.O < len ? g.O : len;
 }
 // The per-offset tile mask (class) of query patch qt against key patch j, or -1 when there
 // is none: a linear tile on either side, a key patch not wholly below len, or an offset
@@ -464,12 +470,13 @@ CMC_DEV void cmc_patch_mark(unsigned* bits, const cmc_patch_geo& g, int lo, int 
     cmc_bits_set(bits, g.nlin + (ya / g.PH) * g.ngx, g.nlin + (yb / g.PH + 1) * g.ngx);
   }
 }
-// Whether every key of tile t is < len and inside one of the full ranges of the plan's
-// terms (p[4 i + 2 .. 3], i < nt): then every pair of the tile is visible.
+// Whether every key of tile t is below its limit (cmc_patch_lim) and inside one of the full
+// ranges of the plan's terms (p[4 i + 2 .. 3], i < nt): then every pair of the tile is visible.
 CMC_DEV bool cmc_patch_full(const cmc_patch_geo& g, const int* p, int nt, int len, int t) {
+  const int lim = cmc_patch_lim(g, t, len);
   for (int b = 0; b < g.PH; ++b) {
     const int s = cmc_patch_box(g, t, b);
-    if (s + g.PW > len) return false;
+    if (s + g.PW > lim) return false;
     bool in = false;
     for (int i = 0; i < nt && !in; ++i) in = p[4 * i + 2] <= s && s + g.PW <= p[4 * i + 3];
     if (!in) return false;

@@ -86,7 +86,7 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
       if (it.qt < 0) continue;
       seq = H::seq(desc, it.b);
       g = geo(seq.len);
-      found = tile_rows<kPatch>(g, seq.len, it.qt, qa, qb);
+      found = tile_rows<kPatch, partial_linear_tile<H>()>(g, seq.len, it.qt, qa, qb);
     }
     if (!found) {
       if (ptid == 32) {
@@ -311,6 +311,17 @@ struct MaskLinear {
 #pragma unroll 4
       for (int i = 0; i < NT; ++i) add_term(i);
     }
+    // keys from klim on are not this tile's: len, or in the last linear tile of a sequence
+    // with patches the grid origin (below kPatchMinLen the origin is len)
+    int klim = len;
+    if constexpr (partial_linear_tile<H>()) {
+      if (len >= H::kPatchMinLen && H::kGridOrigin < len) klim = H::kGridOrigin;
+      if (k0 + kBN > klim) {
+        const unsigned own = cmc_colmask32(0, klim - k0, off);
+        bits0 &= own;
+        bits1 &= own;
+      }
+    }
     if (exact) {
       apply_bits(bits0, bits1);
     } else {
@@ -320,7 +331,7 @@ struct MaskLinear {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int k = kbase + n2 * 8 + e;
-          const bool in = k < len;
+          const bool in = k < klim;
           if (!(in && H::visible(seq, rc0, k))) s[4 * n2 + e] = neg_inf();
           if (!(in && H::visible(seq, rc1, k))) s[4 * n2 + 2 + e] = neg_inf();
         }
@@ -394,7 +405,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   // tile masked, a longer softmax); the linear ones measured -0.5 % (kernel notes, stage 11)
   constexpr bool kLazy = kPatch;
   constexpr int kPH = H::kPatchRows, kPW = H::kPatchCols;
-  static_assert(!kPatch || (kPH * kPW == kBM && kPW >= 8 && H::kGridOrigin % kBM == 0 &&
+  static_assert(!kPatch || (kPH * kPW == kBM && kPW >= 8 && H::kGridOrigin >= 0 &&
                             H::kGridWidth % kPW == 0), "patch shape");
   constexpr int kPlanInts = plan_ints<NT, H::kTiling>();
   typedef typename Pick<kPatch, BitWalk, Walk>::type WalkT;
@@ -420,7 +431,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       if (f.qt < 0) continue;
       const typename H::seq_t fs = H::seq(desc, f.b);
       int fa, fb;
-      if (tile_rows<kPatch>(geo(fs.len), fs.len, f.qt, fa, fb)) return true;
+      if (tile_rows<kPatch, partial_linear_tile<H>()>(geo(fs.len), fs.len, f.qt, fa, fb)) return true;
     }
     return false;
   };
@@ -489,7 +500,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         const typename H::seq_t fs = H::seq(desc, f.b);
         const cmc_patch_geo fg = geo(fs.len);
         int fa, fb;
-        tile_rows<kPatch>(fg, fs.len, f.qt, fa, fb);
+        tile_rows<kPatch, partial_linear_tile<H>()>(fg, fs.len, f.qt, fa, fb);
         build_plan_patch<H>(fs, fg, f.qt, fa, fb, sm.plan_of(0), kBuilders + cw * 128 + ctid,
                             kHelpers);
       }
@@ -500,8 +511,10 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       const int len = seq.len;
       const cmc_patch_geo g = geo(len);
       int qa, qb;
-      tile_rows<kPatch>(g, len, it.qt, qa, qb);
+      tile_rows<kPatch, partial_linear_tile<H>()>(g, len, it.qt, qa, qb);
       const cmc_i64 tok0 = seq.tok0;
+      // rows from here on are not this tile's: len, or the grid origin in a partial linear tile
+      const int rlim = partial_linear_tile<H>() ? cmc_patch_lim(g, it.qt, len) : len;
       // sequence position of local row lr (0 .. 127) of this query tile
       auto qpos = [&](int lr) {
         if constexpr (kPatch) return cmc_patch_box(g, it.qt, lr / kPW) + lr % kPW;
@@ -664,8 +677,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       if (desc.lse != 0 && (lane & 3) == 0) {
         float* lse = reinterpret_cast<float*>(desc.lse) + (cmc_i64)it.h * desc.lse_stride_head + tok0;
         constexpr float kLn2 = 0.6931471805599453f;
-        if (row0 < len) lse[row0] = l0 > 0.f ? (m0 * sl2 + lg2(l0)) * kLn2 : neg_inf();
-        if (row1 < len) lse[row1] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
+        if (row0 < rlim) lse[row0] = l0 > 0.f ? (m0 * sl2 + lg2(l0)) * kLn2 : neg_inf();
+        if (row1 < rlim) lse[row1] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
       }
       wg_bar_sync(cw);  // every warp of this WG is past its last wgmma
 #pragma unroll
@@ -697,7 +710,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const int ch = (ctid + 128 * i) % kChunks;
-        if (orow[i] < len) st_global_v4(og + (cmc_i64)orow[i] * desc.o_stride_tok + ch * 8, ov[i]);
+        if (orow[i] < rlim) st_global_v4(og + (cmc_i64)orow[i] * desc.o_stride_tok + ch * 8, ov[i]);
       }
       CMC_PROBE_SINCE(7, pr_epi_);
     }

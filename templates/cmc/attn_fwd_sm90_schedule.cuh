@@ -46,6 +46,12 @@ struct BitWalk {
   CMC_DEV void next() { cur &= cur - 1u; seek(); }
 };
 
+// Whether a patch kernel's last linear tile can be partial (the grid origin is not a
+// multiple of 128): only then do its rows and keys stop at cmc_patch_lim, not at len.
+template <class H> CMC_DEV constexpr bool partial_linear_tile() {
+  return H::kTiling == 1 && H::kGridOrigin % kBM != 0;
+}
+
 // Tile plan of query rows [qa, qb] into p (8 NT + 2 ints) by the plan builders
 // (btid < kBuilders; named barrier 3 among them).
 template <class H>
@@ -64,8 +70,8 @@ CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, in
 // ranges, and the consumers' test of which terms can touch a key tile), the key tiles
 // touched by some row of the tile (per box of PW consecutive rows, so a grid row of the patch
 // is never widened to the hull) and, of those, the full ones: a touched tile stays full
-// unless one of its boxes (one work item per tile and box) lies past len or outside every
-// full range.
+// unless one of its boxes (one work item per tile and box) lies past len (past the origin
+// in a partial linear tile) or outside every full range.
 template <class H>
 CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo& g, int qt,
                               int qa, int qb, int* p, int btid, int nb) {
@@ -96,7 +102,9 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
     const int t = x / PH, b = x - t * PH;
     if (!((touched[t >> 5] >> (t & 31)) & 1u)) continue;
     const int s = cmc_patch_box(g, t, b);
-    bool in = s + PW <= len;
+    bool in;
+    if constexpr (partial_linear_tile<H>()) in = s + PW <= cmc_patch_lim(g, t, len);
+    else in = s + PW <= len;
     if (in) {
       in = false;
       for (int i = 0; i < NT && !in; ++i) in = p[4 * i + 2] <= s && s + PW <= p[4 * i + 3];
@@ -196,15 +204,17 @@ struct Sched {
   }
 };
 
-// Query tile qt of a sequence: its hull of rows [qa, qb] (qb < len), or false when it holds
-// no row (past the sequence's last tile, or a patch wholly past len).
-template <bool PATCH>
+// Query tile qt of a sequence: its hull of rows [qa, qb] (qb < len; with PARTIAL, below
+// cmc_patch_lim), or false when it holds no row (past the sequence's last tile, or a patch
+// wholly past len).
+template <bool PATCH, bool PARTIAL = false>
 CMC_DEV bool tile_rows(const cmc_patch_geo& g, int len, int qt, int& qa, int& qb) {
   if constexpr (PATCH) {
     if (qt >= g.nqt) return false;
     qa = cmc_patch_box(g, qt, 0);
     const int e = cmc_patch_box(g, qt, g.PH - 1) + g.PW - 1;
-    qb = e < len - 1 ? e : len - 1;
+    const int lim = PARTIAL ? cmc_patch_lim(g, qt, len) : len;
+    qb = e < lim - 1 ? e : lim - 1;
   } else {
     qa = qt * kBM;
     qb = len - 1 - qa < kBM - 1 ? len - 1 : qa + kBM - 1;

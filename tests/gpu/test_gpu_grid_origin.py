@@ -1,0 +1,90 @@
+"""GPU correctness of patch tilings whose grid begins at any token (cmc/tiling.py): the last
+linear tile is partial, so its rows past the origin must not be stored and its keys past the
+origin must be masked (they belong to patches). CLEAR-like masks at origins 77, 133 and 333
+(widths 128, 80, 96), and the generality suite's grid_text (origin 77, width 48: its counts
+keep it linear) with the suite's two other grids (origins 333 and 77, widths 80 and 96),
+forward against the float64 reference at lengths shorter than the origin,
+ending inside the partial tile, just past it, below and above min_len, and long.
+
+Run on a GPU machine: `pytest -m gpu tests/gpu/test_gpu_grid_origin.py -q` (builds with NVRTC
+for the device's arch; skips cleanly without a CUDA device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
+from .test_gpu_correctness import Case, run_case
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+# (mask file, defines, tiling kind the tile stage must choose on sm_90a)
+GRIDS = [
+    ("samples/clear.mask", {"TEXT": 77}, "patch"),
+    ("samples/clear.mask", {"TEXT": 133, "W": 80, "R": 10}, "patch"),
+    ("samples/clear.mask", {"TEXT": 333, "W": 96, "R": 12}, "patch"),
+    ("benchmarks/generality/grid_text.mask", {}, "linear"),
+    # the generality suite's other grids: 8x16 with tile masks, 16x8 without (77 offsets)
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 333, "W": 80, "R": 24}, "patch"),
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}, "patch"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    import tests.gpu.test_gpu_correctness as corr
+
+    corr.torch = cuda_torch()
+
+
+def _lengths(origin: int, min_len: int) -> list[int]:
+    part = origin - origin % 128
+    return sorted({1, origin - 1, origin, origin + 1, part + 127, part + 129,
+                   max(min_len - 1, 1), max(min_len, 1), min_len + 777, 9000})
+
+
+def _build(path: str, defines: dict[str, int], out: Path) -> Path:
+    from cmc.driver import compile_file
+
+    return Path(compile_file(ROOT / path, out, archs=[device_arch()], dtypes=["bf16", "fp16"],
+                             head_dims=[64, 128], defines=defines,
+                             jobs=min(8, os.cpu_count() or 1), backward=False))
+
+
+@pytest.mark.parametrize("path,defines,kind", GRIDS,
+                         ids=[f"{Path(p).stem}-{d.get('TEXT', 77)}-{d.get('W', 0)}"
+                              for p, d, _ in GRIDS])
+def test_grid_at_any_origin_matches_reference(path: str, defines: dict[str, int], kind: str):
+    from cmc.driver import load_mask
+    from cmc.runtime import load
+
+    with tempfile.TemporaryDirectory(prefix="cmc-grid-origin-") as d:
+        art = _build(path, defines, Path(d))
+        man = json.loads((art / "manifest.json").read_text())
+        tilings = [k["tiling"] for k in man["kernels"] if k["arch"] == "sm_90a"]
+        if device_arch() == "sm_90a":
+            assert tilings and all(t["kind"] == kind for t in tilings), tilings
+            assert all("computed pairs" in t["reason"] for t in tilings), tilings
+        origin = tilings[0]["origin"] if tilings and kind == "patch" else 77
+        min_len = tilings[0]["min_len"] if tilings else 0
+        attn = load(art)
+        mask = load_mask(ROOT / path, defines)
+        failures: list[str] = []
+        cases: list[Case] = []
+        for i, n in enumerate(_lengths(origin, min_len)):
+            dt, hd = [("bf16", 128), ("fp16", 64), ("bf16", 64), ("fp16", 128)][i % 4]
+            cases.append(Case([n, n], False, dt, hd, 4, 2 if i % 2 else 4, variant=i))
+        cases.append(Case([origin - 1, origin + 50, 9000, 130, origin], True, "bf16", 128,
+                          variant=99, note="packed"))
+        for i, c in enumerate(cases):
+            try:
+                run_case(attn, mask, c, seed=7 * i + 1)
+            except AssertionError as e:
+                failures.append(f"{c.describe()}: {e}")
+        assert not failures, "\n".join(failures)
