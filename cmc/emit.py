@@ -940,10 +940,11 @@ def sm90_header_text() -> str:
 
 def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
                        archs: Sequence[str], n_terms: int, n_terms_t: int,
-                       bwd_kernel: str = "portable") -> tuple[KernelVariant, ...]:
+                       bwd_kernel: str = "portable",
+                       tiling: Tiling = LINEAR) -> tuple[KernelVariant, ...]:
     """One variant per (dtype, head dim) and backward kind (kernels.backward_kinds, with
     `bwd_kernel`'s choice), each its own cubin; a kind's plan is sized by the table it walks
-    (kv: the transposed one)."""
+    (kv: the transposed one); the kinds that follow the tiling (bwd_dq_sm90) get `tiling`."""
     kinds = backward_kinds(tuple(archs), bwd_kernel)
     out = []
     for dt in dict.fromkeys(dtypes):
@@ -951,6 +952,7 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
             for kind, kind_archs in kinds:
                 s = SPECS[kind]
                 nt = n_terms_t if s.walks == "transposed" else n_terms
+                own = tiling if s.tiled else LINEAR
                 out.append(KernelVariant(
                     symbol=s.symbol.format(mask=name, dtype=dt, head_dim=int(hd)),
                     dtype=dt,
@@ -958,9 +960,10 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
                     block_m=s.block_m,
                     block_n=s.block_n,
                     threads=s.threads[int(hd)],
-                    smem_bytes=s.smem(int(hd), s.plan_ints(nt, None)),
+                    smem_bytes=s.smem(int(hd), s.plan_ints(nt, patch_key_tiles(own))),
                     kernel=kind,
                     archs=kind_archs,
+                    tiling=own,
                 ))
     return tuple(out)
 
@@ -1089,7 +1092,8 @@ def emit(
         transposed = transpose(table)
         hooks_t = build_hooks(transposed, LINEAR, prefix="cmc_tabT")
         variants += _backward_variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)),
-                                       hooks.n_terms, hooks_t.n_terms, bwd_kernel)
+                                       hooks.n_terms, hooks_t.n_terms, bwd_kernel,
+                                       hooks.tiling)
     text = render(table, variants, hooks, hooks_t)
     return EmittedSource(
         table=table,

@@ -409,11 +409,24 @@ def _bwd_dq_sm90_smem(head_dim: int, plan_ints: int) -> int:
     return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
 
 
+def _bwd_dq_sm90_plan_ints(n_terms: int, patch_key_tiles: int | None) -> int:
+    """The forward's linear plan, or with a patch tiling cmc_bwd_patch_plan_ints: the term
+    ranges and two bit sets of key tiles (touched, full)."""
+    if patch_key_tiles is not None:
+        return 4 * n_terms + 2 * (patch_key_tiles // 32)
+    return _portable_plan_ints(n_terms, None)
+
+
 # Replaces BWD_DQ (the deterministic sequence's dq role) on sm_90a with BWD_KV_SM90, under the
-# same opt-in and for the same reason: built, not yet run on a GPU.
+# same opt-in and for the same reason: built, not yet run on a GPU. It follows the tile
+# stage's tiling: with a patch tiling its CTA is one forward tile (linear or patch) and its
+# grid counts the forward's query tiles (attn_bwd_sm90_dq.cuh dq_patch).
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
     BWD_SPECS[KernelKind.BWD_DQ],
     kind=KernelKind.BWD_DQ_SM90,
+    tiled=True,
+    plan_ints=_bwd_dq_sm90_plan_ints,
+    grid=("{query_tiles}", "heads_q", "batch"),
     headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh",
              "cmc/attn_bwd_sm90_dq.cuh"),  # reuses cmc_bwd's and cmc_bwd_sm90's helpers
     archs=("sm_90a",),
@@ -426,7 +439,7 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
     tag="bwd_dq_sm90_{dtype}_d{head_dim}",
     entry="cmc_bwd_sm90::dq<cmc_hooks, {bf16}, {head_dim}>(desc, args)",
     threads_expr="cmc_bwd_sm90::DqCfg<{head_dim}>::kThreads",
-    smem_expr="cmc_bwd_sm90::smem_dq<{head_dim}, cmc_hooks::kTerms>()",
+    smem_expr="cmc_bwd_sm90::smem_dq<{head_dim}, cmc_hooks::kTerms, cmc_hooks::kTiling>()",
 )}
 SPECS = {**SPECS, **BWD_SPECS}
 

@@ -311,6 +311,13 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 **common,
                 "role": ks.role,
                 "heads": "heads_kv" if "heads_kv" in ks.grid else "heads_q",
+                "tiling": 1 if v.tiling.kind == "patch" else 0,
+                "origin": v.tiling.origin,
+                "width": v.tiling.width,
+                "patch_rows": v.tiling.patch_rows,
+                "patch_cols": v.tiling.patch_cols,
+                "min_len": v.tiling.min_len,
+                "max_len": v.tiling.max_len() or 0,
             })
             continue
         variants.append({

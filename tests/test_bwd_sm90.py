@@ -73,7 +73,7 @@ def test_sm90_choice_replaces_kv_and_dq_on_sm90a_only():
         assert (v.threads, v.block_m, v.block_n) == (256, 128, 64)
         block = src.text.split(f"#if defined({v.define})\n")[1].split("#endif")[0]
         assert f"cmc_bwd_sm90::DqCfg<{v.head_dim}>::kThreads == 256" in block
-        assert (f"cmc_bwd_sm90::smem_dq<{v.head_dim}, cmc_hooks::kTerms>() "
+        assert (f"cmc_bwd_sm90::smem_dq<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks::kTiling>() "
                 f"== {v.smem_bytes}") in block
         assert f"cmc_bwd_sm90::dq<cmc_hooks, true, {v.head_dim}>(desc, args)" in block
     # sm_90a not built: the choice changes nothing

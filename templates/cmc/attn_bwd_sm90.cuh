@@ -42,6 +42,114 @@
 //          rows of the K dimension, LBO = rows 128 B (next 64-wide column block), SBO 1024 B.
 // ===========================================================================================
 
+// ---------------------------------------------------- patch tiles (part A: host-checked)
+// With the forward's patch tiling (hooks kTiling == 1, cmc/tiling.py) a backward CTA owns one
+// forward tile t of cmc_patch_geo (linear tiles of 128 before the grid origin, the last one
+// partial when the origin is not a multiple of 128, then PH x PW patches), so the pairs it
+// computes are the forward's patch pairs, not 64 x 128 linear strips (docs/kernel-notes.md,
+// "Backward patch tiles"). Tests: tests/test_bwd_patch.py builds these with g++.
+enum : int { kBwdPatchWords = 128 };  // bits of key (or query) tiles a plan holds: cmc.kernels.MAX_KEY_TILES / 32
+
+// The tiling of a sequence of n tokens, as the forward's geo(): below kPatchMinLen linear only.
+template <class H> CMC_DEV cmc_patch_geo cmc_bwd_geo(int n) {
+  return cmc_patch_geo_of(n, n < H::kPatchMinLen ? n : H::kGridOrigin, H::kGridWidth, H::kPatchRows,
+                          H::kPatchCols);
+}
+// Row r (0 .. 127) of tile t -> its token, or -1: past len, or, in a partial linear tile, from
+// the origin on (those tokens are rows of patches). Rows 64 h .. 64 h + 63 are half h: PH / 2
+// grid rows of a patch.
+template <class H> struct cmc_bwd_tile_tokens {
+  int base, lim;
+  bool linear;
+  CMC_DEV int operator()(int r) const {
+    const int tok = linear ? base + r : base + (r / H::kPatchCols) * H::kGridWidth + r % H::kPatchCols;
+    return tok < lim ? tok : -1;
+  }
+};
+template <class H> CMC_DEV cmc_bwd_tile_tokens<H> cmc_bwd_tokens_of(const cmc_patch_geo& g, int t, int len) {
+  cmc_bwd_tile_tokens<H> m;
+  m.base = cmc_patch_box(g, t, 0);
+  m.lim = cmc_patch_lim(g, t, len);
+  m.linear = t < g.nlin;
+  return m;
+}
+// The hull [a, b] of tile t's tokens; false when it has none (past the last tile, or a patch
+// wholly past len).
+CMC_DEV bool cmc_bwd_tile_hull(const cmc_patch_geo& g, int t, int len, int& a, int& b) {
+  if (t >= g.nqt) return false;
+  a = cmc_patch_box(g, t, 0);
+  const int e = cmc_patch_box(g, t, g.PH - 1) + g.PW - 1, lim = cmc_patch_lim(g, t, len);
+  b = e < lim - 1 ? e : lim - 1;
+  return a < lim;
+}
+#if defined(CMC_HOST)
+CMC_DEV void cmc_and_word(unsigned* w, unsigned v) { *w &= v; }
+#else
+CMC_DEV void cmc_and_word(unsigned* w, unsigned v) { atomicAnd(w, v); }
+#endif
+// The patch plan of tile t (rows: its tokens) against the tiles of the other side, for hooks HH
+// (the forward's for dq: key tiles; the transposed ones for kv: query tiles), into
+// p = term ranges over the hull [4 NT] | touched bits | full bits (kBwdPatchWords each), as
+// the forward's build_plan_patch: a tile is touched when a term of a box of t's rows (PW
+// consecutive tokens of one grid row; a linear tile: its hull) marks it (cmc_patch_mark), and
+// full when every box of it lies below its limit and inside a full range of the hull; unlike
+// the forward's plan, patches wholly past len are never touched. Four
+// steps, each by threads tid < nb, with a barrier between steps (the host test runs them in
+// order with nb = 1).
+template <class HH>
+CMC_DEV void cmc_bwd_plan_step(int step, const typename HH::seq_t& s, const cmc_patch_geo& g, int t, int a,
+                               int b, int* p, int tid, int nb) {
+  constexpr int NT = HH::kTerms;
+  unsigned* touched = reinterpret_cast<unsigned*>(p + 4 * NT);
+  unsigned* full = touched + kBwdPatchWords;
+  const int len = s.len, nw = (g.nqt + 31) >> 5;
+  if (step == 0) {
+    for (int i = tid; i < NT; i += nb) HH::term(s, a, b, i, p + 4 * i);
+    for (int w = tid; w < nw; w += nb) touched[w] = 0u;
+  } else if (step == 1) {
+    const int nbox = t < g.nlin ? 1 : g.PH;  // a linear tile is its own hull
+    for (int x = tid; x < NT * nbox; x += nb) {
+      const int i = x / nbox, bx = x - i * nbox;
+      if (nbox == 1) {
+        cmc_patch_mark(touched, g, p[4 * i], p[4 * i + 1]);
+        continue;
+      }
+      const int s0 = cmc_patch_box(g, t, bx);
+      if (s0 >= len) continue;
+      int r4[4];
+      HH::term(s, s0, s0 + g.PW - 1 < len - 1 ? s0 + g.PW - 1 : len - 1, i, r4);
+      cmc_patch_mark(touched, g, r4[0], r4[1]);
+    }
+  } else if (step == 2) {
+    // A range over several grid rows marks whole patch rows (cmc_patch_mark), so patches of
+    // the last patch row that lie wholly past len (tiles e0 ..) may be marked: drop them.
+    int e0 = g.nqt;
+    if (len > g.O && g.nqt > g.nlin) {
+      const int py = (g.nqt - g.nlin) / g.ngx - 1, px = cmc_ceil_div(len - g.O - py * g.PH * g.W, g.PW);
+      if (px < g.ngx) e0 = g.nlin + py * g.ngx + px;
+    }
+    for (int w = tid; w < nw; w += nb) {
+      const int lo = e0 - 32 * w;
+      const unsigned keep = lo >= 32 ? ~0u : lo <= 0 ? 0u : (1u << lo) - 1u;
+      full[w] = touched[w] = touched[w] & keep;
+    }
+  } else {
+    for (int x = tid; x < g.nqt * g.PH; x += nb) {
+      const int j = x / g.PH, bx = x - j * g.PH;
+      if (!((touched[j >> 5] >> (j & 31)) & 1u)) continue;
+      const int s0 = cmc_patch_box(g, j, bx);
+      bool in = s0 + g.PW <= cmc_patch_lim(g, j, len);
+      if (in) {
+        in = false;
+        for (int i = 0; i < NT && !in; ++i) in = p[4 * i + 2] <= s0 && s0 + g.PW <= p[4 * i + 3];
+      }
+      if (!in) cmc_and_word(full + (j >> 5), ~(1u << (j & 31)));
+    }
+  }
+}
+// Ints of a patch plan (kernels.py _bwd_patch_plan_ints).
+template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * kBwdPatchWords; }
+
 #if !defined(CMC_HOST)
 namespace cmc_bwd_sm90 {
 
@@ -228,6 +336,65 @@ CMC_DEV void store_acc(unsigned char* stage, const float* acc, float mul, int r0
           *reinterpret_cast<const uint4*>(stage + swz<kBN>(rr, ch));
   }
 }
+
+// ------------------------------------------------------------------ patch tiles (device)
+// load_tile for the rows of a token map (cmc_bwd_tile_tokens: -1 rows zero-filled).
+template <int D, int ROWS, class Tok>
+CMC_DEV void load_rows(unsigned dst, const unsigned short* g, cmc_i64 stride, const Tok& tok, int r0, int tid) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int c = tid; c < ROWS * kChunks; c += Cfg<D>::kThreadsKV) {
+    const int r = c / kChunks, ch = c % kChunks;
+    const int t = tok(r0 + r);
+    cp_async16(dst + swz<ROWS>(r, ch), g + (cmc_i64)(t >= 0 ? t : 0) * stride + ch * 8, t >= 0);
+  }
+}
+
+// store_acc for the rows of a token map: staging row rr goes to token tok(rr), if any.
+template <bool BF16, int D, class Tok>
+CMC_DEV void store_acc_rows(unsigned char* stage, const float* acc, float mul, int r0, unsigned short* g,
+                            cmc_i64 stride, const Tok& tok, int wtid, int wg) {
+  const int warp = wtid >> 5, lane = wtid & 31;
+  const int r = r0 + 16 * warp + (lane >> 2);
+  const unsigned off = (unsigned)((lane & 3) * 4);
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    *reinterpret_cast<unsigned*>(stage + swz<kBN>(r, j) + off) = pack2<BF16>(acc[4 * j] * mul, acc[4 * j + 1] * mul);
+    *reinterpret_cast<unsigned*>(stage + swz<kBN>(r + 8, j) + off) =
+        pack2<BF16>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul);
+  }
+  if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+#pragma unroll
+  for (int c = wtid; c < 64 * (D / 8); c += 128) {
+    const int rr = r0 + c / (D / 8), ch = c % (D / 8);
+    const int row = tok(rr);
+    if (row >= 0)
+      *reinterpret_cast<uint4*>(g + (cmc_i64)row * stride + ch * 8) =
+          *reinterpret_cast<const uint4*>(stage + swz<kBN>(rr, ch));
+  }
+}
+
+// The patch plan (cmc_bwd_plan_step) by all threads of the CTA.
+template <class HH, int NTHREADS>
+CMC_DEV void build_plan_patch(int* p, const typename HH::seq_t& s, const cmc_patch_geo& g, int t, int a, int b,
+                              int tid) {
+#pragma unroll 1
+  for (int step = 0; step < 4; ++step) {
+    cmc_bwd_plan_step<HH>(step, s, g, t, a, b, p, tid, NTHREADS);
+    __syncthreads();
+  }
+}
+// The first set bit >= from of a plan's bit set of nw words, or -1.
+CMC_DEV int next_tile(const unsigned* bits, int nw, int from) {
+  for (int w = from >> 5; w < nw; ++w) {
+    unsigned m = bits[w];
+    if (w == from >> 5) m &= ~0u << (from & 31);
+    if (m) return 32 * w + __ffs(m) - 1;
+  }
+  return -1;
+}
+CMC_DEV bool tile_bit(const unsigned* bits, int j) { return (bits[j >> 5] >> (j & 31)) & 1u; }
 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {

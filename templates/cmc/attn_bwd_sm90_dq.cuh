@@ -3,7 +3,8 @@
 // Hand-written. Placed after templates/cmc/attn_bwd_sm90.cuh (whose swizzle, descriptors,
 // wgmma wrappers, tile loads and accumulator store it reuses) in the backward .cu. Same ABI and
 // semantics as cmc_bwd::dq (/work/notes/bwd_contract.md), with its own query tile: grid
-// (ceil(max_len / kDqRows), heads_q, batch), block DqCfg<D>::kThreads, dynamic shared memory
+// (ceil(max_len / kDqRows), heads_q, batch; with a patch tiling see dq_patch below), block
+// DqCfg<D>::kThreads, dynamic shared memory
 // smem_dq<D, NT>() (opt-in above 48 KiB). Kind bwd_dq_sm90, the deterministic sequence's dq
 // role (pre, kv, dq).
 //
@@ -57,12 +58,20 @@ template <int D> struct SmemDQ {
   };
 };
 // +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
-template <int D, int NT> constexpr int smem_dq() {
-  return (SmemDQ<D>::kPlan + (8 * NT + 2) * 4 + 15) / 16 * 16 + 1024;
+template <int D, int NT, int TILING = 0> constexpr int smem_dq() {
+  return (SmemDQ<D>::kPlan + (TILING == 1 ? cmc_bwd_patch_plan_ints<NT>() : 8 * NT + 2) * 4 + 15) / 16 * 16 +
+         1024;
 }
 
 template <class H, bool BF16, int D>
+CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
+
+template <class H, bool BF16, int D>
 CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+  if constexpr (H::kTiling == 1) {
+    dq_patch<H, BF16, D>(desc, args);
+    return;
+  }
   // load_tile strides by Cfg<D>::kThreadsKV; store_acc stages rows of a [kBN][D] tile.
   static_assert(DqCfg<D>::kThreads == Cfg<D>::kThreadsKV && kDqRows == kBN, "shared helpers");
   constexpr int NT = H::kTerms;
@@ -214,6 +223,158 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   store_acc<BF16, D>(smem + SmemDQ<D>::kQ, acc, sl2 * 0.6931471805599453f, 64 * wg,
                      reinterpret_cast<unsigned short*>(args.dq) + tok0 * args.dq_stride_tok +
                          (cmc_i64)h * args.dq_stride_head, args.dq_stride_tok, q0, len, wtid, wg);
+}
+
+// dq with the forward's patch tiling (H::kTiling == 1; templates/cmc/attn_bwd_sm90.cuh part A):
+// the CTA's 128 query rows are forward tile blockIdx.x (cmc_bwd_tokens_of: a linear tile or
+// a PH x PW patch), grid (nqt of max_len, heads_q, batch). Its plan is the forward's patch
+// plan (cmc_bwd_plan_step with H: touched and full key tiles of 128); each touched key tile
+// is walked as its two 64-key halves (rows 64 h .. of the tile's token map: PH / 2 grid rows
+// of a patch), K, V gathered row by row by cp.async. Partial tiles mask by H::visible per
+// element; dQ rows are stored to their tokens. Same order every run: deterministic.
+template <class H, bool BF16, int D>
+CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+  static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kDqRows, "patch halves of 64 rows");
+  constexpr int NT = H::kTerms;
+  constexpr int kAcc = D / 2;
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+  unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
+  const unsigned base = smem_u32(smem);
+  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int h = blockIdx.y, b = blockIdx.z, qt = blockIdx.x;
+  const typename H::seq_t seq = H::seq(desc, b);
+  const int len = seq.len;
+  const cmc_patch_geo g = cmc_bwd_geo<H>(len);
+  int qa, qb;
+  if (!cmc_bwd_tile_hull(g, qt, len, qa, qb)) return;
+  const cmc_i64 tok0 = seq.tok0;
+  const int hkv = h / (desc.heads_q / desc.heads_kv);
+  const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(g, qt, len);
+
+  const unsigned sQ = base + SmemDQ<D>::kQ, sDO = base + SmemDQ<D>::kDO;
+  const unsigned sK = base + SmemDQ<D>::kK, sV = base + SmemDQ<D>::kV;
+  int* plan = reinterpret_cast<int*>(smem + SmemDQ<D>::kPlan);
+
+  load_rows<D, kDqRows>(sQ, reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
+                                (cmc_i64)h * desc.q_stride_head, desc.q_stride_tok, rows, 0, tid);
+  load_rows<D, kDqRows>(sDO, reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
+                                 (cmc_i64)h * args.dout_stride_head, args.dout_stride_tok, rows, 0, tid);
+  cp_commit();
+
+  build_plan_patch<H, DqCfg<D>::kThreads>(plan, seq, g, qt, qa, qb, tid);
+  const unsigned* touched = reinterpret_cast<const unsigned*>(plan + 4 * NT);
+  const unsigned* full = touched + kBwdPatchWords;
+  const int nw = (g.nqt + 31) >> 5;
+
+  const unsigned short* kg = reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+                             (cmc_i64)hkv * desc.k_stride_head;
+  const unsigned short* vg = reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+                             (cmc_i64)hkv * desc.v_stride_head;
+  // items: (touched key tile j, half hh)
+  int j = next_tile(touched, nw, 0), hh = 0;
+  if (j >= 0) {
+    const cmc_bwd_tile_tokens<H> keys = cmc_bwd_tokens_of<H>(g, j, len);
+    load_rows<D, kDqKeys>(sK, kg, desc.k_stride_tok, keys, 0, tid);
+    load_rows<D, kDqKeys>(sV, vg, desc.v_stride_tok, keys, 0, tid);
+  }
+  cp_commit();
+
+  // This thread's rows (wgmma accumulator layout): local lr and lr + 8, tokens tq0, tq1;
+  // rows without a token get the offset +inf (P = 0) and Dsum 0.
+  const int lr = 64 * wg + 16 * warp + (lane >> 2);
+  const int tq0 = rows(lr), tq1 = rows(lr + 8);
+  const typename H::row_t rc0 = H::row(seq, tq0 >= 0 ? tq0 : 0), rc1 = H::row(seq, tq1 >= 0 ? tq1 : 0);
+  const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)h * desc.lse_stride_head + tok0;
+  const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)h * args.total_tokens + tok0;
+  const float inf = __int_as_float(0x7f800000);
+  const float off0 = tq0 >= 0 ? cmc_bwd::lse_offset(lse[tq0]) : inf;
+  const float off1 = tq1 >= 0 ? cmc_bwd::lse_offset(lse[tq1]) : inf;
+  const float ds0 = tq0 >= 0 ? dsum[tq0] : 0.f;
+  const float ds1 = tq1 >= 0 ? dsum[tq1] : 0.f;
+  const float sl2 = desc.scale_log2;
+  const int cq = 2 * (lane & 3);
+
+  const unsigned qA = sQ + wg * 64 * 128, doA = sDO + wg * 64 * 128;
+
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+
+  int buf = 0;
+  while (j >= 0) {
+    const int jn = hh == 0 ? j : next_tile(touched, nw, j + 1), hn = hh ^ 1;
+    cp_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (jn >= 0) {
+      const cmc_bwd_tile_tokens<H> kn = cmc_bwd_tokens_of<H>(g, jn, len);
+      load_rows<D, kDqKeys>(sK + (buf ^ 1) * DqCfg<D>::kTileK, kg, desc.k_stride_tok, kn, 64 * hn, tid);
+      load_rows<D, kDqKeys>(sV + (buf ^ 1) * DqCfg<D>::kTileK, vg, desc.v_stride_tok, kn, 64 * hn, tid);
+    }
+    cp_commit();
+    const unsigned kb = sK + buf * DqCfg<D>::kTileK, vb = sV + buf * DqCfg<D>::kTileK;
+    const bool is_full = tile_bit(full, j);
+    const cmc_bwd_tile_tokens<H> keys = cmc_bwd_tokens_of<H>(g, j, len);
+
+    float s[32], dp[32];
+    wg_fence();
+    ss_headdim<BF16, D, kDqRows, kDqKeys>(s, qA, kb);
+    wg_commit();
+    ss_headdim<BF16, D, kDqRows, kDqKeys>(dp, doA, vb);
+    wg_commit();
+    wg_wait<1>();
+    fence_regs<32>(s);
+
+    // P: element (row lr + 8 i, key row 64 hh + 8 jj + cq + e of tile j) is s[4 jj + 2 i + e].
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
+        if (!is_full) {
+          const int k = keys(64 * hh + 8 * jj + cq + e);
+          const bool in = k >= 0;
+          if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
+          if (!(in && H::visible(seq, rc1, k))) p1 = 0.f;
+        }
+        s[4 * jj + e] = p0;
+        s[4 * jj + 2 + e] = p1;
+      }
+    }
+    wg_wait<0>();
+    fence_regs<32>(dp);
+
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - ds0);
+        dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - ds1);
+      }
+    }
+    unsigned dsa[16];
+#pragma unroll
+    for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
+
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDqKeys / 16; ++kk)
+      rs_nd<BF16, D>(acc, dsa + 4 * kk, gdesc(kb + kk * 2048, kDqKeys * 128, 1024));
+    wg_commit();
+    wg_wait<0>();
+    fence_regs<16>(dsa);
+
+    buf ^= 1;
+    j = jn;
+    hh = hn;
+  }
+  cp_wait<0>();
+  fence_regs<kAcc>(acc);
+  __syncthreads();
+
+  store_acc_rows<BF16, D>(smem + SmemDQ<D>::kQ, acc, sl2 * 0.6931471805599453f, 64 * wg,
+                          reinterpret_cast<unsigned short*>(args.dq) + tok0 * args.dq_stride_tok +
+                              (cmc_i64)h * args.dq_stride_head, args.dq_stride_tok, rows, wtid, wg);
 }
 
 }  // namespace cmc_bwd_sm90

@@ -1,0 +1,113 @@
+"""GPU check of the sm90 backward on patch tiles (bwd_dq_sm90 with the forward's patch tiling;
+templates/cmc/attn_bwd_sm90_dq.cuh dq_patch). Not yet run on a GPU when written (2026-12-05).
+
+Small CLEARs whose tile stage picks 8x16 patches at these lengths (grid origin 77: a partial
+linear tile before the grid; origin 0: none), built with --bwd-kernel sm90 for sm_90a, against
+float64 autograd of the dense oracle mask (tests/gpu/harness.py), as
+tests/gpu/test_backward_gpu.py does: the deterministic mode runs bwd_dq_sm90 on patches (the
+kernel under test), the atomic mode bwd_kv_sm90 (linear) for dK, dV and dQ; gradients
+NaN-poisoned first; pass: no NaN, relative error < 1e-2, keys no query sees dK = dV = 0, and
+the deterministic runs bitwise equal.
+
+Run on a GPU machine: `pytest -m gpu tests/gpu/test_backward_patch_gpu.py -q`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
+from .harness import (
+    call_params,
+    compare_grads,
+    oracle_masks,
+    reference_grads,
+    scalar_values,
+    seq_params,
+)
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+TOL = 1e-2
+torch: Any = None
+
+# (defines, packed, lengths, dtype, head_dim, hq, hkv): every length >= the tiling's min_len
+# has patches; the short ones are linear tiles in the same launch (a jagged batch).
+CASES = [
+    ({"TEXT": 77, "W": 128, "R": 16}, True, [1500, 77, 2133, 1101], "bf16", 128, 4, 2),
+    ({"TEXT": 0, "W": 128, "R": 16}, False, [1024 + 128 * 3 + 5] * 2, "fp16", 64, 2, 1),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    global torch
+    torch = cuda_torch()
+
+
+def _artifact(defines: dict[str, int], dtype: str, d: int, out: Path) -> Any:
+    from cmc.driver import compile_file
+    from cmc.runtime import load
+
+    path = compile_file(ROOT / "samples" / "clear.mask", out, archs=["sm_90a"], dtypes=[dtype],
+                        head_dims=[d], defines=defines, jobs=min(8, os.cpu_count() or 1),
+                        bwd_kernel="sm90")
+    return load(path)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=["origin77-packed-bf16-d128",
+                                                         "origin0-batch-fp16-d64"])
+def test_patch_backward_matches_reference(case):
+    from cmc.driver import load_mask
+
+    if device_arch() != "sm_90a":
+        pytest.skip("the sm90 backward kinds are built for sm_90a only")
+    defines, packed, lengths, dtype, d, hq, hkv = CASES[case]
+    with tempfile.TemporaryDirectory(prefix="cmc-bwd-patch-") as tmp:
+        attn = _artifact(defines, dtype, d, Path(tmp))
+    dq_kernels = [k for k in attn.manifest.kernels if k.role == "dq"]
+    assert dq_kernels and all(k.symbol.startswith("cmc_clear_bwd_dq_sm90_") for k in dq_kernels)
+    # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
+    assert all(k.max_len is not None for k in dq_kernels), "dq does not follow the patches"
+    mask = load_mask(ROOT / "samples" / "clear.mask", defines)
+    seed = 11 + case
+    rng = np.random.default_rng(seed)
+    scal = scalar_values(mask, seed)
+    per_seq = [seq_params(mask, n, seed + j, rng, scal) for j, n in enumerate(lengths)]
+    kw = call_params(mask, per_seq)
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    t = sum(lengths)
+    q, k, v, do = (torch.randn((t, h, d), generator=g, device="cuda").to(dt)
+                   for h in (hq, hkv, hkv, hq))
+    if packed:
+        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
+                                        dtype=torch.int32, device="cuda")
+    else:
+        b, n = len(lengths), lengths[0]
+        q, k, v, do = (x.view(b, n, x.shape[1], d) for x in (q, k, v, do))
+    masks = oracle_masks(torch, mask, lengths, per_seq, "cuda")
+    flat = [x.reshape(t, x.shape[-2], d) for x in (q, k, v, do)]
+    _, _, rdq, rdk, rdv = reference_grads(torch, *flat, lengths, masks, 1.0 / math.sqrt(d))
+    seen = torch.cat([fn(0, n).any(0) for n, fn in zip(lengths, masks, strict=True)]).cuda()
+    out, lse = attn(q, k, v, return_lse=True, **kw)
+    runs = []
+    for mode in ("atomic", "det", "det"):
+        dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+        attn.backward(do, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, deterministic=mode == "det",
+                      **kw)
+        torch.cuda.synchronize()
+        got = [x.reshape(t, x.shape[-2], d) for x in (dq, dk, dv)]
+        errs = compare_grads(torch, got, (rdq, rdk, rdv))
+        assert all(e < TOL for e in errs.values()), f"{defines} {mode}: {errs}"
+        if (~seen).any():
+            assert (got[1][~seen] == 0).all() and (got[2][~seen] == 0).all()
+        if mode == "det":
+            runs.append(dq.clone())
+    assert torch.equal(runs[0], runs[1]), "deterministic dQ must be bitwise reproducible"

@@ -1,0 +1,219 @@
+"""Patch tiles of the sm90 backward kinds (templates/cmc/attn_bwd_sm90.cuh part A).
+
+With the forward's patch tiling a bwd_dq_sm90 CTA owns one forward tile of query rows and
+walks the forward patch plan's key tiles (each as two 64-key halves). The part-A helpers
+(cmc_bwd_geo, cmc_bwd_tokens_of, cmc_bwd_tile_hull, cmc_bwd_plan_step), built for the host
+with g++ from the emitted source, against the dense oracle on small CLEARs (grid origins 0
+and 77, two patch shapes): the row -> token maps partition the sequence as tiling.tile_ids
+says; the plan of the forward hooks (dq) and of the transposed hooks (what a patch kv would
+walk) touch exactly the tile pairs that hold a visible pair, so every visible pair is
+computed by exactly one (CTA, tile, half) and no touched pair is invisible-only; full tiles
+are all visible; the touched counts are tiling.computed_pairs of the table (dq) and of the
+transposed table (kv), the counts the notes use.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cmc.driver import front
+from cmc.ir import Tiling
+from cmc.tiling import computed_pairs, tile_ids
+
+from .conftest import ROOT
+from .conftest import emit_tiled as emit
+from .test_tiling import _dense
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
+
+MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+template <class HH>
+static void plan(const typename HH::seq_t& s, const cmc_patch_geo& g, int t, int a, int b) {
+  std::vector<int> p(cmc_bwd_patch_plan_ints<HH::kTerms>(), -7);
+  for (int step = 0; step < 4; ++step) cmc_bwd_plan_step<HH>(step, s, g, t, a, b, p.data(), 0, 1);
+  const unsigned* touched = reinterpret_cast<const unsigned*>(p.data() + 4 * HH::kTerms);
+  const unsigned* full = touched + kBwdPatchWords;
+  for (int j = 0; j < g.nqt; ++j) {
+    const bool tb = (touched[j >> 5] >> (j & 31)) & 1u, fb = (full[j >> 5] >> (j & 31)) & 1u;
+    putchar(fb ? 'f' : tb ? 'p' : '.');
+  }
+  putchar('\n');
+}
+
+int main() {
+  const int ncase = rd();
+  for (int c = 0; c < ncase; ++c) {
+    const int len = rd();
+    int cu[3] = {0, 3, 3 + len};
+    DESC d;
+    memset(&d, 0, sizeof d);
+    d.cu_seqlens = (uint64_t)(uintptr_t)cu;
+    const cmc_hooks::seq_t s = cmc_hooks::seq(d, 1);
+    const cmc_hooks_t::seq_t st = cmc_hooks_t::seq(d, 1);
+    const cmc_patch_geo g = cmc_bwd_geo<cmc_hooks>(len);
+    printf("%d\n", g.nqt);
+    for (int t = 0; t < g.nqt; ++t) {
+      const cmc_bwd_tile_tokens<cmc_hooks> m = cmc_bwd_tokens_of<cmc_hooks>(g, t, len);
+      for (int r = 0; r < 128; ++r) printf("%d ", m(r));
+      putchar('\n');
+      int a, b;
+      if (!cmc_bwd_tile_hull(g, t, len, a, b)) { printf("-\n-\n"); continue; }
+      plan<cmc_hooks>(s, g, t, a, b);
+      plan<cmc_hooks_t>(st, g, t, a, b);
+    }
+  }
+  return 0;
+}
+"""
+
+
+def _build(table, tiling: Tiling, workdir: Path) -> tuple[Path, object]:
+    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="sm90")
+    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+            "#include <vector>\n#define CMC_HOST 1\n")
+    cpp = workdir / "bwd_patch.cpp"
+    exe = workdir / "bwd_patch"
+    cpp.write_text(head + src.text + MAIN.replace("DESC", src.layout.struct_name))
+    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
+                        "-Wno-unused-variable", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    return exe, src.transposed
+
+
+def _check_plan(line: str, vis: np.ndarray, toks: list[np.ndarray], t: int, side: str) -> int:
+    """One tile's plan string against the dense mask; returns its touched tiles. side "dq":
+    tile t's tokens are query rows, the plan's tiles keys; "kv": the other way round."""
+    assert len(line) == len(toks)
+    touched = 0
+    mine = toks[t][toks[t] >= 0]
+    for j, ch in enumerate(line):
+        other = toks[j][toks[j] >= 0]
+        blk = vis[np.ix_(mine, other)] if side == "dq" else vis[np.ix_(other, mine)].T
+        where = f"{side}: tile {t}, other tile {j}"
+        if blk.any():
+            assert ch != ".", f"a visible pair skipped: {where}"
+        else:
+            assert ch == ".", f"touched but nothing visible: {where}"
+        if ch == "f":
+            assert len(other) == 128 and blk.all(), f"full tile not all visible: {where}"
+        touched += ch != "."
+    return touched
+
+
+def _run(table, transposed, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, int]:
+    r = subprocess.run([str(exe)], input=" ".join(map(str, [len(lengths), *lengths])),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    lines = r.stdout.split("\n")
+    pos = 0
+    seen = {"f": 0, "p": 0, "half_empty": 0}
+    for n in lengths:
+        vis = _dense(table, n)
+        nqt = int(lines[pos])
+        pos += 1
+        assert nqt == tiling.query_tiles(n)
+        toks, plans = [], []
+        for _ in range(nqt):
+            toks.append(np.array([int(x) for x in lines[pos].split()]))
+            plans.append((lines[pos + 1], lines[pos + 2]))
+            pos += 3
+        owner = np.full(n, -1)
+        for t, tk in enumerate(toks):
+            live = tk[tk >= 0]
+            assert (owner[live] == -1).all(), f"len {n}: a token in two rows"
+            owner[live] = t
+        assert (owner == tile_ids(tiling, n)).all(), f"len {n}: C and Python tile numbering differ"
+        dq_touched = kv_touched = 0
+        for t, (dq, kv) in enumerate(plans):
+            if dq == "-":
+                assert (toks[t] < 0).all() and kv == "-"
+                continue
+            dq_touched += _check_plan(dq, vis, toks, t, "dq")
+            kv_touched += _check_plan(kv, vis, toks, t, "kv")
+            seen["f"] += dq.count("f") + kv.count("f")
+            seen["p"] += dq.count("p") + kv.count("p")
+            # the kv CTA's items are halves of its touched query tiles: count the empty ones
+            for j, ch in enumerate(kv):
+                if ch == ".":
+                    continue
+                for h in range(2):
+                    qs = toks[j][64 * h:64 * h + 64]
+                    qs = qs[qs >= 0]
+                    ks = toks[t][toks[t] >= 0]
+                    seen["half_empty"] += not vis[np.ix_(qs, ks)].any()
+        assert dq_touched * 128 * 128 == computed_pairs(table, tiling, n), f"len {n}: dq count"
+        assert kv_touched * 128 * 128 == computed_pairs(transposed, tiling, n), f"len {n}: kv count"
+    return seen
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    with tempfile.TemporaryDirectory(prefix="cmc-bwd-patch-") as d:
+        yield Path(d)
+
+
+@needs_gxx
+@pytest.mark.parametrize("origin,width,shape", [
+    (0, 32, (8, 16)), (0, 32, (16, 8)), (77, 48, (8, 16)), (77, 48, (16, 8))])
+def test_host_bwd_patch_plans_clear(origin, width, shape, workdir):
+    """Small CLEARs (radius 3 and 5), lengths before the origin, inside the partial linear
+    tile, inside grid rows and inside patch rows."""
+    radius = 5 if origin == 0 else 3
+    table = front(ROOT / "samples" / "clear.mask", {"TEXT": origin, "W": width, "R": radius})
+    ph, pw = shape
+    tiling = Tiling("patch", origin, width, ph, pw, "test")
+    exe, transposed = _build(table, tiling, workdir)
+    lengths = sorted({max(1, origin - 5), origin + 1, origin + 60, origin + width * 5 + 7,
+                      origin + width * (2 * ph) + 3, origin + width * (3 * ph)})
+    seen = _run(table, transposed, tiling, exe, lengths)
+    assert seen["p"] > 0 and (seen["f"] > 0) == (origin > 0)  # full: text rows and columns
+
+
+@needs_gxx
+def test_host_bwd_patch_plans_short_sequences_are_linear(workdir):
+    """Below min_len the forward cuts a sequence into linear tiles: so does the backward."""
+    table = front(ROOT / "samples" / "clear.mask", {"TEXT": 128, "W": 32, "R": 5})
+    tiling = Tiling("patch", 128, 32, 8, 16, "test", min_len=128 + 32 * 8)
+    exe, transposed = _build(table, tiling, workdir)
+    seen = _run(table, transposed, tiling, exe,
+                [100, 128 + 32 * 8 - 1, 128 + 32 * 8, 128 + 32 * 17 + 3])
+    assert seen["p"] > 0
+
+
+def test_dq_follows_the_forward_tiling_and_kv_stays_linear():
+    """bwd_dq_sm90 gets the tile stage's patch tiling (grid: the forward's query tiles, plan:
+    bit sets); bwd_kv_sm90 stays on linear 128-key tiles (its patch walk is not built yet),
+    and a linear mask's dq keeps the linear rule."""
+    from cmc.artifacts import KernelKind
+    from cmc.kernels import TileShape, spec
+
+    src = emit(front(ROOT / "samples" / "clear.mask"), archs=("sm_90a",), backward=True,
+               bwd_kernel="sm90", dtypes=("bf16",), head_dims=(128,))
+    by_kind = {v.kernel: v for v in src.variants}
+    dq, kv = by_kind[KernelKind.BWD_DQ_SM90], by_kind[KernelKind.BWD_KV_SM90]
+    assert (dq.tiling.kind, kv.tiling.kind) == ("patch", "linear")
+    shape = dq.tiling.shape
+    assert spec(dq.kernel).grid_rule(shape, 128) == [shape.query_tiles_expr(128), "heads_q", "batch"]
+    assert "(max_len - 512, 0), 128), 8) * 8" in shape.query_tiles_expr(128)
+    assert spec(dq.kernel).grid_rule(TileShape("linear"), 128)[0] == "ceil_div(max_len, 128)"
+    assert dq.smem_bytes == spec(dq.kernel).smem(128, 4 * _terms(src) + 2 * 128)
+    causal = emit(front(ROOT / "samples" / "causal.mask"), archs=("sm_90a",), backward=True,
+                  bwd_kernel="sm90", dtypes=("bf16",), head_dims=(128,))
+    assert all(v.tiling.kind == "linear" for v in causal.variants)
+
+
+def _terms(src) -> int:
+    import re
+
+    return int(re.search(r"struct cmc_hooks \{.*?kTerms = (\d+)", src.text, re.S).group(1))
