@@ -166,17 +166,23 @@ int main() {
       const int qa = cmc_patch_box(g, t, 0);
       if (qa >= len) { printf("-\n"); continue; }
       const int e = cmc_patch_box(g, t, PH - 1) + PW - 1, qb = e < lim - 1 ? e : lim - 1;
-      for (int i = 0; i < nt; ++i) cmc_hooks::term(s, qa, qb, i, p.data() + 4 * i);
-      const int nbox = t < g.nlin ? 1 : PH;
-      for (int i = 0; i < nt; ++i)
-        for (int b = 0; b < nbox; ++b) {
-          if (nbox == 1) { cmc_patch_mark(touched.data(), g, p[4 * i], p[4 * i + 1]); continue; }
-          const int st = cmc_patch_box(g, t, b);
-          if (st >= len) continue;
-          int r4[4];
-          cmc_hooks::term(s, st, st + PW - 1 < len - 1 ? st + PW - 1 : len - 1, i, r4);
-          cmc_patch_mark(touched.data(), g, r4[0], r4[1]);
-        }
+      // one item list: x < nt the hull of term x, then term i over box b (patch tiles);
+      // a linear tile (nbox 0) marks from its hull
+      const int nbox = t < g.nlin ? 0 : PH;
+      for (int x = 0; x < nt * (1 + nbox); ++x) {
+        const bool hull = x < nt;
+        const int y = x - nt, i = hull ? x : y / nbox, b = hull ? 0 : y - i * nbox;
+        const int st = cmc_patch_box(g, t, b);
+        if (st >= len) continue;
+        const int lm = hull ? lim : len;
+        const int end = hull ? cmc_patch_box(g, t, PH - 1) + PW - 1 : st + PW - 1;
+        const int en = end < lm - 1 ? end : lm - 1;
+        if (hull && (st != qa || en != qb)) { printf("hull %d %d != %d %d\n", st, en, qa, qb); return 2; }
+        int r4[4];
+        cmc_hooks::term(s, st, en, i, r4);
+        if (hull) for (int c = 0; c < 4; ++c) p[4 * i + c] = r4[c];
+        if (!hull || nbox == 0) cmc_patch_mark(touched.data(), g, r4[0], r4[1]);
+      }
       for (int j = 0; j < g.nqt; ++j) {
         const bool tj = (touched[j >> 5] >> (j & 31)) & 1u;
         const bool fj = tj && cmc_patch_full(g, p.data(), nt, len, j);

@@ -99,11 +99,18 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     if (n == 1) CMC_PROBE_ADD(13, pr_build_ - pr_t0_);  // launch to the first build
     // the consumers help with the first plan when it is of the CTA's first unit
     // (first_item: fetched units are >= gridDim.x)
+    // patch plans: the item header first (the consumers read it only after bar_plan), so
+    // that h and b are not held across the build
+    if (kPatch && ptid == 32) {
+      item[0] = it.qt;
+      item[1] = it.h;
+      item[2] = it.b;
+    }
     if constexpr (kPatch)
-      build_plan_patch<H>(seq, g, it.qt, qa, qb, plan, ptid - 32,
+      build_plan_patch<H>(seq, g, it.qt, plan, ptid - 32,
                           n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders);
     else build_plan<H>(seq, qa, qb, plan, ptid - 32);
-    if (ptid == 32) {
+    if (!kPatch && ptid == 32) {
       item[0] = it.qt;
       item[1] = it.h;
       item[2] = it.b;
@@ -499,10 +506,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
       if (first_item(f)) {
         const typename H::seq_t fs = H::seq(desc, f.b);
         const cmc_patch_geo fg = geo(fs.len);
-        int fa, fb;
-        tile_rows<kPatch, partial_linear_tile<H>()>(fg, fs.len, f.qt, fa, fb);
-        build_plan_patch<H>(fs, fg, f.qt, fa, fb, sm.plan_of(0), kBuilders + cw * 128 + ctid,
-                            kHelpers);
+        build_plan_patch<H>(fs, fg, f.qt, sm.plan_of(0), kBuilders + cw * 128 + ctid, kHelpers);
       }
     }
     for (take(); it.qt >= 0; take()) {
@@ -681,13 +685,19 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         if (row1 < rlim) lse[row1] = l1 > 0.f ? (m1 * sl2 + lg2(l1)) * kLn2 : neg_inf();
       }
       wg_bar_sync(cw);  // every warp of this WG is past its last wgmma
+      // patch tilings: the row is opaque here, so that ptxas computes the 32 staging
+      // addresses in the epilogue instead of hoisting them out of the item loop and
+      // spilling them across it (natten_clamped D 128: 144 bytes; kernel notes,
+      // "Patch plan spills")
+      int erow = lrow;
+      if constexpr (kPatch) asm volatile("mov.b32 %0, %1;\n" : "=r"(erow) : "r"(lrow));
 #pragma unroll
       for (int d = 0; d < kO / 4; ++d) {  // fragment d: columns 8d + 2 (lane & 3) ..
         const unsigned w0 = pack2<BF16>(o[4 * d + 0] * inv0, o[4 * d + 1] * inv0);
         const unsigned w1 = pack2<BF16>(o[4 * d + 2] * inv1, o[4 * d + 3] * inv1);
         const unsigned off = (unsigned)((lane & 3) * 4);
-        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(lrow, d) + off) = w0;
-        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(lrow + 8, d) + off) = w1;
+        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(erow, d) + off) = w0;
+        *reinterpret_cast<unsigned*>(gQx + swz<kBM>(erow + 8, d) + off) = w1;
       }
       wg_bar_sync(cw);
       unsigned short* og = reinterpret_cast<unsigned short*>(desc.o) + tok0 * desc.o_stride_tok +

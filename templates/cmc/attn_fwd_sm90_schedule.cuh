@@ -66,34 +66,44 @@ CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, in
 }
 
 // Patch-tiled plan of query tile qt into p (plan_ints<NT, 1>() ints) by nb threads
-// (btid < nb; named barrier 3): the term ranges over the tile's hull of rows [qa, qb] (full
+// (btid < nb; named barrier 3): the term ranges over the tile's hull of rows (tile_rows; full
 // ranges, and the consumers' test of which terms can touch a key tile), the key tiles
 // touched by some row of the tile (per box of PW consecutive rows, so a grid row of the patch
-// is never widened to the hull) and, of those, the full ones: a touched tile stays full
-// unless one of its boxes (one work item per tile and box) lies past len (past the origin
-// in a partial linear tile) or outside every full range.
+// is never widened to the hull; a linear tile is its own hull) and, of those, the full ones:
+// a touched tile stays full unless one of its boxes (one work item per tile and box) lies
+// past len (past the origin in a partial linear tile) or outside every full range.
+// The hull and box ranges are one loop with one H::term: with two inlined copies of the
+// term code the producer's 56 registers spilled at D = 128 (kernel notes, "Patch plan
+// spills"); the hull rows are recomputed per item, not held across the builders' loop.
 template <class H>
 CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo& g, int qt,
-                              int qa, int qb, int* p, int btid, int nb) {
+                              int* p, int btid, int nb) {
   constexpr int NT = H::kTerms, PH = H::kPatchRows, PW = H::kPatchCols;
   unsigned* touched = reinterpret_cast<unsigned*>(p + 4 * NT);
   unsigned* full = touched + kMaxKeyWords;
   const int len = seq.len, nw = (g.nqt + 31) >> 5;
-  for (int i = btid; i < NT; i += nb) H::term(seq, qa, qb, i, p + 4 * i);
   for (int w = btid; w < nw; w += nb) touched[w] = 0u;
   builders_bar(nb);
-  const int nbox = qt < g.nlin ? 1 : PH;  // a linear tile is its own hull
-  for (int x = btid; x < NT * nbox; x += nb) {
-    const int i = x / nbox, b = x - i * nbox;
-    if (nbox == 1) {
-      cmc_patch_mark(touched, g, p[4 * i], p[4 * i + 1]);
-      continue;
-    }
+  // items x < NT: term x over the hull; then (patch tiles) term i over box b
+  const int nbox = qt < g.nlin ? 0 : PH;
+  for (int x = btid; x < NT * (1 + nbox); x += nb) {
+    const bool hull = x < NT;
+    const int y = x - NT, i = hull ? x : y / nbox, b = hull ? 0 : y - i * nbox;
     const int s = cmc_patch_box(g, qt, b);
     if (s >= len) continue;
+    // the hull: tile_rows's rows (a tile holds a row: box 0 is below len)
+    const int lim = hull ? (partial_linear_tile<H>() ? cmc_patch_lim(g, qt, len) : len) : len;
+    const int end = hull ? cmc_patch_box(g, qt, PH - 1) + PW - 1 : s + PW - 1;
+    const int e = end < lim - 1 ? end : lim - 1;
     int r4[4];
-    H::term(seq, s, s + PW - 1 < len - 1 ? s + PW - 1 : len - 1, i, r4);
-    cmc_patch_mark(touched, g, r4[0], r4[1]);
+    H::term(seq, s, e, i, r4);
+    if (hull) {
+      p[4 * i] = r4[0];
+      p[4 * i + 1] = r4[1];
+      p[4 * i + 2] = r4[2];
+      p[4 * i + 3] = r4[3];
+    }
+    if (!hull || nbox == 0) cmc_patch_mark(touched, g, r4[0], r4[1]);
   }
   builders_bar(nb);
   for (int w = btid; w < nw; w += nb) full[w] = touched[w];
