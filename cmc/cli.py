@@ -233,6 +233,14 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
     else:
         shape = f"linear ({TILE}-token tiles)"
     out = [f"  sm90 tiling: {shape}", f"    reason: {t.reason}"]
+    if t.masks is not None:
+        pm, inner = t.masks, t.masks.interior
+        where = ("every grid query patch" if inner is None else
+                 f"interior query patches only (patch rows from {inner.row_top} with "
+                 f"{inner.rows_below} grid rows below them at len, patch columns "
+                 f"{inner.col_lo}..{inner.col_hi - 1}; border patches evaluate the spans)")
+        out.append(f"    tile masks: {pm.classes} patch offsets ({pm.classes * 2} KiB in the "
+                   f"cubin) on partial tiles of {where}")
     if t.offset_masks is not None:
         m = t.offset_masks
         out.append(f"    tile masks: {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "

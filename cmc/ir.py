@@ -287,6 +287,21 @@ TileClass = Literal["empty", "full", "partial"]
 
 
 @dataclass(frozen=True)
+class PatchInterior:
+    """The query patches whose tile masks the tile stage proved when border rows and
+    columns of the grid see shifted windows (NATTEN's clamp; cmc/tiling.py,
+    `interior_patch_masks`): patch row py >= row_top, patch column in [col_lo, col_hi), and
+    `rows_below` whole grid rows below the patch at the sequence's length
+    (origin + ((py + 1) * patch_rows + rows_below) * width <= len). Other query patches
+    have no mask class."""
+
+    row_top: int
+    rows_below: int
+    col_lo: int
+    col_hi: int  # exclusive
+
+
+@dataclass(frozen=True)
 class PatchMasks:
     """The mask of every partial (query patch, key patch) tile pair inside the grid, one per
     patch offset: the tile stage proved it depends only on (dpy, dpx) = key patch - query
@@ -295,17 +310,28 @@ class PatchMasks:
     rows[c * TILE + lr] has bit lk set when local key lk of the key patch is visible from
     local query lr of the query patch (local index = box * patch_cols + column), for the
     class c = (dpy - dpy_lo) * (dpx_hi - dpx_lo) + (dpx - dpx_lo). Offsets outside the two
-    ranges see nothing. Valid only when the key patch lies wholly below len."""
+    ranges see nothing. Valid only when the key patch lies wholly below len, and, with
+    `interior`, only for the query patches it names."""
 
     dpy_lo: int
     dpy_hi: int  # exclusive
     dpx_lo: int
     dpx_hi: int  # exclusive
     rows: tuple[int, ...]
+    interior: PatchInterior | None = None  # None: every grid query patch
 
     @property
     def classes(self) -> int:
         return (self.dpy_hi - self.dpy_lo) * (self.dpx_hi - self.dpx_lo)
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"classes": self.classes, "dpy": [self.dpy_lo, self.dpy_hi],
+                                  "dpx": [self.dpx_lo, self.dpx_hi]}
+        if self.interior is not None:
+            i = self.interior
+            out["interior"] = {"row_top": i.row_top, "rows_below": i.rows_below,
+                               "cols": [i.col_lo, i.col_hi]}
+        return out
 
     def tile(self, dpy: int, dpx: int) -> list[int]:
         """The 128 row bitmaps of offset (dpy, dpx) (all zero outside the ranges)."""
@@ -391,10 +417,7 @@ class Tiling:
         return {"kind": self.kind, "origin": self.origin, "width": self.width,
                 "patch_rows": self.patch_rows, "patch_cols": self.patch_cols,
                 "reason": self.reason, "min_len": self.min_len, "units": self.units,
-                "masks": None if self.masks is None else {
-                    "classes": self.masks.classes,
-                    "dpy": [self.masks.dpy_lo, self.masks.dpy_hi],
-                    "dpx": [self.masks.dpx_lo, self.masks.dpx_hi]},
+                "masks": None if self.masks is None else self.masks.to_dict(),
                 "offset_masks": None if self.offset_masks is None else {
                     "classes": self.offset_masks.classes,
                     "offsets": [self.offset_masks.lo, self.offset_masks.hi]}}

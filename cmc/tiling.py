@@ -16,8 +16,9 @@ patches), and it is counted as a whole tile: the kernel computes all of it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,10 @@ from .ir import (
     OffsetMasks,
     Or,
     ParamRef,
+    PatchInterior,
     PatchMasks,
     Pred,
+    TableRef,
     Tiling,
     Var,
     nodes,
@@ -217,6 +220,261 @@ def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None
     masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, tuple(out))
     return masks, (f"tile masks of {n} patch offsets (rows {dpy_lo}..{dpy_hi - 1}, columns "
                    f"{dpx_lo}..{dpx_hi - 1}), shift-checked to len {big}")
+
+
+class _ReadsLen(Exception):
+    """An expression the interval evaluation over len cannot bound (a run-time parameter, a
+    segment lookup, a divisor that varies)."""
+
+
+Bounds = tuple[Any, Any]  # numpy arrays or scalars
+
+
+def _point(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a op b with evaluate's semantics (x / 0 == 0, x % 0 == x)."""
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    c = np.asarray(b, dtype=np.int64)
+    safe = np.where(c == 0, 1, c)
+    return np.where(c == 0, 0 if op == "/" else a, a // safe if op == "/" else a % safe)
+
+
+def _over_len(e: Expr, env: Env, lmin: np.ndarray, lmax: np.ndarray) -> Bounds:
+    """The least and largest value of e per query of env (q an array) over every len in
+    [lmin, lmax] (per query): interval arithmetic, sound; equal bounds prove that e does
+    not depend on len there."""
+    if isinstance(e, Const):
+        return np.int64(e.value), np.int64(e.value)
+    if isinstance(e, Var):
+        if e.name == "len":
+            return lmin, lmax
+        v = np.asarray(env.vars[e.name], dtype=np.int64)
+        return v, v
+    if isinstance(e, Neg):
+        lo, hi = _over_len(e.a, env, lmin, lmax)
+        return (-lo, -lo) if lo is hi else (-hi, -lo)
+    if isinstance(e, BinOp):
+        (a0, a1), (b0, b1) = _over_len(e.a, env, lmin, lmax), _over_len(e.b, env, lmin, lmax)
+        if a0 is a1 and b0 is b1:  # one value (the same object for both bounds)
+            v = _point(e.op, a0, b0)
+            return v, v
+        if e.op == "+":
+            return a0 + b0, a1 + b1
+        if e.op == "-":
+            return a0 - b1, a1 - b0
+        if e.op == "*":
+            ps = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+            return np.minimum.reduce(ps), np.maximum.reduce(ps)
+        if not (b0 is b1 or np.array_equal(np.broadcast_to(b0, np.shape(b1)), b1)):
+            raise _ReadsLen(f"the divisor of {expr_str(e)} depends on len")
+        c = np.asarray(b0, dtype=np.int64)
+        safe = np.where(c == 0, 1, c)
+        if e.op == "/":  # floor division is monotone in the dividend (x / 0 == 0)
+            x, y = np.where(c == 0, 0, a0 // safe), np.where(c == 0, 0, a1 // safe)
+            return np.minimum(x, y), np.maximum(x, y)
+        one = (a0 // safe) == (a1 // safe)  # one period: the remainder is monotone
+        lo = np.where(one, a0 % safe, np.where(c > 0, 0, c + 1))
+        hi = np.where(one, a1 % safe, np.where(c > 0, c - 1, 0))
+        return np.where(c == 0, a0, lo), np.where(c == 0, a1, hi)
+    if isinstance(e, Call):
+        args = [_over_len(a, env, lmin, lmax) for a in e.args]
+        if e.fn == "abs":
+            lo, hi = args[0]
+            return (np.where(lo >= 0, lo, np.where(hi <= 0, -hi, 0)),
+                    np.maximum(np.abs(lo), np.abs(hi)))
+        pick = np.minimum if e.fn == "min" else np.maximum
+        lo, hi = args[0]
+        for a0, a1 in args[1:]:
+            if lo is hi and a0 is a1:
+                lo = hi = pick(lo, a0)
+            else:
+                lo, hi = pick(lo, a0), pick(hi, a1)
+        return lo, hi
+    if isinstance(e, TableRef):
+        i0, i1 = _over_len(e.index, env, lmin, lmax)
+        if not np.array_equal(np.broadcast_to(i0, np.shape(i1)), i1):
+            raise _ReadsLen(f"the index of {expr_str(e)} depends on len")
+        v = np.asarray(env.tables[e.table], dtype=np.int64)[i0]
+        return v, v
+    raise _ReadsLen(f"it reads {expr_str(e)}")
+
+
+def _pred_over_len(p: Pred, env: Env, lmin: np.ndarray,
+                   lmax: np.ndarray) -> tuple[Any, Any]:
+    """(may be true, may be false) of p per query over every len in [lmin, lmax]."""
+    if isinstance(p, BoolConst):
+        return np.bool_(p.value), np.bool_(not p.value)
+    if isinstance(p, Cmp):
+        (a0, a1), (b0, b1) = _over_len(p.a, env, lmin, lmax), _over_len(p.b, env, lmin, lmax)
+        d0, d1 = a0 - b1, a1 - b0  # a - b lies in [d0, d1]
+        return {"<": (d0 < 0, d1 >= 0), "<=": (d0 <= 0, d1 > 0), ">": (d1 > 0, d0 <= 0),
+                ">=": (d1 >= 0, d0 < 0), "==": ((d0 <= 0) & (d1 >= 0), (d0 != 0) | (d1 != 0)),
+                "!=": ((d0 != 0) | (d1 != 0), (d0 <= 0) & (d1 >= 0))}[p.op]
+    if isinstance(p, (And, Or)):
+        parts = [_pred_over_len(x, env, lmin, lmax) for x in p.items]
+        ts, fs = [t for t, _ in parts], [f for _, f in parts]
+        if isinstance(p, And):
+            return np.logical_and.reduce(ts), np.logical_or.reduce(fs)
+        return np.logical_or.reduce(ts), np.logical_and.reduce(fs)
+    if isinstance(p, Not):
+        t, f = _pred_over_len(p.a, env, lmin, lmax)
+        return f, t
+    raise _ReadsLen(f"it reads {pred_str(p)}")
+
+
+def _grid_intervals(table: IntervalTable, o: int, q: np.ndarray, lmin: np.ndarray,
+                    big: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per term instance, for the grid queries q over every len in [lmin, big] (per query):
+    whether the instance's grid keys [max(lo, origin), hi) are one fixed interval, and its
+    least bounds relative to q with whether they are non-empty (at lmin == big: the
+    instance at that len). One instance's arrays at a time."""
+    env = Env(big, {}, {"q": q})
+    lmax = np.full(q.shape, big, dtype=np.int64)
+    if np.array_equal(lmin, lmax):
+        lmax = lmin  # one len: bounds stay single values (_over_len)
+    for t in table.terms:
+        for e in instances(t, env):
+            gt, gf = (np.broadcast_to(x, q.shape) for x in _pred_over_len(t.guard, e, lmin, lmax))
+            lo0, lo1 = (np.broadcast_to(np.maximum(x, o), q.shape)
+                        for x in _over_len(t.lo.expr, e, lmin, lmax))
+            hi0, hi1 = (np.broadcast_to(x, q.shape) for x in _over_len(t.hi.expr, e, lmin, lmax))
+            none = ~gt | (lo0 >= hi1)  # no grid key at any len of the range
+            fixed = none | (~gf & (lo0 == lo1) & (hi0 == hi1))
+            ok = gt & (lo0 < hi0)
+            yield fixed, ok, np.where(ok, lo0 - q, 0), np.where(ok, hi0 - q, 0)
+
+
+def interior_patch_masks(table: IntervalTable,
+                         tiling: Tiling) -> tuple[PatchMasks | None, str]:
+    """The per-offset tile masks of the interior query patches of a patch tiling whose
+    border patches see other windows (NATTEN's clamped neighbourhood), or None and why not.
+
+    Let q + T be the grid keys of the grid query at the centre of the grid at len =
+    max_len (T: one token interval per term instance, relative to q). Then:
+    1. regular queries: at len = max_len, every instance gives q the grid keys q + T_i
+       (token offsets; patches never cross a grid row, so the pair of patches one patch
+       offset away holds every pair (q, k) translated by one token offset);
+    2. the interior (PatchInterior) is the rectangle of patches around the centre's patch
+       whose queries are all regular at max_len: patch rows >= row_top, columns
+       [col_lo, col_hi), and the patch rows that leave `rows_below` grid rows below them;
+    3. len does not matter: for each query of an interior patch, every instance's guard and
+       grid bounds, evaluated by interval arithmetic over every len from the shortest at
+       which the patch is interior (origin + ((py + 1) * patch_rows + rows_below) * width)
+       to max_len, are one value. rows_below is the least for which 2 and 3 hold.
+    So at every len <= max_len an interior query q sees exactly q + T among the keys below
+    len, and the mask of an interior query patch against a key patch wholly below len is
+    [k - q in T] for its pairs, a function of the patch offset alone. The masks are built
+    from T; tests/test_tiling.py compares them with the dense oracle.
+    """
+    if tiling.kind != "patch" or not table.exact or table.mask.params:
+        return None, "not an exact, parameter-free patch tiling"
+    o, w, ph, pw = tiling.origin, tiling.width, tiling.patch_rows, tiling.patch_cols
+    big = tiling.max_len() or 0
+    ngx = w // pw
+    npy = (big - o) // w // ph
+    if npy < 3:
+        return None, "fewer than 3 patch rows at the longest length"
+    q = o + np.arange(npy * ph * w, dtype=np.int64)
+    py = (q - o) // w // ph
+    centre = ((npy * ph) // 2) * w + w // 2
+    regular: np.ndarray = np.ones(q.shape, dtype=bool)
+    rel: list[tuple[int, int]] = []  # the centre's T
+    try:
+        at_big = np.full(q.shape, big, dtype=np.int64)
+        for _, ok, rlo, rhi in _grid_intervals(table, o, q, at_big, big):
+            if ok[centre]:
+                rel.append((int(rlo[centre]), int(rhi[centre])))
+                regular &= ok & (rlo == rlo[centre]) & (rhi == rhi[centre])
+            else:
+                regular &= ~ok
+    except _ReadsLen as e:
+        return None, f"a bound cannot be evaluated over len: {e}"
+    if not rel:
+        return None, "no grid pair is visible"
+    per_patch = np.asarray(regular.reshape(npy, ph, ngx, pw).all(axis=(1, 3)))
+    pyc, pxc = centre // w // ph, (centre % w) // pw
+
+    def run(line: np.ndarray, at: int) -> tuple[int, int]:
+        a, b = at, at + 1
+        while a > 0 and line[a - 1]:
+            a -= 1
+        while b < len(line) and line[b]:
+            b += 1
+        return a, b
+
+    if not per_patch[pyc, pxc]:
+        return None, "the query patch at the grid's centre is not regular"
+    col_lo, col_hi = run(per_patch[pyc], pxc)
+    row_top, row_end = run(np.asarray(per_patch[:, col_lo:col_hi].all(axis=1)), pyc)
+    inside = (py >= row_top) & np.isin((q - o) % w // pw, np.arange(col_lo, col_hi))
+    qi, pyi = q[inside], py[inside]
+
+    def len_free(rb: int) -> bool:
+        lmin = o + ((pyi + 1) * ph + rb) * w
+        use = lmin <= big
+        if (pyi[use] >= row_end).any():
+            return False
+        picks = np.nonzero(use)[0]
+        try:  # a sample first: most failures show on it
+            return all(all(fixed.all() for fixed, *_ in
+                           _grid_intervals(table, o, qi[sel], lmin[sel], big))
+                       for sel in (picks[::61], picks))
+        except _ReadsLen:
+            return False
+
+    top = npy * ph - row_top * ph
+    rb, step = 0, 1
+    while rb <= top and not len_free(rb):
+        rb, step = rb + step, step * 2
+    if rb > top:
+        return None, "no interior patch row has a window that does not depend on len"
+    good = rb
+    lo = rb - step // 2 + 1 if step > 1 else rb
+    while lo < good:  # the least rows_below: len_free is monotone in it
+        mid = (lo + good) // 2
+        if len_free(mid):
+            good = mid
+        else:
+            lo = mid + 1
+    rows_below = good
+    dmin, dmax = min(a for a, _ in rel), max(b for _, b in rel)
+    seen_d = np.zeros(dmax - dmin, dtype=bool)
+    for a, b in rel:
+        seen_d[a - dmin:b - dmin] = True
+    box, col = np.divmod(np.arange(TILE), pw)
+    local = box * w + col  # token offset of each local index from its patch's first token
+    base = local[None, :] - local[:, None]  # [lr, lk]
+    reach_p = (max(-dmin, dmax) // w + 1) // ph + 1
+    found: dict[tuple[int, int], np.ndarray] = {}
+    for dpy in range(-reach_p, reach_p + 1):
+        for dpx in range(-(col_hi - 1), ngx - col_lo):  # a key patch column exists
+            d = base + dpy * ph * w + dpx * pw - dmin
+            m = np.zeros((TILE, TILE), dtype=bool)
+            inr = (d >= 0) & (d < seen_d.size)
+            m[inr] = seen_d[d[inr]]
+            if m.any():
+                found[(dpy, dpx)] = m
+    dys, dxs = [k[0] for k in found], [k[1] for k in found]
+    dpy_lo, dpy_hi, dpx_lo, dpx_hi = min(dys), max(dys) + 1, min(dxs), max(dxs) + 1
+    n = (dpy_hi - dpy_lo) * (dpx_hi - dpx_lo)
+    if n > MAX_MASK_CLASSES:
+        return None, f"{n} patch offsets, more than {MAX_MASK_CLASSES}"
+    weights = 1 << np.arange(TILE, dtype=object)
+    out: list[int] = []
+    for dpy in range(dpy_lo, dpy_hi):
+        for dpx in range(dpx_lo, dpx_hi):
+            m = found.get((dpy, dpx), np.zeros((TILE, TILE), dtype=bool))
+            out.extend(int((m[lr].astype(object) * weights).sum()) for lr in range(TILE))
+    inner = PatchInterior(row_top, rows_below, col_lo, col_hi)
+    masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, tuple(out), inner)
+    return masks, (f"tile masks of {n} patch offsets (rows {dpy_lo}..{dpy_hi - 1}, columns "
+                   f"{dpx_lo}..{dpx_hi - 1}) for interior query patches (patch rows from "
+                   f"{row_top} with {rows_below} grid rows below them, patch columns "
+                   f"{col_lo}..{col_hi - 1}), checked over len to {big}")
 
 
 class _NotToeplitz(Exception):
@@ -431,6 +689,10 @@ def _choose_shape(table: IntervalTable) -> Tiling:
                       key=lambda c: c[1].patch_cols)
         if n <= (1 - MIN_GAIN) * base:
             masks, why = patch_masks(table, best)
+            if masks is None and why.startswith("a term that reads len"):
+                inner, why_inner = interior_patch_masks(table, best)
+                masks, why = inner, (why_inner if inner is not None
+                                     else f"{why}; no interior masks: {why_inner}")
             min_len, short = patch_min_len(table, best)
             reason = ("; ".join(notes) + f": {best.patch_rows}x{best.patch_cols} patches, "
                       + short + "; " + (why if masks is not None else f"no tile masks: {why}"))

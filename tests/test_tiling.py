@@ -219,9 +219,7 @@ int main() {
       static char m[128][129];
       for (int t = 0; t < g.nqt; ++t)
         for (int j = 0; j < g.nqt; ++j) {
-          const int cl = cmc_patch_mask_class(g, t, j, len, cmc_hooks::kMaskDyLo,
-                                              cmc_hooks::kMaskDyN, cmc_hooks::kMaskDxLo,
-                                              cmc_hooks::kMaskDxN);
+          const int cl = cmc_patch_class_of<cmc_hooks>(g, t, j, len);
           if (cl < 0) continue;
           printf("M %d %d\n", t, j);
           for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
@@ -267,7 +265,10 @@ def _dense(table, length: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(v, dtype=bool), (length, length))
 
 
-def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, int]:
+def _check(table, tiling: Tiling, exe: Path, lengths: list[int],
+           masked: list[tuple[int, int, int]] | None = None) -> dict[str, int]:
+    """Run the host build on `lengths` and compare with the dense mask; `masked` collects
+    (len, query tile, key tile) of every pair that selected a tile mask class."""
     toks = [len(lengths)]
     for n in lengths:
         toks += [n, tiling.origin_for(n), tiling.width, tiling.patch_rows, tiling.patch_cols]
@@ -331,6 +332,8 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, in
             want = vis[np.ix_([qrows[r] for r in live], keys)]
             assert (got[live] == want).all(), f"len {n}: tile mask of tiles ({t}, {j})"
             seen["m"] += 1
+            if masked is not None:
+                masked.append((n, int(t), int(j)))
         pos += 1
     return seen
 

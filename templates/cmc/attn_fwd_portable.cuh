@@ -413,6 +413,29 @@ CMC_DEV int cmc_patch_mask_class(const cmc_patch_geo& g, int qt, int j, int len,
   if (dy < 0 || dy >= dy_n || dx < 0 || dx >= dx_n) return -1;
   return dy * dx_n + dx;
 }
+// Query patch qt is interior (cmc/tiling.py interior_patch_masks, ir.PatchInterior): patch
+// row >= row_top, patch column in [col_lo, col_hi), and rows_below whole grid rows below it
+// at this len, so its window is the one the mask classes were built from.
+CMC_DEV bool cmc_patch_interior(const cmc_patch_geo& g, int qt, int len, int row_top,
+                                int rows_below, int col_lo, int col_hi) {
+  if (qt < g.nlin) return false;
+  const int v = qt - g.nlin, py = v / g.ngx, px = v - py * g.ngx;
+  return py >= row_top && px >= col_lo && px < col_hi &&
+         g.O + ((py + 1) * g.PH + rows_below) * g.W <= len;
+}
+// The mask class of a patch pair under hooks H (-1: none): cmc_patch_mask_class, and for
+// masks proved on interior query patches only (H::kMaskInterior), none for the others.
+template <class H>
+CMC_DEV int cmc_patch_class_of(const cmc_patch_geo& g, int qt, int j, int len) {
+  const int c = cmc_patch_mask_class(g, qt, j, len, H::kMaskDyLo, H::kMaskDyN, H::kMaskDxLo,
+                                     H::kMaskDxN);
+  if constexpr (H::kMaskInterior != 0) {
+    if (!cmc_patch_interior(g, qt, len, H::kMaskRowTop, H::kMaskRowsBelow, H::kMaskColLo,
+                            H::kMaskColHi))
+      return -1;
+  }
+  return c;
+}
 #if defined(CMC_HOST)
 struct cmc_uint2 {
   unsigned x, y;

@@ -574,8 +574,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         bool mw_ok = false;
         auto fetch_mask = [&](int j) {
           if constexpr (kPatch && H::kPatchMasks != 0) {
-            const int c = cmc_patch_mask_class(g, it.qt, j, len, H::kMaskDyLo, H::kMaskDyN,
-                                               H::kMaskDxLo, H::kMaskDxN);
+            const int c = cmc_patch_class_of<H>(g, it.qt, j, len);
             mw_ok = c >= 0;
             if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
           } else if constexpr (!kPatch && H::kOffsetMasks != 0) {
