@@ -106,10 +106,36 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
       item[1] = it.h;
       item[2] = it.b;
     }
-    if constexpr (kPatch)
-      build_plan_patch<H>(seq, g, it.qt, plan, ptid - 32,
-                          n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders);
-    else build_plan<H>(seq, qa, qb, plan, ptid - 32);
+    // patch plans: nothing of the loop is held in registers across the build (at D 128
+    // ptxas spilled it; kernel notes, "Patch plan spills: zero"). The lead builder parks
+    // u and half in this slot's unit word (next() rewrites it two items on, after every
+    // builder has passed this build's barriers) and its reservation in the other slot's
+    // (only the lead reads that, in its next next()); every builder reads them back after
+    // the build's last barrier. The slot, the builder index and the plan's address are
+    // recomputed from opaque copies, so that ptxas cannot hoist what it derives from them
+    // (the plan's generic address, the 64-bit index of btid) out of the loop.
+    int xa = x;
+    if constexpr (kPatch) {
+      const int nb = n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders;
+      if (ptid == 32) {
+        // 2 u + half - 1 (half is 1 or 2 here): u < 2^30, as a unit is >= 128 query rows
+        item[3] = 2 * u + half - 1;
+        sm.plan_of(x ^ 1)[kPlanInts - 1] = held;
+      }
+      const int bt = opaque(ptid - 32);
+      int* const pp = reinterpret_cast<int*>(
+          shared_generic(sm.base + (unsigned)(reinterpret_cast<unsigned char*>(
+                                                  sm.plan_of(opaque(x))) - sm.smem)));
+      build_plan_patch<H>(seq, g, it.qt, pp, bt, nb);
+      xa = (opaque(n) - 1) & 1;
+      const int* const words = sm.plan_of(0) + kPlanInts - 1;  // slot 1's: + kPlanInts
+      const int uh = *reinterpret_cast<const volatile int*>(words + xa * kPlanInts);
+      u = uh >> 1;
+      half = (uh & 1) + 1;
+      held = ptid == 32 ? *reinterpret_cast<const volatile int*>(words + (xa ^ 1) * kPlanInts) : 0;
+    } else {
+      build_plan<H>(seq, qa, qb, plan, ptid - 32);
+    }
     if (!kPatch && ptid == 32) {
       item[0] = it.qt;
       item[1] = it.h;
@@ -118,7 +144,7 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     CMC_PROBE_SINCE(7, pr_build_);
     if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
     CMC_PROBE_COUNT(8);
-    mbar_arrive(sm.bar_plan(x));
+    mbar_arrive(sm.bar_plan(xa));
   }
 }
 
