@@ -73,13 +73,14 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     CMC_PROBE_MARK(pr_build_);
     Item it;
     int qa = 0, qb = 0;
-    bool found = false;
+    bool found = false, fresh = false;  // fresh: item[3] was written by next() (patch)
     typename H::seq_t seq;
     cmc_patch_geo g;
     while (!found) {
       if (half == 2) {
         u = sc.next(desc.sched, u, item + 3, ptid == 32, held, units);
         half = 0;
+        fresh = desc.sched != 0;
       }
       if (u >= units) break;
       it.qt = sc.tile(u, half++, it.h, it.b);
@@ -108,7 +109,7 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     }
     // patch plans: nothing of the loop is held in registers across the build (at D 128
     // ptxas spilled it; kernel notes, "Patch plan spills: zero"). The lead builder parks
-    // u and half in this slot's unit word (next() rewrites it two items on, after every
+    // u in this slot's unit word (next() rewrites it two items on, after every
     // builder has passed this build's barriers) and its reservation in the other slot's
     // (only the lead reads that, in its next next()); every builder reads them back after
     // the build's last barrier. The slot, the builder index and the plan's address are
@@ -118,8 +119,8 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     if constexpr (kPatch) {
       const int nb = n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders;
       if (ptid == 32) {
-        // 2 u + half - 1 (half is 1 or 2 here): u < 2^30, as a unit is >= 128 query rows
-        item[3] = 2 * u + half - 1;
+        // after a next() of this item the word is u already, and builders may still read it
+        if (!fresh) item[3] = u;
         sm.plan_of(x ^ 1)[kPlanInts - 1] = held;
       }
       const int bt = opaque(ptid - 32);
@@ -129,9 +130,7 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
       build_plan_patch<H>(seq, g, it.qt, pp, bt, nb);
       xa = (opaque(n) - 1) & 1;
       const int* const words = sm.plan_of(0) + kPlanInts - 1;  // slot 1's: + kPlanInts
-      const int uh = *reinterpret_cast<const volatile int*>(words + xa * kPlanInts);
-      u = uh >> 1;
-      half = (uh & 1) + 1;
+      u = *reinterpret_cast<const volatile int*>(words + xa * kPlanInts);
       held = ptid == 32 ? *reinterpret_cast<const volatile int*>(words + (xa ^ 1) * kPlanInts) : 0;
     } else {
       build_plan<H>(seq, qa, qb, plan, ptid - 32);
