@@ -107,21 +107,22 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
       item[1] = it.h;
       item[2] = it.b;
     }
-    // patch plans: nothing of the loop is held in registers across the build (at D 128
+    // patch plans: little of the loop is held in registers across the build (at D 128
     // ptxas spilled it; kernel notes, "Patch plan spills: zero"). The lead builder parks
-    // u in this slot's unit word (next() rewrites it two items on, after every
-    // builder has passed this build's barriers) and its reservation in the other slot's
-    // (only the lead reads that, in its next next()); every builder reads them back after
-    // the build's last barrier. The slot, the builder index and the plan's address are
-    // recomputed from opaque copies, so that ptxas cannot hoist what it derives from them
-    // (the plan's generic address, the 64-bit index of btid) out of the loop.
+    // u in this slot's unit word (rewritten two items on, after every builder has passed
+    // the next build's barriers); every builder reads it back after this build's last
+    // barrier. The lead's reservation `held` stays in a register: parking it in the other
+    // slot's word raced with builders still reading u from there (no builder barrier
+    // separates that read from the next item's start unless next() ran). The slot, the
+    // builder index and the plan's address are recomputed from opaque copies, so that
+    // ptxas cannot hoist what it derives from them (the plan's generic address, the 64-bit
+    // index of btid) out of the loop.
     int xa = x;
     if constexpr (kPatch) {
       const int nb = n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders;
       if (ptid == 32) {
         // after a next() of this item the word is u already, and builders may still read it
         if (!fresh) item[3] = u;
-        sm.plan_of(x ^ 1)[kPlanInts - 1] = held;
       }
       const int bt = opaque(ptid - 32);
       int* const pp = reinterpret_cast<int*>(
@@ -131,7 +132,6 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
       xa = (opaque(n) - 1) & 1;
       const int* const words = sm.plan_of(0) + kPlanInts - 1;  // slot 1's: + kPlanInts
       u = *reinterpret_cast<const volatile int*>(words + xa * kPlanInts);
-      held = ptid == 32 ? *reinterpret_cast<const volatile int*>(words + (xa ^ 1) * kPlanInts) : 0;
     } else {
       build_plan<H>(seq, qa, qb, plan, ptid - 32);
     }
