@@ -73,13 +73,14 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     CMC_PROBE_MARK(pr_build_);
     Item it;
     int qa = 0, qb = 0;
-    bool found = false;
+    bool found = false, fresh = false;  // fresh: item[3] was written by next() (patch)
     typename H::seq_t seq;
     cmc_patch_geo g;
     while (!found) {
       if (half == 2) {
         u = sc.next(desc.sched, u, item + 3, ptid == 32, held, units);
         half = 0;
+        fresh = desc.sched != 0;
       }
       if (u >= units) break;
       it.qt = sc.tile(u, half++, it.h, it.b);
@@ -106,10 +107,34 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
       item[1] = it.h;
       item[2] = it.b;
     }
-    if constexpr (kPatch)
-      build_plan_patch<H>(seq, g, it.qt, plan, ptid - 32,
-                          n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders);
-    else build_plan<H>(seq, qa, qb, plan, ptid - 32);
+    // patch plans: little of the loop is held in registers across the build (at D 128
+    // ptxas spilled it; kernel notes, "Patch plan spills: zero"). The lead builder parks
+    // u in this slot's unit word (rewritten two items on, after every builder has passed
+    // the next build's barriers); every builder reads it back after this build's last
+    // barrier. The lead's reservation `held` stays in a register: parking it in the other
+    // slot's word raced with builders still reading u from there (no builder barrier
+    // separates that read from the next item's start unless next() ran). The slot, the
+    // builder index and the plan's address are recomputed from opaque copies, so that
+    // ptxas cannot hoist what it derives from them (the plan's generic address, the 64-bit
+    // index of btid) out of the loop.
+    int xa = x;
+    if constexpr (kPatch) {
+      const int nb = n == 1 && u == (int)blockIdx.x ? kHelpers : kBuilders;
+      if (ptid == 32) {
+        // after a next() of this item the word is u already, and builders may still read it
+        if (!fresh) item[3] = u;
+      }
+      const int bt = opaque(ptid - 32);
+      int* const pp = reinterpret_cast<int*>(
+          shared_generic(sm.base + (unsigned)(reinterpret_cast<unsigned char*>(
+                                                  sm.plan_of(opaque(x))) - sm.smem)));
+      build_plan_patch<H>(seq, g, it.qt, pp, bt, nb);
+      xa = (opaque(n) - 1) & 1;
+      const int* const words = sm.plan_of(0) + kPlanInts - 1;  // slot 1's: + kPlanInts
+      u = *reinterpret_cast<const volatile int*>(words + xa * kPlanInts);
+    } else {
+      build_plan<H>(seq, qa, qb, plan, ptid - 32);
+    }
     if (!kPatch && ptid == 32) {
       item[0] = it.qt;
       item[1] = it.h;
@@ -118,7 +143,7 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     CMC_PROBE_SINCE(7, pr_build_);
     if (n == 1) CMC_PROBE_SINCE(12, pr_build_);  // the first build
     CMC_PROBE_COUNT(8);
-    mbar_arrive(sm.bar_plan(x));
+    mbar_arrive(sm.bar_plan(xa));
   }
 }
 

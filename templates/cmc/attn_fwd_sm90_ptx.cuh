@@ -10,6 +10,19 @@ CMC_DEV unsigned smem_u32(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
   return r;
 }
+// The generic address of a shared-window address (the inverse of smem_u32).
+CMC_DEV void* shared_generic(unsigned a) {
+  unsigned long long p;
+  asm volatile("cvta.shared.u64 %0, %1;\n" : "=l"(p) : "l"((unsigned long long)a));
+  return reinterpret_cast<void*>(p);
+}
+// v, which neither NVVM nor ptxas can see through: what is computed from it is computed
+// here, not hoisted out of a loop and kept (or spilled) across it.
+CMC_DEV int opaque(int v) {
+  int r;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(r) : "r"(v));
+  return r;
+}
 // The kernel's second parameter: tensor maps of Q, K and V (cuTensorMapEncodeTiled by the
 // runtime, layout in cmc/abi.py TENSOR_MAPS). Each is a 3-D tiled map over [T, H, D] (dims
 // innermost first D, H, T; byte strides head, token), box (64, 1, 128), 128-byte swizzle,

@@ -106,7 +106,8 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
     if (!hull || nbox == 0) cmc_patch_mark(touched, g, r4[0], r4[1]);
   }
   builders_bar(nb);
-  for (int w = btid; w < nw; w += nb) full[w] = touched[w];
+  // btid opaque: else ptxas keeps btid < nw (the first loop's test) across the term code
+  for (int w = opaque(btid); w < nw; w += nb) full[w] = touched[w];
   builders_bar(nb);
   for (int x = btid; x < g.nqt * PH; x += nb) {
     const int t = x / PH, b = x - t * PH;
