@@ -68,7 +68,7 @@ ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 
 
 def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
-                bwd_kernel: str = "portable") -> None:
+                bwd_kernel: str = "portable", reg_split: str = "auto") -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
@@ -77,7 +77,7 @@ def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
         t = time.perf_counter()
         path = compile_file(ROOT / spec.mask, dest / spec.key, archs=["sm_90a"], dtypes=["bf16"],
                             head_dims=[HEAD_DIM], defines=spec.defines, jobs=2, tiling=tiling,
-                            bwd_kernel=bwd_kernel)
+                            bwd_kernel=bwd_kernel, reg_split=reg_split)
         print(f"compiled {spec.key} -> {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
@@ -777,6 +777,9 @@ def main() -> None:
     ap.add_argument("--bwd-kernel", choices=("portable", "sm90"), default="portable",
                     help="with --compile: the backward kinds (cmc compile --bwd-kernel); a run "
                          "records the kinds it loaded in bench.json's meta")
+    ap.add_argument("--reg-split", choices=("auto", "fixed"), default="auto",
+                    help="with --compile: cmc compile --reg-split (fixed: the A/B baseline of "
+                         "the sm90 forward's register split)")
     ap.add_argument("--suite", choices=("public", "generality", "all"), default="all",
                     help="which masks to compile and run")
     ap.add_argument("--artifacts", default="out/bench")
@@ -820,7 +823,7 @@ def main() -> None:
         (out / "bench.md").write_text(markdown(merged) + "\n")
         return
     if args.compile:
-        compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel)
+        compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split)
         return
     import torch
 

@@ -446,13 +446,18 @@ def _outcome(split: RegSplit, got: BuiltCubin | _LostPipeline) -> str:
 
 
 def _build_one(
-    source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool, extra: Sequence[str]
+    source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool, extra: Sequence[str],
+    reg_split: str = "auto",
 ) -> BuiltCubin:
     """The variant's cubin. A kind with register splits (kernels.SM90_REG_SPLITS) is built
     with each candidate in order until one uses no local memory and keeps the wgmma pipeline;
     if none does, the one with the fewest spilled bytes (of those that keep the pipeline) is
-    kept, and its reason names every split tried and what it gave."""
+    kept, and its reason names every split tried and what it gave. reg_split "fixed" tries
+    the first (the kind's default) only: the A/B baseline, and a way back if a chosen split
+    proves slower than the spill it removed."""
     candidates = spec(v.kernel).reg_split_candidates(v.tiling.kind)
+    if reg_split == "fixed":
+        candidates = candidates[:1]
     where = f"{source.filename} [{arch}, {variant_tag(v)}]"
     if not candidates:
         try:
@@ -481,6 +486,8 @@ def _build_one(
                                       c.resources.local_bytes))
     if len(tried) == 1 and not _uses_local(chosen.resources):
         reason = "default"
+    elif reg_split == "fixed":
+        reason = f"{'; '.join(outcomes)}; other splits not tried (--reg-split fixed)"
     elif _uses_local(chosen.resources):
         reason = f"{'; '.join(outcomes)}; kept {chosen.reg_split} (the fewest spilled bytes)"
     else:
@@ -518,21 +525,26 @@ def build(
     cache: bool = True,
     *,
     extra_options: Sequence[str] = (),
+    reg_split: str = "auto",
 ) -> BuiltKernels:
     """Compile every (variant, arch) of `source`; archs=None builds each variant's own archs.
 
     jobs <= 0 uses every core. The first failure (in plan order) is raised as BuildError.
     """
+    if reg_split not in ("auto", "fixed"):
+        raise UsageError(f"reg_split must be 'auto' or 'fixed', not {reg_split!r}")
     pairs = plan(source, archs)
     use_cache = cache and config.cache_enabled()
     workers = (os.cpu_count() or 1) if jobs <= 0 else jobs
     workers = max(1, min(workers, len(pairs)))
     if workers == 1:
-        cubins = [_build_one(source, v, a, use_cache, extra_options) for v, a in pairs]
+        cubins = [_build_one(source, v, a, use_cache, extra_options, reg_split)
+                  for v, a in pairs]
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures: list[Future[BuiltCubin]] = [
-                pool.submit(_build_one, source, v, a, use_cache, extra_options) for v, a in pairs
+                pool.submit(_build_one, source, v, a, use_cache, extra_options, reg_split)
+                for v, a in pairs
             ]
             try:
                 cubins = [f.result() for f in futures]

@@ -277,6 +277,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
 @click.option("--bwd-kernel", type=click.Choice(["portable", "sm90"]), default="portable",
               show_default=True,
               help="sm90: the wgmma dK/dV and dQ kernels on sm_90a (opt-in: not yet run on a GPU).")
+@click.option("--reg-split", type=click.Choice(["auto", "fixed"]), default="auto",
+              show_default=True,
+              help="auto: the sm90 forward tries its register splits until one uses no local "
+                   "memory; fixed: the default split only (may spill; the warning says so).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
@@ -284,8 +288,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
 @_reports_errors
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
                 defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
-                backward: bool, bwd_kernel: str, jobs: int, check_only: bool,
-                no_cache: bool) -> None:
+                backward: bool, bwd_kernel: str, reg_split: str, jobs: int,
+                check_only: bool, no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
 
@@ -308,7 +312,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    tiling=tiling, cache=not no_cache, backward=backward,
-                   bwd_kernel=bwd_kernel)
+                   bwd_kernel=bwd_kernel, reg_split=reg_split)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

@@ -71,6 +71,9 @@ class Options:
     # "portable": cmc_bwd everywhere; "sm90": the wgmma kinds on sm_90a (bwd_kv_sm90, bwd_dq_sm90).
     # Opt-in until a GPU run validates it (tools/bwd_kernel_check.py --sm90, tests/gpu).
     bwd_kernel: str = "portable"
+    # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
+    # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).
+    reg_split: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
 
     assert p.source is not None
     return replace(p, built=build.build(p.source, archs=opts.archs, jobs=opts.jobs,
-                                        cache=opts.cache))
+                                        cache=opts.cache, reg_split=opts.reg_split))
 
 
 def _package(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -210,6 +213,7 @@ def compile_file(
     tiling: str = "auto",
     backward: bool = True,
     bwd_kernel: str = "portable",
+    reg_split: str = "auto",
 ) -> Path:
     """Every stage; returns OUT/NAME."""
     opts = Options(
@@ -223,6 +227,7 @@ def compile_file(
         tiling=tiling,
         backward=backward,
         bwd_kernel=bwd_kernel,
+        reg_split=reg_split,
     )
     artifact = run(path, opts, "package", Path(out_dir)).artifact
     assert artifact is not None

@@ -188,3 +188,29 @@ def test_a_clean_default_compiles_once(monkeypatch, linear_variant):
     calls = _outcomes(monkeypatch, [(0, 0, 0, ())])
     (c,) = build(linear_variant, cache=False).cubins
     assert calls == [None] and c.reg_split_reason == "default"
+
+
+def test_fixed_tries_the_default_only_and_says_so(monkeypatch, linear_variant):
+    """--reg-split fixed: the A/B baseline; a spilling default is kept, and the reason says
+    why no other split was tried."""
+    calls = _outcomes(monkeypatch, [(40, 40, 52, ()), (0, 0, 0, ())])
+    (c,) = build(linear_variant, cache=False, reg_split="fixed").cubins
+    assert calls == [None] and c.reg_split == RegSplit(40, 232) and c.sha256 == "40-40-52"
+    assert c.reg_split_reason == ("40/232 spilled 92 bytes; other splits not tried "
+                                  "(--reg-split fixed)")
+    with pytest.raises(Exception, match="reg_split must be 'auto' or 'fixed'"):
+        build(linear_variant, cache=False, reg_split="best")
+
+
+def test_the_cli_passes_reg_split_through(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from cmc import cli, driver
+
+    seen = []
+    monkeypatch.setattr(driver, "compile_many",
+                        lambda files, out, opts, *a, **k: seen.append(opts.reg_split) or [])
+    r = CliRunner().invoke(cli.cli, ["compile", str(sample("causal")), "-o", str(tmp_path),
+                                      "--reg-split", "fixed"])
+    assert r.exit_code == 0, r.output
+    assert seen == ["fixed"]
