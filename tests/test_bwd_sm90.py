@@ -63,8 +63,8 @@ def test_sm90_choice_replaces_kv_and_dq_on_sm90a_only():
         assert (v.threads, v.block_m, v.block_n) == (256, 128, 64)
         block = src.text.split(f"#if defined({v.define})\n")[1].split("#endif")[0]
         assert f"cmc_bwd_sm90::Cfg<{v.head_dim}>::kThreadsKV == 256" in block
-        assert (f"cmc_bwd_sm90::smem_kv<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>() "
-                f"== {v.smem_bytes}") in block
+        assert (f"cmc_bwd_sm90::smem_kv<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
+                f"cmc_hooks::kTiling>() == {v.smem_bytes}") in block
         assert f"cmc_bwd_sm90::kv<cmc_hooks, cmc_hooks_t, true, {v.head_dim}>(desc, args)" in block
     for v in _bwd(src):
         if v.kernel is not KernelKind.BWD_DQ_SM90:
