@@ -6,8 +6,7 @@
 // (attn_bwd_sm90_dq.cuh, placed after this part) reuses this part's helpers. Same ABI and
 // semantics as cmc_bwd::kv (/work/notes/bwd_contract.md) with its own key tile: grid
 // (ceil(max_len / cmc_bwd_sm90::kBN), heads_kv, batch), block Cfg<D>::kThreadsKV, dynamic
-// shared memory smem_kv<D, NT, NTT>() (opt-in above 48 KiB); with a patch tiling see kv_patch
-// at the end. Own PTX wrappers (namespace
+// shared memory smem_kv<D, NT, NTT>() (opt-in above 48 KiB; patch tilings: kv_patch). Own PTX wrappers (namespace
 // cmc_bwd_sm90), so it does not depend on the forward sm90 header's names.
 //
 // CTA = one key tile of kBN = 128 keys x kv head x sequence, 2 warpgroups (256 threads),
