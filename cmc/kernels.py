@@ -377,11 +377,25 @@ def _bwd_kv_sm90_smem(head_dim: int, plan_ints: int) -> int:
     return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
 
 
+def _bwd_sm90_plan_ints(n_terms: int, patch_tiles: int | None) -> int:
+    """The linear plan (cmc_bwd::build_plan), or with a patch tiling cmc_bwd_patch_plan_ints:
+    the term ranges and two bit sets of the other side's tiles (touched, full). n_terms: the
+    table the kind walks (kv: the transposed one)."""
+    if patch_tiles is not None:
+        return 4 * n_terms + 2 * (patch_tiles // 32)
+    return _portable_plan_ints(n_terms, None)
+
+
 # Replaces BWD_KV on sm_90a only when asked (backward_kinds(..., "sm90")): it builds without
-# spills or wgmma pipeline notes but has not run on a GPU yet (docs/architecture.md).
+# spills or wgmma pipeline notes but has not run on a GPU yet (docs/architecture.md). It
+# follows the tile stage's tiling: with a patch tiling its CTA is one forward tile of keys
+# (linear or patch) and its grid counts the forward's tiles (attn_bwd_sm90.cuh kv_patch).
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     BWD_SPECS[KernelKind.BWD_KV],
     kind=KernelKind.BWD_KV_SM90,
+    tiled=True,
+    plan_ints=_bwd_sm90_plan_ints,
+    grid=("{query_tiles}", "heads_kv", "batch"),
     headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh"),  # reuses cmc_bwd's helpers
     archs=("sm_90a",),
     threads={64: BWD_SM90_THREADS, 128: BWD_SM90_THREADS},
@@ -393,7 +407,8 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     tag="bwd_kv_sm90_{dtype}_d{head_dim}",
     entry="cmc_bwd_sm90::kv<cmc_hooks, cmc_hooks_t, {bf16}, {head_dim}>(desc, args)",
     threads_expr="cmc_bwd_sm90::Cfg<{head_dim}>::kThreadsKV",
-    smem_expr="cmc_bwd_sm90::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>()",
+    smem_expr=("cmc_bwd_sm90::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
+               "cmc_hooks::kTiling>()"),
 )}
 
 # cmc_bwd_sm90 (templates/cmc/attn_bwd_sm90_dq.cuh): kDqRows query rows per CTA (64 per
@@ -409,14 +424,6 @@ def _bwd_dq_sm90_smem(head_dim: int, plan_ints: int) -> int:
     return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
 
 
-def _bwd_dq_sm90_plan_ints(n_terms: int, patch_key_tiles: int | None) -> int:
-    """The forward's linear plan, or with a patch tiling cmc_bwd_patch_plan_ints: the term
-    ranges and two bit sets of key tiles (touched, full)."""
-    if patch_key_tiles is not None:
-        return 4 * n_terms + 2 * (patch_key_tiles // 32)
-    return _portable_plan_ints(n_terms, None)
-
-
 # Replaces BWD_DQ (the deterministic sequence's dq role) on sm_90a with BWD_KV_SM90, under the
 # same opt-in and for the same reason: built, not yet run on a GPU. It follows the tile
 # stage's tiling: with a patch tiling its CTA is one forward tile (linear or patch) and its
@@ -425,7 +432,7 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
     BWD_SPECS[KernelKind.BWD_DQ],
     kind=KernelKind.BWD_DQ_SM90,
     tiled=True,
-    plan_ints=_bwd_dq_sm90_plan_ints,
+    plan_ints=_bwd_sm90_plan_ints,
     grid=("{query_tiles}", "heads_q", "batch"),
     headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh",
              "cmc/attn_bwd_sm90_dq.cuh"),  # reuses cmc_bwd's and cmc_bwd_sm90's helpers

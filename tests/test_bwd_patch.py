@@ -191,10 +191,10 @@ def test_host_bwd_patch_plans_short_sequences_are_linear(workdir):
     assert seen["p"] > 0
 
 
-def test_dq_follows_the_forward_tiling_and_kv_stays_linear():
-    """bwd_dq_sm90 gets the tile stage's patch tiling (grid: the forward's query tiles, plan:
-    bit sets); bwd_kv_sm90 stays on linear 128-key tiles (its patch walk is not built yet),
-    and a linear mask's dq keeps the linear rule."""
+def test_dq_and_kv_follow_the_forward_tiling():
+    """bwd_dq_sm90 and bwd_kv_sm90 get the tile stage's patch tiling (grid: the forward's
+    tiles, heads_q for dq and heads_kv for kv; plan: the term ranges of the table each walks,
+    the transposed one for kv, and two bit sets); a linear mask keeps the linear rule."""
     from cmc.artifacts import KernelKind
     from cmc.kernels import TileShape, spec
 
@@ -202,18 +202,26 @@ def test_dq_follows_the_forward_tiling_and_kv_stays_linear():
                bwd_kernel="sm90", dtypes=("bf16",), head_dims=(128,))
     by_kind = {v.kernel: v for v in src.variants}
     dq, kv = by_kind[KernelKind.BWD_DQ_SM90], by_kind[KernelKind.BWD_KV_SM90]
-    assert (dq.tiling.kind, kv.tiling.kind) == ("patch", "linear")
+    assert (dq.tiling.kind, kv.tiling.kind) == ("patch", "patch")
+    assert dq.tiling == kv.tiling
     shape = dq.tiling.shape
     assert spec(dq.kernel).grid_rule(shape, 128) == [shape.query_tiles_expr(128), "heads_q", "batch"]
+    assert spec(kv.kernel).grid_rule(shape, 128) == [shape.query_tiles_expr(128), "heads_kv", "batch"]
     assert "(max_len - 512, 0), 128), 8) * 8" in shape.query_tiles_expr(128)
-    assert spec(dq.kernel).grid_rule(TileShape("linear"), 128)[0] == "ceil_div(max_len, 128)"
+    for k in (dq.kernel, kv.kernel):
+        assert spec(k).grid_rule(TileShape("linear"), 128)[0] == "ceil_div(max_len, 128)"
     assert dq.smem_bytes == spec(dq.kernel).smem(128, 4 * _terms(src) + 2 * 128)
+    assert kv.smem_bytes == spec(kv.kernel).smem(128, 4 * _terms(src, "cmc_hooks_t") + 2 * 128)
+    # the patch plan is smaller than the linear one here, so the variant's size is its own
+    linear_kv = spec(kv.kernel).smem(128, spec(kv.kernel).plan_ints(_terms(src, "cmc_hooks_t"), None))
+    assert kv.smem_bytes != linear_kv
+    assert "cmc_hooks::kTiling>()" in spec(kv.kernel).smem_expr
     causal = emit(front(ROOT / "samples" / "causal.mask"), archs=("sm_90a",), backward=True,
                   bwd_kernel="sm90", dtypes=("bf16",), head_dims=(128,))
     assert all(v.tiling.kind == "linear" for v in causal.variants)
 
 
-def _terms(src) -> int:
+def _terms(src, hooks: str = "cmc_hooks") -> int:
     import re
 
-    return int(re.search(r"struct cmc_hooks \{.*?kTerms = (\d+)", src.text, re.S).group(1))
+    return int(re.search(rf"struct {hooks} \{{.*?kTerms = (\d+)", src.text, re.S).group(1))

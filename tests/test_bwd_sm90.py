@@ -63,8 +63,8 @@ def test_sm90_choice_replaces_kv_and_dq_on_sm90a_only():
         assert (v.threads, v.block_m, v.block_n) == (256, 128, 64)
         block = src.text.split(f"#if defined({v.define})\n")[1].split("#endif")[0]
         assert f"cmc_bwd_sm90::Cfg<{v.head_dim}>::kThreadsKV == 256" in block
-        assert (f"cmc_bwd_sm90::smem_kv<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>() "
-                f"== {v.smem_bytes}") in block
+        assert (f"cmc_bwd_sm90::smem_kv<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
+                f"cmc_hooks::kTiling>() == {v.smem_bytes}") in block
         assert f"cmc_bwd_sm90::kv<cmc_hooks, cmc_hooks_t, true, {v.head_dim}>(desc, args)" in block
     for v in _bwd(src):
         if v.kernel is not KernelKind.BWD_DQ_SM90:
@@ -144,6 +144,7 @@ def test_cli_bwd_kernel_option(tmp_path):
 @pytest.mark.parametrize("name,defines,dtype,head_dims", [
     ("causal", {}, "bf16", (64, 128)),
     ("clear", {}, "bf16", (128,)),  # a grid family: many (transposed) terms in the plans
+    ("clear", {}, "fp16", (64,)),  # both kinds on the forward's patches (kv_patch, dq_patch)
     ("hstu", {}, "fp16", (64,)),  # per-sequence parameters in the hooks, the other dtype
 ])
 def test_sm90_kinds_build_without_spills_or_wgmma_notes(name, defines, dtype, head_dims):
@@ -159,6 +160,8 @@ def test_sm90_kinds_build_without_spills_or_wgmma_notes(name, defines, dtype, he
     mine = tuple(v for v in src.variants if v.kernel in SM90_KINDS)
     assert sorted((v.kernel.value, v.head_dim) for v in mine) == sorted(
         (k.value, hd) for k in SM90_KINDS for hd in head_dims)
+    # clear's tile stage picks patches: both kinds follow them (kv_patch, dq_patch)
+    assert all(v.tiling.kind == ("patch" if name == "clear" else "linear") for v in mine)
     built = build(dataclasses.replace(src, variants=mine), archs=("sm_90a",), jobs=2)
     assert {c.symbol for c in built.cubins} == {v.symbol for v in mine}
     for c in built.cubins:

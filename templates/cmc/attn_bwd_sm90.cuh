@@ -6,7 +6,7 @@
 // (attn_bwd_sm90_dq.cuh, placed after this part) reuses this part's helpers. Same ABI and
 // semantics as cmc_bwd::kv (/work/notes/bwd_contract.md) with its own key tile: grid
 // (ceil(max_len / cmc_bwd_sm90::kBN), heads_kv, batch), block Cfg<D>::kThreadsKV, dynamic
-// shared memory smem_kv<D, NT, NTT>() (opt-in above 48 KiB). Own PTX wrappers (namespace
+// shared memory smem_kv<D, NT, NTT>() (opt-in above 48 KiB; patch tilings: kv_patch). Own PTX wrappers (namespace
 // cmc_bwd_sm90), so it does not depend on the forward sm90 header's names.
 //
 // CTA = one key tile of kBN = 128 keys x kv head x sequence, 2 warpgroups (256 threads),
@@ -187,8 +187,9 @@ template <int D> struct SmemKV {
   };
 };
 // +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
-template <int D, int NT, int NTT> constexpr int smem_kv() {
-  return (SmemKV<D>::kPlan + (8 * NTT + 2) * 4 + 15) / 16 * 16 + 1024;
+template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv() {
+  return (SmemKV<D>::kPlan + (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4 + 15) / 16 * 16 +
+         1024;
 }
 
 // Byte offset of 16-byte chunk c of row r in a [ROWS][D] tile (128-byte swizzle).
@@ -397,7 +398,14 @@ CMC_DEV int next_tile(const unsigned* bits, int nw, int from) {
 CMC_DEV bool tile_bit(const unsigned* bits, int j) { return (bits[j >> 5] >> (j & 31)) & 1u; }
 
 template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
+
+template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+  if constexpr (H::kTiling == 1) {
+    kv_patch<H, HT, BF16, D>(desc, args);
+    return;
+  }
   constexpr int NTT = HT::kTerms;
   constexpr int kAcc = D / 2;   // fp32 accumulator registers of a [64 x D] tile per thread
   constexpr int kDQ = DQ<D>::kRegs;  // ... of this warpgroup's [64 x 64] dQ part
@@ -605,6 +613,252 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   store_acc<BF16, D>(smem + SmemKV<D>::kV, dv, 1.f, 64 * wg,
                      reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
                          (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid, wg);
+}
+
+// ------------------------------------------------------------------ kv on patch tiles
+// Copies of the query rows r0 .. r0 + kBM - 1 of a token map (one half of a forward tile) of
+// query head hq into ring stage `buf`: kv_issue by token (rows without a token zero-filled).
+template <class Desc, int D, class Tok>
+CMC_DEV void kv_issue_rows(unsigned base, int buf, const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0,
+                           int hq, const Tok& rows, int r0, int tid) {
+  load_rows<D, kBM>(base + SmemKV<D>::kQ + buf * Cfg<D>::kTileQ,
+                    reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
+                        (cmc_i64)hq * desc.q_stride_head, desc.q_stride_tok, rows, r0, tid);
+  load_rows<D, kBM>(base + SmemKV<D>::kDO + buf * Cfg<D>::kTileQ,
+                    reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
+                        (cmc_i64)hq * args.dout_stride_head, args.dout_stride_tok, rows, r0, tid);
+  if (tid < 2 * kBM) {
+    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+    const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
+    const int rr = tid % kBM, q = rows(r0 + rr);
+    const bool valid = q >= 0;
+    const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
+    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
+                       src, valid);
+  }
+}
+
+// kv with the forward's patch tiling (H::kTiling == 1; part A above): the CTA's 128 keys are
+// forward tile blockIdx.x (cmc_bwd_tokens_of: a linear tile, possibly the partial one before
+// the grid origin, or a PH x PW patch), grid (nqt of max_len, heads_kv, batch); K, V gathered
+// by token, rows without a token zero-filled and never stored. Its plan is the transposed
+// hooks' patch plan (cmc_bwd_plan_step<HT>: touched and full query tiles of 128). Items =
+// (query head of the GQA group, touched query tile, half hh): query rows 64 hh .. of that
+// tile's token map (PH / 2 grid rows of a patch), Q, dO, LSE, Dsum gathered into the ring; a
+// half with no token is skipped (a tile's tokens are a prefix of its rows, so half 1 has one
+// iff row 64 has). Full / partial per half: both halves of a full query tile are full when
+// all 128 keys of the CTA have a token (the plan's full bit is per query tile; a key row past
+// len would otherwise get P != 0); every other half masks by HT::visible per element. dK, dV
+// rows are stored to their key tokens; atomic mode adds dQ rows to their query tokens.
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+  static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kBN, "patch halves of 64 rows");
+  constexpr int NTT = HT::kTerms;
+  constexpr int kAcc = D / 2;
+  constexpr int kDQ = DQ<D>::kRegs;
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+  unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
+  const unsigned base = smem_u32(smem);
+  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int hkv = blockIdx.y, b = blockIdx.z, kt = blockIdx.x;
+  const typename HT::seq_t seqt = HT::seq(desc, b);
+  const int len = seqt.len;
+  const cmc_patch_geo geo = cmc_bwd_geo<H>(len);
+  int ka, kb;
+  if (!cmc_bwd_tile_hull(geo, kt, len, ka, kb)) return;
+  const cmc_i64 tok0 = seqt.tok0;
+  const int group = desc.heads_q / desc.heads_kv;
+  const bool atomic_dq = (args.flags & 1) == 0;
+  const cmc_bwd_tile_tokens<H> keys = cmc_bwd_tokens_of<H>(geo, kt, len);
+
+  const unsigned sK = base + SmemKV<D>::kK, sV = base + SmemKV<D>::kV;
+  const unsigned sQ = base + SmemKV<D>::kQ, sDO = base + SmemKV<D>::kDO;
+  const unsigned sDS = base + SmemKV<D>::kDS;
+  const float* lse_s = reinterpret_cast<const float*>(smem + SmemKV<D>::kLse);
+  const float* dsum_s = reinterpret_cast<const float*>(smem + SmemKV<D>::kDsum);
+  int* plan = reinterpret_cast<int*>(smem + SmemKV<D>::kPlan);
+
+  load_rows<D, kBN>(sK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+                            (cmc_i64)hkv * desc.k_stride_head, desc.k_stride_tok, keys, 0, tid);
+  load_rows<D, kBN>(sV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+                            (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, keys, 0, tid);
+  cp_commit();
+
+  // Query tiles that see any of the CTA's keys, from the transposed hooks.
+  build_plan_patch<HT, Cfg<D>::kThreadsKV>(plan, seqt, geo, kt, ka, kb, tid);
+  const unsigned* touched = reinterpret_cast<const unsigned*>(plan + 4 * NTT);
+  const unsigned* full = touched + kBwdPatchWords;
+  const int nw = (geo.nqt + 31) >> 5;
+  const bool keys_all = keys(kBN - 1) >= 0;  // every key row has a token
+
+  // This thread's key rows (wgmma accumulator layout): local lr and lr + 8.
+  const int lr = 64 * wg + 16 * warp + (lane >> 2);
+  const int tk0 = keys(lr), tk1 = keys(lr + 8);  // -1: no token (masked as row 0, see P^T)
+  const typename HT::row_t krow0 = HT::row(seqt, tk0 >= 0 ? tk0 : 0), krow1 = HT::row(seqt, tk1 >= 0 ? tk1 : 0);
+  const float sl2 = desc.scale_log2;
+  const int cq = 2 * (lane & 3);
+
+  const unsigned kA = sK + wg * 64 * 128, vA = sV + wg * 64 * 128;
+  const unsigned dqA = sDS + (DQ<D>::kSplitN ? 0 : wg * 64 * 128);
+  const unsigned dqB = sK + wg * (DQ<D>::kSplitN ? kBN * 128 : 64 * 128);
+  const int dqCol = DQ<D>::kSplitN ? wg * 64 : 0;
+
+  float dk[kAcc], dv[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
+
+  // items: (query head g of the group, touched query tile j, half hh)
+  int g = 0, j = next_tile(touched, nw, 0), hh = 0;
+  if (j >= 0)
+    kv_issue_rows<typename H::desc_t, D>(base, 0, desc, args, tok0, hkv * group, cmc_bwd_tokens_of<H>(geo, j, len),
+                                         0, tid);
+  cp_commit();
+  int buf = 0;
+  while (j >= 0) {
+    int gn = g, jn = j, hn = 1;
+    if (hh == 1 || cmc_bwd_tokens_of<H>(geo, j, len)(64) < 0) {
+      hn = 0;
+      jn = next_tile(touched, nw, j + 1);
+      if (jn < 0 && ++gn < group) jn = next_tile(touched, nw, 0);
+    }
+    cp_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (jn >= 0)
+      kv_issue_rows<typename H::desc_t, D>(base, buf ^ 1, desc, args, tok0, hkv * group + gn,
+                                           cmc_bwd_tokens_of<H>(geo, jn, len), 64 * hn, tid);
+    cp_commit();
+
+    const unsigned qB = sQ + buf * Cfg<D>::kTileQ, doB = sDO + buf * Cfg<D>::kTileQ;
+    const float* lse_b = lse_s + buf * kBM;
+    const float* dsum_b = dsum_s + buf * kBM;
+    const bool is_full = keys_all && tile_bit(full, j);
+    const cmc_bwd_tile_tokens<H> qrows = cmc_bwd_tokens_of<H>(geo, j, len);
+    const int r0 = 64 * hh;
+
+    float s[32], dp[32];
+    wg_fence();
+    ss_headdim<BF16, D, kBN, kBM>(s, kA, qB);
+    wg_commit();
+    ss_headdim<BF16, D, kBN, kBM>(dp, vA, doB);
+    wg_commit();
+    wg_wait<1>();
+    fence_regs<32>(s);
+
+    // P^T: element (key row lr + 8 i, query row r0 + 8 jj + cq + e of tile j) is s[4 jj + 2 i + e].
+    // A key row without a token (K = V = 0: S = dP = 0) is masked as token 0's row and its P
+    // clamped to 2 (a real pair has P <= 1 up to rounding, so the clamp never changes one):
+    // its dS = -P Dsum stays finite, adds exactly 0 to dQ (times its zero K row), and its dK,
+    // dV are never stored. A per-row token check here instead made D = 128 spill (ptxas,
+    // 2026-12-05: 255 registers, 4 B spilled).
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 8 * jj + cq + e;
+        const float off = cmc_bwd::lse_offset(lse_b[c]);
+        float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
+        if (!is_full) {
+          const int q = qrows(r0 + c);
+          const bool qin = q >= 0;
+          p0 = qin && HT::visible(seqt, krow0, q) ? fminf(p0, 2.f) : 0.f;
+          p1 = qin && HT::visible(seqt, krow1, q) ? fminf(p1, 2.f) : 0.f;
+        }
+        s[4 * jj + e] = p0;
+        s[4 * jj + 2 + e] = p1;
+      }
+    }
+    unsigned pa[16];
+#pragma unroll
+    for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
+
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
+    wg_commit();
+    wg_wait<1>();
+    fence_regs<32>(dp);
+
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dd = dsum_b[8 * jj + cq + e];
+        dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
+        dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
+      }
+    }
+    unsigned dsa[16];
+#pragma unroll
+    for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
+
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc(qB + kk * 2048, kBM * 128, 1024));
+    wg_commit();
+
+    if (atomic_dq) {
+      {
+        unsigned char* sds = smem + SmemKV<D>::kDS;
+        const unsigned off = (unsigned)((lane & 3) * 4);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
+          *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
+        }
+      }
+      fence_proxy_async();
+      if constexpr (DQ<D>::kSplitN) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+      else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+      else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+      float dq[kDQ];
+#pragma unroll
+      for (int i = 0; i < kDQ; ++i) dq[i] = 0.f;
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
+        ss_n64<BF16, 1, 1>(dq, gdesc(dqA + kk * 2048, kBN * 128, 1024), gdesc(dqB + kk * 2048, kBN * 128, 1024), kk);
+      wg_commit();
+      wg_wait<0>();
+      fence_regs<16>(pa);
+      fence_regs<16>(dsa);
+      fence_regs<kDQ>(dq);
+      // dq[4 jj + 2 i + e] is (query row r0 + 16 warp + lane / 4 + 8 i of tile j, column
+      // dqCol + 8 jj + cq + e): added to that row's token.
+      const int hq = hkv * group + g;
+      float* acc = reinterpret_cast<float*>(args.dq_accum);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int q = qrows(r0 + 16 * warp + (lane >> 2) + 8 * i);
+        if (q >= 0) {
+          float* row = acc + ((tok0 + q) * desc.heads_q + hq) * D + dqCol + cq;
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) red_add_v2(row + 8 * jj, dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
+        }
+      }
+    } else {
+      wg_wait<0>();
+      fence_regs<16>(pa);
+      fence_regs<16>(dsa);
+    }
+
+    buf ^= 1;
+    g = gn;
+    j = jn;
+    hh = hn;
+  }
+  cp_wait<0>();
+  fence_regs<kAcc>(dk);
+  fence_regs<kAcc>(dv);
+  __syncthreads();  // K, V no longer read: they stage dK, dV
+
+  const float scale = sl2 * 0.6931471805599453f;
+  store_acc_rows<BF16, D>(smem + SmemKV<D>::kK, dk, scale, 64 * wg,
+                          reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                              (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, keys, wtid, wg);
+  store_acc_rows<BF16, D>(smem + SmemKV<D>::kV, dv, 1.f, 64 * wg,
+                          reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                              (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, keys, wtid, wg);
 }
 
 }  // namespace cmc_bwd_sm90

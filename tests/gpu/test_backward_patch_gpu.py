@@ -1,11 +1,13 @@
-"""GPU check of the sm90 backward on patch tiles (bwd_dq_sm90 with the forward's patch tiling;
-templates/cmc/attn_bwd_sm90_dq.cuh dq_patch). Not yet run on a GPU when written (2026-12-05).
+"""GPU check of the sm90 backward on patch tiles (bwd_dq_sm90 and bwd_kv_sm90 with the forward's
+patch tiling; templates/cmc/attn_bwd_sm90_dq.cuh dq_patch, templates/cmc/attn_bwd_sm90.cuh
+kv_patch). Not yet run on a GPU when written (2026-12-05).
 
 Small CLEARs whose tile stage picks 8x16 patches at these lengths (grid origin 77: a partial
 linear tile before the grid; origin 0: none), built with --bwd-kernel sm90 for sm_90a, against
 float64 autograd of the dense oracle mask (tests/gpu/harness.py), as
-tests/gpu/test_backward_gpu.py does: the deterministic mode runs bwd_dq_sm90 on patches (the
-kernel under test), the atomic mode bwd_kv_sm90 (linear) for dK, dV and dQ; gradients
+tests/gpu/test_backward_gpu.py does, in both modes: atomic (pre, kv, post: kv_patch's dK, dV
+and its dQ atomics scattered to query tokens) and deterministic (pre, kv, dq: kv_patch's dK,
+dV, dq_patch's dQ); gradients
 NaN-poisoned first; pass: no NaN, relative error < 1e-2, keys no query sees dK = dV = 0, and
 the deterministic runs bitwise equal.
 
@@ -71,10 +73,11 @@ def test_patch_backward_matches_reference(case):
     defines, packed, lengths, dtype, d, hq, hkv = CASES[case]
     with tempfile.TemporaryDirectory(prefix="cmc-bwd-patch-") as tmp:
         attn = _artifact(defines, dtype, d, Path(tmp))
-    dq_kernels = [k for k in attn.manifest.kernels if k.role == "dq"]
-    assert dq_kernels and all(k.symbol.startswith("cmc_clear_bwd_dq_sm90_") for k in dq_kernels)
-    # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
-    assert all(k.max_len is not None for k in dq_kernels), "dq does not follow the patches"
+    for role in ("dq", "kv"):
+        ks = [k for k in attn.manifest.kernels if k.role == role]
+        assert ks and all(k.symbol.startswith(f"cmc_clear_bwd_{role}_sm90_") for k in ks)
+        # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
+        assert all(k.max_len is not None for k in ks), f"{role} does not follow the patches"
     mask = load_mask(ROOT / "samples" / "clear.mask", defines)
     seed = 11 + case
     rng = np.random.default_rng(seed)
