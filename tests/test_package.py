@@ -239,15 +239,15 @@ def test_check_stale_default_rebuild_uses_the_pipeline(monkeypatch, tmp_path):
                                              "check": lambda p, o, d: p, "lower": lower})
     monkeypatch.setattr(cmc.emit, "emit", lambda t, **kw: emitted())
 
-    def fake_build(source, archs, jobs, cache):
-        seen["build"] = (archs, jobs, cache)
+    def fake_build(source, archs, jobs, cache, reg_split):
+        seen["build"] = (archs, jobs, cache, reg_split)
         return build(source, archs=["sm_80"], cache=False)
 
     monkeypatch.setattr(cmc.build, "build", fake_build)
     opts = Options(archs=("sm_80",), defines=(("W", 3),), jobs=2, backward=False)
     stale = check_stale([tmp_path / "demo.mask"], tmp_path / "out", opts)
     assert seen["front"] == (tmp_path / "demo.mask", {"W": 3})
-    assert seen["build"] == (("sm_80",), 2, True)
+    assert seen["build"] == (("sm_80",), 2, True, "auto")
     assert len(stale) == 5  # nothing written yet: manifest, .cu, .h, two sm_80 cubins
 
 
