@@ -225,3 +225,86 @@ def _terms(src, hooks: str = "cmc_hooks") -> int:
     import re
 
     return int(re.search(rf"struct {hooks} \{{.*?kTerms = (\d+)", src.text, re.S).group(1))
+
+
+MASK_MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+int main() {
+  const int len = rd();
+  const cmc_patch_geo g = cmc_bwd_geo<cmc_hooks>(len);
+  for (int t = 0; t < g.nqt; ++t)
+    for (int j = 0; j < g.nqt; ++j) {
+      const int c = cmc_patch_class_of<cmc_hooks>(g, t, j, len);
+      if (c < 0) continue;
+      // dq_patch's decoding: thread (wg, wtid) rows lr, lr + 8; half hh, column 64 hh + 8 jj
+      // + cq + e from bit e * 16 + 8 hh + jj of the forward consumer's words
+      static char m[128][129];
+      for (int tid = 0; tid < 256; ++tid) {
+        const int wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+        const int lr = 64 * wg + 16 * warp + (lane >> 2), cq = 2 * (lane & 3);
+        const cmc_uint2 mw = cmc_hooks::patch_masks()[c * 256 + wg * 128 + wtid];
+        for (int hh = 0; hh < 2; ++hh)
+          for (int jj = 0; jj < 8; ++jj)
+            for (int e = 0; e < 2; ++e) {
+              const int bit = cmc_bwd_dq_mask_bit(hh, jj, e), col = 64 * hh + 8 * jj + cq + e;
+              m[lr][col] = (mw.x >> bit) & 1u ? '1' : '0';
+              m[lr + 8][col] = (mw.y >> bit) & 1u ? '1' : '0';
+            }
+      }
+      printf("%d %d\n", t, j);
+      for (int r = 0; r < 128; ++r) { m[r][128] = 0; puts(m[r]); }
+    }
+  return 0;
+}
+"""
+
+
+@needs_gxx
+@pytest.mark.parametrize("shape", [(8, 16), (16, 8)])
+def test_host_dq_patch_reads_the_forward_tile_masks(shape, workdir):
+    """bwd_dq_sm90 on patches applies the forward's per-offset tile mask of (query tile, key
+    tile) for its 64-key halves (dq_patch: bit cmc_bwd_dq_mask_bit(hh, jj, e) of the forward
+    consumer thread's words). That decoding, compiled from the emitted source with the real
+    table, cmc_patch_class_of and the kernel's bit helper, equals the dense mask on every
+    pair that has a class."""
+    from dataclasses import replace
+
+    from cmc.tiling import patch_masks
+
+    table = front(ROOT / "samples" / "clear.mask", {"TEXT": 128, "W": 32, "R": 5})
+    ph, pw = shape
+    tiling = Tiling("patch", 128, 32, ph, pw, "test")
+    masks, why = patch_masks(table, tiling)
+    assert masks is not None, why
+    tiling = replace(tiling, masks=masks)
+    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="sm90")
+    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+            "#include <vector>\n#define CMC_HOST 1\n")
+    cpp, exe = workdir / f"dq_masks_{ph}.cpp", workdir / f"dq_masks_{ph}"
+    cpp.write_text(head + src.text + MASK_MAIN)
+    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wno-unused-function", "-Wno-unused-variable",
+                        "-o", str(exe), str(cpp)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    n = 128 + 32 * (4 * ph) + 9  # four patch rows and a cut one
+    out = subprocess.run([str(exe)], input=str(n), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    vis = _dense(table, n)
+    ids = tile_ids(tiling, n)
+    toks = [np.nonzero(ids == t)[0] for t in range(tiling.query_tiles(n))]
+    from cmc.tiling import patch_tokens
+
+    local = patch_tokens(tiling, 5 * ph)  # [patch, local] token, patch-major as the kernel's
+    lines = out.stdout.split("\n")
+    pairs = 0
+    for pos in range(0, len(lines) - 1, 129):
+        t, j = map(int, lines[pos].split())
+        got = np.array([[ch == "1" for ch in row] for row in lines[pos + 1:pos + 129]])
+        qt, kt = local[t - 1], local[j - 1]  # one linear tile (the 128 text tokens) first
+        assert (kt < n).all(), "a class for a key patch cut by len"
+        rows = qt < n  # rows past len: P = 0 by their LSE offset, whatever the bits say
+        assert set(qt[rows]) <= set(toks[t]) and set(kt) <= set(toks[j])
+        want = vis[np.ix_(qt[rows], kt)]
+        assert (got[rows] == want).all(), f"tile pair ({t}, {j}): dq decoding differs"
+        pairs += 1
+    assert pairs > 0

@@ -82,6 +82,10 @@ CMC_DEV bool cmc_bwd_tile_hull(const cmc_patch_geo& g, int t, int len, int& a, i
   b = e < lim - 1 ? e : lim - 1;
   return a < lim;
 }
+// The bit of a forward tile-mask word (cmc/emit.py sm90_mask_words: bit e * 16 + n for the
+// forward consumer's column 8 n + 2 (lane % 4) + e) that holds key column 64 hh + 8 jj +
+// 2 (lane % 4) + e of half hh, for the thread with the forward consumer's rows (dq_patch).
+CMC_DEV int cmc_bwd_dq_mask_bit(int hh, int jj, int e) { return e * 16 + 8 * hh + jj; }
 #if defined(CMC_HOST)
 CMC_DEV void cmc_and_word(unsigned* w, unsigned v) { *w &= v; }
 #else

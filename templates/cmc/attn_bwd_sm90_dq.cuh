@@ -315,6 +315,17 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     const unsigned kb = sK + buf * DqCfg<D>::kTileK, vb = sV + buf * DqCfg<D>::kTileK;
     const bool is_full = tile_bit(full, j);
     const cmc_bwd_tile_tokens<H> keys = cmc_bwd_tokens_of<H>(g, j, len);
+    // The forward's per-offset tile mask of (qt, j) where the tile stage proved one
+    // (H::kPatchMasks; cmc/tiling.py patch_masks): this thread has the forward consumer's
+    // rows (warpgroup wg, lr, lr + 8), and half hh's key columns are bits of its words
+    // (cmc_bwd_dq_mask_bit). Loaded before the GEMMs so that the load runs under them.
+    cmc_uint2 mw = {0u, 0u};
+    bool mw_ok = false;
+    if constexpr (H::kPatchMasks != 0) {
+      const int c = is_full ? -1 : cmc_patch_class_of<H>(g, qt, j, len);
+      mw_ok = c >= 0;
+      if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + wg * 128 + wtid);
+    }
 
     float s[32], dp[32];
     wg_fence();
@@ -331,7 +342,11 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
-        if (!is_full) {
+        if (mw_ok) {
+          const int bit = cmc_bwd_dq_mask_bit(hh, jj, e);
+          if (!((mw.x >> bit) & 1u)) p0 = 0.f;
+          if (!((mw.y >> bit) & 1u)) p1 = 0.f;
+        } else if (!is_full) {
           const int k = keys(64 * hh + 8 * jj + cq + e);
           const bool in = k >= 0;
           if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
