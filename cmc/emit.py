@@ -134,11 +134,43 @@ def sm90_mask_words(masks: PatchMasks | OffsetMasks) -> list[tuple[int, int]]:
     return out
 
 
-def _mask_table(masks: PatchMasks | OffsetMasks | None, symbol: str) -> str:
-    """C definition of the tile mask words (global memory: threads read different words)."""
+def sm90_kv_mask_words(masks: PatchMasks) -> list[tuple[int, int]]:
+    """The per-offset tile masks transposed to bwd_kv_sm90's layout (kv_patch): for class c
+    (the forward pair's: query tile vs key tile, cmc_patch_class_of) and kv thread t
+    (warpgroup t / 128, warp, lane), entry c * 256 + t holds one word per query half hh
+    (x: hh 0, y: hh 1) of its key rows kr = 64 wg + 16 warp + lane / 4 and kr + 8 against the
+    half's query columns 64 hh + 8 jj + 2 (lane % 4) + e: key row kr + 8 i, column (jj, e)
+    is bit i * 16 + e * 8 + jj (cmc_bwd_kv_mask_bit). masks.rows is per query row of the
+    tile, bit per key column (as sm90_mask_words reads it)."""
+    out = []
+    for c in range(masks.classes):
+        rows = masks.rows[c * TILE:(c + 1) * TILE]
+        for t in range(SM90_CONSUMER_THREADS):
+            wg, wtid = divmod(t, 128)
+            warp, lane = divmod(wtid, 32)
+            kr = 64 * wg + 16 * warp + (lane >> 2)
+            cq = 2 * (lane & 3)
+            words = []
+            for hh in range(2):
+                w = 0
+                for i in range(2):
+                    for jj in range(8):
+                        for e in range(2):
+                            if (rows[64 * hh + 8 * jj + cq + e] >> (kr + 8 * i)) & 1:
+                                w |= 1 << (i * 16 + e * 8 + jj)
+                words.append(w)
+            out.append((words[0], words[1]))
+    return out
+
+
+def _mask_table(masks: PatchMasks | OffsetMasks | None, symbol: str,
+                kv: bool = False) -> str:
+    """C definition of the tile mask words (global memory: threads read different words);
+    `kv`: transposed to bwd_kv_sm90's layout (sm90_kv_mask_words)."""
     if masks is None:
         return ""
-    words = sm90_mask_words(masks)
+    words = (sm90_kv_mask_words(masks) if kv and isinstance(masks, PatchMasks)
+             else sm90_mask_words(masks))
     lines = [", ".join(f"{{0x{a:08x}u, 0x{b:08x}u}}" for a, b in words[i:i + 4]) + ","
              for i in range(0, len(words), 4)]
     return (f"CMC_MASK_TABLE {symbol}[{len(words)}] = {{\n"
@@ -968,13 +1000,22 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
     return tuple(out)
 
 
+KV_MASK_SYMBOL = "cmc_patch_mask_words_t"
+
+
 def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
-                    struct_name: str) -> dict[str, object]:
-    """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant."""
+                    struct_name: str, tiling: Tiling = LINEAR) -> dict[str, object]:
+    """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant.
+    With bwd_kv_sm90 and the forward's patch masks (`tiling.masks`) also the masks in kv's
+    layout (KV_MASK_SYMBOL, sm90_kv_mask_words) and `cmc_hooks_t::patch_masks_t()`."""
     headers = dict.fromkeys(h for v in variants for h in SPECS[v.kernel].headers)
+    kv_masks = (tiling.masks is not None
+                and any(v.kernel is KernelKind.BWD_KV_SM90 for v in variants))
     return {
         "tables": list(hooks_t.tables),
-        "hooks": render_hooks(hooks_t, struct_name, "cmc_hooks_t"),
+        "mask_table": _mask_table(tiling.masks, KV_MASK_SYMBOL, kv=True) if kv_masks else "",
+        "hooks": render_hooks(hooks_t, struct_name, "cmc_hooks_t",
+                              KV_MASK_SYMBOL if kv_masks else None),
         "header": "\n\n".join(_read_resource(h).rstrip("\n") for h in headers),
         "variants": [{
             "symbol": check_identifier(v.symbol),
@@ -1015,7 +1056,8 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         tables=list(hooks.tables),
         mask_table=_mask_tables(hooks.tiling),
         hooks=render_hooks(hooks, check_identifier(layout.struct_name), "cmc_hooks"),
-        backward=(_backward_parts(bwd, hooks_t, check_identifier(layout.struct_name))
+        backward=(_backward_parts(bwd, hooks_t, check_identifier(layout.struct_name),
+                                  hooks.tiling)
                   if hooks_t is not None and bwd else None),
         variants=[{
             "symbol": check_identifier(v.symbol),
@@ -1030,10 +1072,13 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
     )
 
 
-def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str) -> str:
-    """The hook struct `hooks_name` (its tables are rendered by the caller, once each)."""
+def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str,
+                 masks_t: str | None = None) -> str:
+    """The hook struct `hooks_name` (its tables are rendered by the caller, once each);
+    `masks_t`: the symbol of the patch masks in bwd_kv_sm90's layout (patch_masks_t())."""
     return _env().get_template(HOOKS_TEMPLATE).render(
         hooks_name=hooks_name,
+        masks_t=masks_t,
         struct_name=struct_name,
         n_terms=hooks.n_terms,
         seq_fields=_indent(hooks.seq_fields, 4),

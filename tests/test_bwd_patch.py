@@ -308,3 +308,95 @@ def test_host_dq_patch_reads_the_forward_tile_masks(shape, workdir):
         assert (got[rows] == want).all(), f"tile pair ({t}, {j}): dq decoding differs"
         pairs += 1
     assert pairs > 0
+
+
+KV_MASK_MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+int main() {
+  const int len = rd(), swap = rd();
+  const cmc_patch_geo g = cmc_bwd_geo<cmc_hooks>(len);
+  for (int t = 0; t < g.nqt; ++t)
+    for (int j = 0; j < g.nqt; ++j) {
+      // kv_patch: CTA key tile j, item query tile t; the forward pair's class
+      const int c = cmc_patch_class_of<cmc_hooks>(g, t, j, len);
+      if (c < 0) continue;
+      // thread (wg, wtid) key rows lr, lr + 8; half hh's word, query column 64 hh + 8 jj +
+      // cq + e of key row lr + 8 i at bit cmc_bwd_kv_mask_bit(i, jj, e)
+      static char m[128][129];
+      for (int tid = 0; tid < 256; ++tid) {
+        const int wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+        const int lr = 64 * wg + 16 * warp + (lane >> 2), cq = 2 * (lane & 3);
+        const cmc_uint2 mw = cmc_hooks_t::patch_masks_t()[c * 256 + tid];
+        for (int hh = 0; hh < 2; ++hh) {
+          const unsigned w = (hh ^ swap) ? mw.y : mw.x;
+          for (int i = 0; i < 2; ++i)
+            for (int jj = 0; jj < 8; ++jj)
+              for (int e = 0; e < 2; ++e)
+                m[lr + 8 * i][64 * hh + 8 * jj + cq + e] =
+                    (w >> cmc_bwd_kv_mask_bit(i, jj, e)) & 1u ? '1' : '0';
+        }
+      }
+      printf("%d %d\n", t, j);
+      for (int r = 0; r < 128; ++r) { m[r][128] = 0; puts(m[r]); }
+    }
+  return 0;
+}
+"""
+
+
+@needs_gxx
+@pytest.mark.parametrize("shape", [(8, 16), (16, 8)])
+def test_host_kv_patch_reads_the_transposed_tile_masks(shape, workdir):
+    """bwd_kv_sm90 on patches applies the forward's per-offset tile mask of (query tile, key
+    tile), transposed to its layout (cmc_patch_mask_words_t, cmc/emit.py sm90_kv_mask_words:
+    key rows of the thread, the word of query half hh, bit cmc_bwd_kv_mask_bit(i, jj, e)).
+    That decoding, compiled from the emitted source with the real table, cmc_patch_class_of
+    and the kernel's bit helper, equals the dense mask transposed on every pair that has a
+    class; the same decoding with the halves swapped differs (the comparison can fail)."""
+    from dataclasses import replace
+
+    from cmc.tiling import patch_masks, patch_tokens
+
+    table = front(ROOT / "samples" / "clear.mask", {"TEXT": 128, "W": 32, "R": 5})
+    ph, pw = shape
+    tiling = Tiling("patch", 128, 32, ph, pw, "test")
+    masks, why = patch_masks(table, tiling)
+    assert masks is not None, why
+    tiling = replace(tiling, masks=masks)
+    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="sm90")
+    assert "cmc_patch_mask_words_t[" in src.text
+    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+            "#include <vector>\n#define CMC_HOST 1\n")
+    cpp, exe = workdir / f"kv_masks_{ph}.cpp", workdir / f"kv_masks_{ph}"
+    cpp.write_text(head + src.text + KV_MASK_MAIN)
+    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wno-unused-function", "-Wno-unused-variable",
+                        "-o", str(exe), str(cpp)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    n = 128 + 32 * (4 * ph) + 9  # four patch rows and a cut one
+    vis = _dense(table, n)
+    ids = tile_ids(tiling, n)
+    toks = [np.nonzero(ids == t)[0] for t in range(tiling.query_tiles(n))]
+    local = patch_tokens(tiling, 5 * ph)  # [patch, local] token, patch-major as the kernel's
+
+    def mismatches(swap: int) -> tuple[int, int]:
+        out = subprocess.run([str(exe)], input=f"{n} {swap}", capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines = out.stdout.split("\n")
+        pairs = bad = 0
+        for pos in range(0, len(lines) - 1, 129):
+            t, j = map(int, lines[pos].split())
+            got = np.array([[ch == "1" for ch in row] for row in lines[pos + 1:pos + 129]])
+            qt, kt = local[t - 1], local[j - 1]  # one linear tile (the 128 text tokens) first
+            assert (kt < n).all(), "a class for a key patch cut by len"
+            cols = qt < n  # query rows past len: zero Q, dO, Dsum add 0, whatever the bits say
+            assert set(qt[cols]) <= set(toks[t]) and set(kt) <= set(toks[j])
+            want = vis[np.ix_(qt[cols], kt)].T  # [key local][query local]
+            bad += int(not (got[:, cols] == want).all())
+            pairs += 1
+        return pairs, bad
+
+    pairs, bad = mismatches(0)
+    assert pairs > 0 and bad == 0, f"{bad} of {pairs} pairs: kv decoding differs"
+    assert mismatches(1)[1] > 0, "a swapped half was not caught"

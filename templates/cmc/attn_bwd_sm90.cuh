@@ -86,6 +86,11 @@ CMC_DEV bool cmc_bwd_tile_hull(const cmc_patch_geo& g, int t, int len, int& a, i
 // forward consumer's column 8 n + 2 (lane % 4) + e) that holds key column 64 hh + 8 jj +
 // 2 (lane % 4) + e of half hh, for the thread with the forward consumer's rows (dq_patch).
 CMC_DEV int cmc_bwd_dq_mask_bit(int hh, int jj, int e) { return e * 16 + 8 * hh + jj; }
+// The bit of a kv tile-mask word (cmc/emit.py sm90_kv_mask_words: the forward pair's mask
+// transposed, word x for query half 0, y for half 1 of the kv thread's entry) that holds key
+// row lr + 8 i (lr = 64 wg + 16 warp + lane / 4) against query column 8 jj + 2 (lane % 4) + e
+// of the half (kv_patch).
+CMC_DEV int cmc_bwd_kv_mask_bit(int i, int jj, int e) { return i * 16 + e * 8 + jj; }
 #if defined(CMC_HOST)
 CMC_DEV void cmc_and_word(unsigned* w, unsigned v) { *w &= v; }
 #else
@@ -746,6 +751,21 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     wg_commit();
     ss_headdim<BF16, D, kBN, kBM>(dp, vA, doB);
     wg_commit();
+    // The forward's per-offset tile mask of the pair (query tile j, key tile kt) where the
+    // tile stage proved one (H::kPatchMasks; class from the forward geometry and hooks H),
+    // transposed to this thread's key rows (HT::patch_masks_t, cmc/emit.py
+    // sm90_kv_mask_words): the word of half hh, loaded under the S^T / dP^T GEMMs. A class
+    // implies the key patch is wholly below len (cmc_patch_mask_class), so every key row has
+    // a token; a query row without one may still have its bit set: its Q, dO, LSE and Dsum
+    // are zero-filled, so S = 0, P = 1 (clamped to 2 as below), dP = 0 and its dS = P (dP -
+    // Dsum) = 0 and P dO = 0 add exactly 0 to dK and dV; its dQ row is never stored.
+    unsigned mw = 0u;
+    bool mw_ok = false;
+    if constexpr (H::kPatchMasks != 0) {
+      const int c = is_full ? -1 : cmc_patch_class_of<H>(geo, j, kt, len);
+      mw_ok = c >= 0;
+      if (mw_ok) mw = __ldg(reinterpret_cast<const unsigned*>(HT::patch_masks_t() + c * 256 + tid) + hh);
+    }
     wg_wait<1>();
     fence_regs<32>(s);
 
@@ -762,7 +782,10 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
         const int c = 8 * jj + cq + e;
         const float off = cmc_bwd::lse_offset(lse_b[c]);
         float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
-        if (!is_full) {
+        if (mw_ok) {
+          p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;
+          p1 = (mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u ? fminf(p1, 2.f) : 0.f;
+        } else if (!is_full) {
           const int q = qrows(r0 + c);
           const bool qin = q >= 0;
           p0 = qin && HT::visible(seqt, krow0, q) ? fminf(p0, 2.f) : 0.f;
