@@ -342,6 +342,22 @@ class PatchMasks:
 
 
 @dataclass(frozen=True)
+class LinearBand:
+    """The query tiles of a linear tiling whose tile masks the tile stage proved for a grid
+    mask with clamped borders (cmc/tiling.py, `lattice_offset_masks`): query tile
+    qt >= tile_top with (qt + 1 + tiles_below) * TILE <= len <= max_len. Other query tiles
+    (and every length above max_len) have no mask."""
+
+    tile_top: int
+    tiles_below: int
+    max_len: int
+
+    def holds(self, qt: int, length: int) -> bool:
+        return (qt >= self.tile_top and (qt + 1 + self.tiles_below) * TILE <= length
+                and length <= self.max_len)
+
+
+@dataclass(frozen=True)
 class OffsetMasks:
     """The mask of every partial (query tile, key tile) pair of a linear tiling, one per tile
     offset dt = key tile - query tile: the tile stage proved that visibility depends only on
@@ -354,6 +370,7 @@ class OffsetMasks:
     lo: int
     hi: int  # exclusive
     rows: tuple[int, ...]
+    band: LinearBand | None = None  # valid only for the query tiles it names
 
     @property
     def classes(self) -> int:

@@ -35,6 +35,7 @@ from .ir import (
     Expr,
     GridRow,
     IntervalTable,
+    LinearBand,
     Neg,
     Not,
     OffsetMasks,
@@ -57,6 +58,9 @@ MIN_GAIN = 0.10  # a patch tiling must compute this much less than the linear on
 TIE = 0.02  # computed pairs this close count as equal
 REF_ROWS = 64  # grid rows of the reference sequence (a multiple of every patch height)
 MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB each)
+# lattice_offset_masks enumerates the queries of one sequence this long (the kernel selects
+# no mask above it)
+LATTICE_MAX_LEN = 1 << 18
 # Short sequences: patches must compute this much less than linear tiles at a length (and
 # at every longer one counted) to be used there. Measured (kernel notes, stage 4): at 2K,
 # CLEAR+text computes 9 % fewer pairs with patches and runs 12 % slower.
@@ -612,6 +616,122 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
     masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, rows)
     return masks, (f"visibility depends only on q - k: tile masks of {masks.classes} tile "
                    f"offsets ({masks.lo}..{masks.hi - 1})")
+
+
+def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
+                         ) -> tuple[OffsetMasks | None, str]:
+    """Per-offset tile masks of LINEAR tiles for the query tiles of an interior band of a
+    grid mask with clamped borders (NATTEN on a grid whose width divides 128), or None and
+    why not.
+
+    With W | 128 and the grid origin a multiple of W, a linear tile is 128 / W whole grid
+    rows, and the tiles are translates of each other by 128 tokens. Let big = max_len (a
+    multiple of 128) and T(lr) the keys, relative to q, of each term instance for query
+    lr of the centre tile at len = big. Then:
+    1. lattice regularity: at len = big, query qt * 128 + lr of a query tile of the band
+       gets from every instance the same keys relative to q as query lr of the centre tile
+       (the same instance visible or not, the same bounds). Only translation by whole tiles
+       is asked, not by single tokens: every tile holds the clamped first and last columns
+       of its rows, and they are the same columns in every tile. The band is the run of
+       such tiles around the centre, [tile_top, tile_end);
+    2. len does not matter: for each query of a band tile qt, every instance's guard and
+       bounds, evaluated by interval arithmetic (_over_len) over every len from
+       (qt + 1 + tiles_below) * 128 to big, are one value, and every tile that counts as
+       interior at some len <= big lies in the band. tiles_below is the least for which
+       this holds (searched; the property is monotone in it).
+    So at every len <= big, a query of a tile qt >= tile_top with (qt + 1 + tiles_below) *
+    128 <= len sees exactly q + T(lr) among the keys below len, and its mask against a key
+    tile wholly below len is [128 dt + lk - lr in T(lr)]: a function of dt = kt - qt alone.
+    The kernel must select no mask for other query tiles, nor above big.
+    """
+    grid = grid_of(table)
+    if grid is None:
+        return None, "no grid family"
+    if not table.exact or table.mask.params:
+        return None, "not an exact, parameter-free table"
+    o, w = grid.origin, grid.width
+    if w <= 0 or TILE % w or o < 0 or o % w:
+        return None, (f"grid width {w} (origin {o}): a linear tile is not whole grid rows "
+                      f"(the width must divide {TILE} and the origin)")
+    big = max_len // TILE * TILE
+    nqt = big // TILE
+    if nqt < 4:
+        return None, f"fewer than 4 tiles at len {big}"
+    q = np.arange(big, dtype=np.int64)
+    qc = nqt // 2
+    regular: np.ndarray = np.ones((nqt, TILE), dtype=bool)
+    rel: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the centre tile's T(lr)
+    try:
+        at_big = np.full(q.shape, big, dtype=np.int64)
+        for _, ok, rlo, rhi in _grid_intervals(table, 0, q, at_big, big):
+            okr, lor, hir = (np.asarray(x).reshape(nqt, TILE) for x in (ok, rlo, rhi))
+            okc, loc, hic = okr[qc], lor[qc], hir[qc]
+            rel.append((okc.copy(), loc.copy(), hic.copy()))
+            regular &= (okr == okc) & (~okc | ((lor == loc) & (hir == hic)))
+    except _ReadsLen as e:
+        return None, f"a bound cannot be evaluated over len: {e}"
+    if not any(okc.any() for okc, _, _ in rel):
+        return None, "no pair is visible"
+    per_tile = np.asarray(regular.all(axis=1))
+    if not per_tile[qc]:
+        return None, f"the centre query tile ({qc} at len {big}) is not lattice-regular"
+    t_top, t_end = qc, qc + 1
+    while t_top > 0 and per_tile[t_top - 1]:
+        t_top -= 1
+    while t_end < nqt and per_tile[t_end]:
+        t_end += 1
+    qi = q[t_top * TILE:]
+    ti = qi // TILE
+
+    def len_free(tb: int) -> bool:
+        lmin = (ti + 1 + tb) * TILE
+        use = lmin <= big
+        if (ti[use] >= t_end).any():
+            return False
+        picks = np.nonzero(use)[0]
+        try:  # a sample first: most failures show on it
+            return all(all(fixed.all() for fixed, *_ in
+                           _grid_intervals(table, 0, qi[sel], lmin[sel], big))
+                       for sel in (picks[::61], picks))
+        except _ReadsLen:
+            return False
+
+    top = nqt - t_top
+    tb, step = 0, 1
+    while tb <= top and not len_free(tb):
+        tb, step = tb + step, step * 2
+    if tb > top:
+        return None, "no band of query tiles has windows that do not depend on len"
+    good = tb
+    lo = tb - step // 2 + 1 if step > 1 else tb
+    while lo < good:  # the least tiles_below: len_free is monotone in it
+        mid = (lo + good) // 2
+        if len_free(mid):
+            good = mid
+        else:
+            lo = mid + 1
+    tiles_below = good
+    dmin = min(int(loc[okc].min()) for okc, loc, _ in rel if okc.any())
+    dmax = max(int(hic[okc].max()) for okc, _, hic in rel if okc.any()) - 1
+    dts = np.arange((dmin - (TILE - 1)) // TILE, dmax // TILE + 2, dtype=np.int64)
+    lr = np.arange(TILE, dtype=np.int64)
+    d = dts[:, None, None] * TILE + lr[None, None, :] - lr[None, :, None]  # [dt, lr, lk]
+    vis = np.zeros(d.shape, dtype=bool)
+    for okc, loc, hic in rel:
+        vis |= (okc[None, :, None] & (loc[None, :, None] <= d) & (d < hic[None, :, None]))
+    seen = np.nonzero(vis.any(axis=(1, 2)))[0]
+    a, b = int(seen[0]), int(seen[-1]) + 1
+    if b - a > MAX_MASK_CLASSES:
+        return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
+    weights = 1 << np.arange(TILE, dtype=object)
+    rows = tuple(int((vis[c, r].astype(object) * weights).sum())
+                 for c in range(a, b) for r in range(TILE))
+    band = LinearBand(t_top, tiles_below, big)
+    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, rows, band)
+    return masks, (f"tile masks of {masks.classes} tile offsets ({masks.lo}..{masks.hi - 1}) "
+                   f"for interior query tiles (from tile {t_top}, with {tiles_below} tiles "
+                   f"below them at len, len <= {big}): whole grid rows per tile, "
+                   f"checked over len to {big}")
 
 
 def patch_min_len(table: IntervalTable, tiling: Tiling) -> tuple[int, str]:

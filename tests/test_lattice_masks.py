@@ -1,0 +1,148 @@
+"""Per-offset tile masks of LINEAR tiles for an interior band of a clamped grid mask
+(cmc/tiling.py lattice_offset_masks; samples/natten2d.mask, W 64, 7 x 7 clamped).
+
+A linear tile is 128 / W whole grid rows, so tiles translate by whole rows; the proof finds
+the band of query tiles whose windows are translates of the centre tile's and do not
+depend on len. Here: the table in the consumers' fragment order (emit.sm90_mask_words),
+decoded back, equals the dense mask for every (band query tile, key tile below len) pair at
+lengths with no band, exactly the first band tile, a partial last row, and longer; border
+query tiles never select a mask; a band one tile too wide (at the top or at the bottom) is
+caught by the same dense comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cmc.driver import front
+from cmc.emit import sm90_mask_words
+from cmc.evaluate import Env, eval_pred
+from cmc.ir import TILE, LinearBand, OffsetMasks
+from cmc.tiling import lattice_offset_masks
+
+from .conftest import ROOT
+
+NATTEN = """doc "clamped neighbourhood"
+const W = {w}
+const K = {k}
+let rows = len / W
+let qy = q / W
+let qx = q % W
+let y0 = max(0, min(qy - K / 2, rows - K))
+let x0 = max(0, min(qx - K / 2, W - K))
+allow y0 <= k / W < y0 + K and x0 <= k % W < x0 + K"""
+
+
+def _natten(tmp_path: Path, w: int, k: int):
+    path = tmp_path / f"n{w}_{k}.mask"
+    path.write_text(f"mask n{w}_{k}\n" + NATTEN.format(w=w, k=k) + "\n")
+    return front(path, {})
+
+
+def _decoded(masks: OffsetMasks) -> np.ndarray:
+    """[class, lr, lk] read back from the words in the consumers' fragment order."""
+    words = sm90_mask_words(masks)
+    out = np.zeros((masks.classes, TILE, TILE), dtype=bool)
+    for i, (w0, w1) in enumerate(words):
+        c, t = divmod(i, 256)
+        cw, ctid = divmod(t, 128)
+        warp, lane = divmod(ctid, 32)
+        lrow = cw * 64 + warp * 16 + (lane >> 2)
+        off = 2 * (lane & 3)
+        for r, wd in ((lrow, w0), (lrow + 8, w1)):
+            for n in range(16):
+                for e in range(2):
+                    if (wd >> (e * 16 + n)) & 1:
+                        out[c, r, 8 * n + off + e] = True
+    return out
+
+
+def _dense(table, length: int) -> np.ndarray:
+    q = np.arange(length, dtype=np.int64)[:, None]
+    k = np.arange(length, dtype=np.int64)[None, :]
+    return np.broadcast_to(eval_pred(table.mask.predicate, Env(length, {}, {"q": q, "k": k})),
+                           (length, length))
+
+
+def _mismatches(table, masks: OffsetMasks, band: LinearBand, lengths: list[int]) -> list[str]:
+    dec = _decoded(masks)
+    bad: list[str] = []
+    for n in lengths:
+        dense = _dense(table, n)
+        for qt in range(-(-n // TILE)):
+            if not band.holds(qt, n):
+                continue
+            for kt in range(n // TILE):  # key tiles wholly below len
+                dt = kt - qt
+                m = (dec[dt - masks.lo] if masks.lo <= dt < masks.hi
+                     else np.zeros((TILE, TILE), dtype=bool))
+                want = dense[qt * TILE:(qt + 1) * TILE, kt * TILE:(kt + 1) * TILE]
+                if want.shape == m.shape and not np.array_equal(m, want):
+                    bad.append(f"len {n} qt {qt} kt {kt}")
+    return bad
+
+
+def _lengths(band: LinearBand) -> list[int]:
+    first = (band.tile_top + 1 + band.tiles_below) * TILE  # the first band tile's length
+    return [first - 64, first - 1, first, first + 37, first + 64 * 3 + 5, 4096, 4096 + 100]
+
+
+def test_natten2d_gets_a_band():
+    table = front(ROOT / "samples" / "natten2d.mask", {})
+    masks, why = lattice_offset_masks(table)
+    assert masks is not None, why
+    # 7 x 7 window, 2 rows per tile: rows 0..2 are clamped at the top (tiles 0, 1); a tile
+    # of rows 2t, 2t + 1 needs rows >= 2t + 5 (len >= (t + 2.5) * 128)
+    assert masks.band == LinearBand(2, 2, 1 << 18)
+    assert (masks.lo, masks.hi) == (-2, 3)
+    assert "5 tile offsets" in why and "from tile 2" in why
+
+
+@pytest.mark.parametrize("w,k", [(64, 7), (32, 5), (128, 9), (16, 3)])
+def test_band_masks_equal_the_dense_mask(tmp_path, w, k):
+    table = _natten(tmp_path, w, k) if (w, k) != (64, 7) else front(
+        ROOT / "samples" / "natten2d.mask", {})
+    masks, why = lattice_offset_masks(table, max_len=1 << 14)
+    assert masks is not None and masks.band is not None, why
+    band = masks.band
+    lengths = _lengths(band)
+    assert not band.holds(band.tile_top, lengths[1])  # one token short: no band tile
+    assert band.holds(band.tile_top, lengths[2])
+    assert _mismatches(table, masks, band, lengths) == []
+    # border query tiles never select a mask
+    for n in lengths:
+        for qt in range(-(-n // TILE)):
+            if qt < band.tile_top or (qt + 1 + band.tiles_below) * TILE > n:
+                assert not band.holds(qt, n)
+    assert not band.holds(band.tile_top + 1, band.max_len + TILE)  # nothing above max_len
+
+
+@pytest.mark.parametrize("w,k", [(64, 7), (32, 5)])
+def test_a_band_one_tile_too_wide_is_caught(tmp_path, w, k):
+    table = _natten(tmp_path, w, k)
+    masks, _ = lattice_offset_masks(table, max_len=1 << 14)
+    assert masks is not None and masks.band is not None
+    band = masks.band
+    lengths = _lengths(band) + [(band.tile_top + 1 + band.tiles_below) * TILE + 64 * j
+                                for j in range(-2, 3)]
+    low = replace(band, tiles_below=band.tiles_below - 1)
+    assert _mismatches(table, masks, low, sorted(set(lengths)))
+    if band.tile_top > 0:
+        high = replace(band, tile_top=band.tile_top - 1)
+        assert _mismatches(table, masks, high, lengths)
+
+
+@pytest.mark.parametrize("body,why", [
+    (NATTEN.replace("const W = {w}", "const W = 48").format(w=48, k=5),
+     "not whole grid rows"),
+    ("allow k <= q", "no grid family"),
+])
+def test_refusals(tmp_path, body, why):
+    path = tmp_path / "r.mask"
+    path.write_text("mask r\n" + body + "\n")
+    masks, reason = lattice_offset_masks(front(path, {}), max_len=1 << 14)
+    assert masks is None and why in reason, reason
