@@ -221,7 +221,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
     """The sm90 kernel's tiling as the tile stage chooses it, its reason, and the pairs it
     computes at this length (TILE^2 per query tile x key tile that a row interval reaches)."""
     from .ir import TILE
-    from .tiling import choose_tiling, computed_pairs
+    from .tiling import choose_tiling, computed_pairs, grid_of, lattice_offset_masks
 
     t = choose_tiling(table)
     if t.kind == "patch":
@@ -241,6 +241,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
                  f"{inner.col_lo}..{inner.col_hi - 1}; border patches evaluate the spans)")
         out.append(f"    tile masks: {pm.classes} patch offsets ({pm.classes * 2} KiB in the "
                    f"cubin) on partial tiles of {where}")
+    if t.kind == "linear" and t.offset_masks is None and table.exact and grid_of(table):
+        lm, why = lattice_offset_masks(table)
+        out.append("    band tile masks (proved, not applied by the kernel yet): " + (
+            why if lm is not None else f"none: {why}"))
     if t.offset_masks is not None:
         m = t.offset_masks
         out.append(f"    tile masks: {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "

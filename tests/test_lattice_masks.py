@@ -146,3 +146,13 @@ def test_refusals(tmp_path, body, why):
     path.write_text("mask r\n" + body + "\n")
     masks, reason = lattice_offset_masks(front(path, {}), max_len=1 << 14)
     assert masks is None and why in reason, reason
+
+
+def test_show_says_what_was_proved():
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+    res = CliRunner().invoke(cli, ["show", str(ROOT / "samples" / "natten2d.mask"),
+                                   "--len", "4096"])
+    assert res.exit_code == 0, res.output
+    assert "band tile masks (proved, not applied by the kernel yet): tile masks of 5" in res.output
