@@ -103,6 +103,10 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
             _echo(f"transposed: {transposed_summary(transpose(table))}")
             if not table.exact:
                 _echo(f"sm90 residual: {_offset_masks_line(table)}")
+            else:
+                band = _band_masks_line(table)
+                if band:
+                    _echo(f"sm90 band tile masks: {band}")
     if failed:
         sys.exit(1)
 
@@ -217,11 +221,26 @@ def _offset_masks_line(table: Any) -> str:
             f"{masks.classes * 2} KiB in the cubin)")
 
 
+def _band_masks_line(table: Any) -> str:
+    """For an exact grid mask on linear tiles: whether the sm90 kernel applies band tile
+    masks (cmc/tiling.py lattice_offset_masks), and why; "" for other masks."""
+    from .tiling import choose_tiling, grid_of
+
+    if grid_of(table) is None:
+        return ""
+    t = choose_tiling(table)
+    if t.kind != "linear":
+        return ""
+    if t.offset_masks is None or t.offset_masks.band is None:
+        return f"none ({t.reason})"
+    return f"applied on interior query tiles ({t.offset_masks.classes * 2} KiB in the cubin)"
+
+
 def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -> list[str]:
     """The sm90 kernel's tiling as the tile stage chooses it, its reason, and the pairs it
     computes at this length (TILE^2 per query tile x key tile that a row interval reaches)."""
     from .ir import TILE
-    from .tiling import choose_tiling, computed_pairs, grid_of, lattice_offset_masks
+    from .tiling import choose_tiling, computed_pairs
 
     t = choose_tiling(table)
     if t.kind == "patch":
@@ -241,11 +260,13 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
                  f"{inner.col_lo}..{inner.col_hi - 1}; border patches evaluate the spans)")
         out.append(f"    tile masks: {pm.classes} patch offsets ({pm.classes * 2} KiB in the "
                    f"cubin) on partial tiles of {where}")
-    if t.kind == "linear" and t.offset_masks is None and table.exact and grid_of(table):
-        lm, why = lattice_offset_masks(table)
-        out.append("    band tile masks (proved, not applied by the kernel yet): " + (
-            why if lm is not None else f"none: {why}"))
-    if t.offset_masks is not None:
+    if t.offset_masks is not None and t.offset_masks.band is not None:
+        m, b = t.offset_masks, t.offset_masks.band
+        out.append(f"    band tile masks (applied): {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "
+                   f"{m.classes * 2} KiB in the cubin) on partial tiles of query tiles from "
+                   f"{b.tile_top} with {b.tiles_below} tiles below them at len (len <= "
+                   f"{b.max_len}); other tiles evaluate the spans")
+    elif t.offset_masks is not None:
         m = t.offset_masks
         out.append(f"    tile masks: {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "
                    f"{m.classes * 2} KiB in the cubin) replace the residual on partial tiles")

@@ -437,7 +437,11 @@ class Tiling:
                 "masks": None if self.masks is None else self.masks.to_dict(),
                 "offset_masks": None if self.offset_masks is None else {
                     "classes": self.offset_masks.classes,
-                    "offsets": [self.offset_masks.lo, self.offset_masks.hi]}}
+                    "offsets": [self.offset_masks.lo, self.offset_masks.hi],
+                    **({} if self.offset_masks.band is None else {"band": {
+                        "tile_top": self.offset_masks.band.tile_top,
+                        "tiles_below": self.offset_masks.band.tiles_below,
+                        "max_len": self.offset_masks.band.max_len}})}}
 
 
 LINEAR = Tiling("linear", reason="default")

@@ -767,7 +767,20 @@ def choose_tiling(table: IntervalTable) -> Tiling:
     shape = _choose_shape(table)
     if shape.kind == "linear" and not table.exact:
         shape = _with_offset_masks(table, shape)
+    elif shape.kind == "linear" and grid_of(table) is not None:
+        shape = _with_band_masks(table, shape)
     return replace(shape, units=units_for(table))
+
+
+def _with_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
+    """A linear tiling of an exact grid mask with clamped borders (natten2d), with the
+    per-offset tile masks that lattice_offset_masks proves for an interior band of query
+    tiles (the kernel selects them by the band's rule, H::kOffsetBand, and evaluates the
+    spans everywhere else), and the reason either way."""
+    masks, why = lattice_offset_masks(table)
+    note = (f"band tile masks: {why}" if masks is not None else f"no band tile masks: {why}")
+    reason = note if tiling.reason in ("", LINEAR.reason) else f"{tiling.reason}; {note}"
+    return replace(tiling, reason=reason, offset_masks=masks)
 
 
 def _with_offset_masks(table: IntervalTable, tiling: Tiling) -> Tiling:

@@ -7,11 +7,16 @@ depend on len. Here: the table in the consumers' fragment order (emit.sm90_mask_
 decoded back, equals the dense mask for every (band query tile, key tile below len) pair at
 lengths with no band, exactly the first band tile, a partial last row, and longer; border
 query tiles never select a mask; a band one tile too wide (at the top or at the bottom) is
-caught by the same dense comparison.
+caught by the same dense comparison. With g++: the emitted source's own rule helper
+(cmc_offset_band) and cmc_offset_tile_mask, as the sm90 forward's fetch_mask calls them,
+select and decode the same masks; border query tiles select nothing.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,9 +27,13 @@ from cmc.driver import front
 from cmc.emit import sm90_mask_words
 from cmc.evaluate import Env, eval_pred
 from cmc.ir import TILE, LinearBand, OffsetMasks
-from cmc.tiling import lattice_offset_masks
+from cmc.tiling import choose_tiling, lattice_offset_masks
 
 from .conftest import ROOT
+from .conftest import emit_tiled as emit
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
 
 NATTEN = """doc "clamped neighbourhood"
 const W = {w}
@@ -155,4 +164,128 @@ def test_show_says_what_was_proved():
     res = CliRunner().invoke(cli, ["show", str(ROOT / "samples" / "natten2d.mask"),
                                    "--len", "4096"])
     assert res.exit_code == 0, res.output
-    assert "band tile masks (proved, not applied by the kernel yet): tile masks of 5" in res.output
+    assert "band tile masks (applied): 5 tile offsets (-2..2, 10 KiB in the cubin)" in res.output
+    res = CliRunner().invoke(cli, ["check", str(ROOT / "samples" / "natten2d.mask")])
+    assert res.exit_code == 0, res.output
+    assert "sm90 band tile masks: applied on interior query tiles (10 KiB" in res.output
+
+
+def test_choose_tiling_attaches_the_band():
+    table = front(ROOT / "samples" / "natten2d.mask", {})
+    t = choose_tiling(table)
+    assert t.kind == "linear" and t.offset_masks is not None
+    assert t.offset_masks.band == LinearBand(2, 2, 1 << 18)
+    assert "band tile masks: tile masks of 5 tile offsets" in t.reason
+    assert t.to_dict()["offset_masks"] == {
+        "classes": 5, "offsets": [-2, 3],
+        "band": {"tile_top": 2, "tiles_below": 2, "max_len": 1 << 18}}
+    text = emit(table, archs=("sm_90a",)).text
+    for line in ("kOffsetMasks = 1", "kOffsetBand = 1", "kBandTileTop = 2", "kBandTilesBelow = 2",
+                 "kBandMaxLen = 262144"):
+        assert line in text, line
+    # dilated_band's stage-12 masks hold for every tile: no band
+    dil = front(ROOT / "benchmarks" / "generality" / "dilated_band.mask", {})
+    td = choose_tiling(dil)
+    assert td.offset_masks is not None and td.offset_masks.band is None
+    assert "kOffsetBand = 0" in emit(dil, archs=("sm_90a",)).text
+
+
+# =========================================================================== host harness
+
+MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+int main() {
+  const int ncase = rd();
+  static char m[128][129];
+  for (int c = 0; c < ncase; ++c) {
+    const int len = rd(), nt = (len + 127) / 128;
+    for (int t = 0; t < nt; ++t)
+      for (int j = 0; j < nt; ++j) {
+        // as fetch_mask: the band rule, then the tile offset's words
+        if (!cmc_offset_band(t, j, len, cmc_hooks::kBandTileTop, cmc_hooks::kBandTilesBelow,
+                             cmc_hooks::kBandMaxLen))
+          continue;
+        printf("%d %d %d\n", len, t, j);
+        for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
+        for (int th = 0; th < 256; ++th) {
+          const int ct = th % 128, lane = ct % 32;
+          const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
+          const cmc_uint2 w = cmc_offset_tile_mask(cmc_hooks::offset_masks(),
+                                                   cmc_hooks::kMaskTileLo,
+                                                   cmc_hooks::kMaskTileN, t, j, th, len, off);
+          for (int n = 0; n < 16; ++n)
+            for (int e = 0; e < 2; ++e) {
+              if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
+              if ((w.y >> (e * 16 + n)) & 1u) m[lrow + 8][8 * n + off + e] = '1';
+            }
+        }
+        for (int r = 0; r < 128; ++r) puts(m[r]);
+      }
+  }
+  return 0;
+}
+"""
+
+
+def _host_selected(table, workdir: Path, lengths: list[int]) -> dict[tuple[int, int, int], np.ndarray]:
+    """(len, qt, j) -> the 128 x 128 mask the emitted helpers select and decode."""
+    t = choose_tiling(table)
+    assert t.offset_masks is not None and t.offset_masks.band is not None, t.reason
+    src = emit(table, archs=("sm_90a",), tiling=t)
+    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+            "#include <vector>\n#define CMC_HOST 1\n")
+    cpp = workdir / f"{table.mask.name}.cpp"
+    exe = workdir / table.mask.name
+    cpp.write_text(head + src.text + MAIN)
+    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
+                        "-Wno-unused-variable", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    r = subprocess.run([str(exe)], input=" ".join(map(str, [len(lengths), *lengths])),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    lines = r.stdout.split("\n")
+    out: dict[tuple[int, int, int], np.ndarray] = {}
+    pos = 0
+    while pos < len(lines) and lines[pos]:
+        n, qt, j = map(int, lines[pos].split())
+        block = "".join(lines[pos + 1:pos + 129]).encode()
+        out[(n, qt, j)] = (np.frombuffer(block, dtype=np.uint8) == ord("1")).reshape(TILE, TILE)
+        pos += 129
+    return out
+
+
+@needs_gxx
+@pytest.mark.parametrize("w,k", [(64, 7), (32, 5)])
+def test_host_band_selection_equals_the_dense_mask(w, k):
+    with tempfile.TemporaryDirectory(prefix="cmc-lattice-") as d:
+        workdir = Path(d)
+        table = _natten(workdir, w, k) if (w, k) != (64, 7) else front(
+            ROOT / "samples" / "natten2d.mask", {})
+        band = choose_tiling(table).offset_masks.band  # type: ignore[union-attr]
+        assert band is not None
+        lengths = _lengths(band)
+        got = _host_selected(table, workdir, lengths)
+    bad: list[str] = []
+    for n in lengths:
+        dense = _dense(table, n)
+        nt = -(-n // TILE)
+        for qt in range(nt):
+            for j in range(nt):
+                sel = (n, qt, j) in got
+                want_sel = band.holds(qt, n) and (j + 1) * TILE <= n
+                if sel != want_sel:
+                    bad.append(f"len {n} qt {qt} kt {j}: selected {sel}")
+                    continue
+                if sel:
+                    # border query tiles (and key tiles crossing len) never get here
+                    assert qt >= band.tile_top and (qt + 1 + band.tiles_below) * TILE <= n
+                    live = min(TILE, n - qt * TILE)
+                    want = dense[qt * TILE:qt * TILE + live, j * TILE:(j + 1) * TILE]
+                    if not np.array_equal(got[(n, qt, j)][:live], want):
+                        bad.append(f"len {n} qt {qt} kt {j}: mask")
+        if n < (band.tile_top + 1 + band.tiles_below) * TILE:
+            assert not any(key[0] == n for key in got), n  # no band tile: nothing selected
+    assert bad == []

@@ -109,7 +109,9 @@ def test_grid_text_stays_linear_by_its_counts():
     t = choose_tiling(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"))
     assert t.kind == "linear"
     assert t.reason == ("computed pairs at len 3149: linear 2670592; 16x8 3424256; 8x16 "
-                        "3325952: linear tiles")
+                        "3325952: linear tiles; no band tile masks: grid width 48 (origin 77): "
+                        "a linear tile is not whole grid rows (the width must divide 128 and "
+                        "the origin)")
     src = emit(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"), archs=("sm_90a",))
     assert {v.tiling.reason for v in src.variants} == {t.reason}  # the manifest's, not "default"
 

@@ -465,6 +465,15 @@ CMC_DEV cmc_uint2 cmc_offset_tile_mask(const cmc_uint2* table, int lo, int n, in
   }
   return w;
 }
+// The linear tile pair (query tile qt, key tile j) is in the band of a lattice proof
+// (cmc/tiling.py lattice_offset_masks, ir.LinearBand): qt >= tile_top, tiles_below whole
+// tiles below qt at this len, len <= max_len, and key tile j wholly below len; only then
+// does the per-offset table give its mask (the others evaluate the spans).
+CMC_DEV bool cmc_offset_band(int qt, int j, int len, int tile_top, int tiles_below,
+                             int max_len) {
+  return qt >= tile_top && (qt + 1 + tiles_below) * 128 <= len && len <= max_len &&
+         j * 128 + 128 <= len;
+}
 #if defined(CMC_HOST)
 CMC_DEV void cmc_or_word(unsigned* w, unsigned v) { *w |= v; }
 #else

@@ -242,6 +242,9 @@ struct Softmax {
         if (mw_ok) apply_bits(mw.x, mw.y);
         else if (j >= g.nlin) mask_patch(j);
         else mask_linear(j * kBN);
+      } else if constexpr (H::kOffsetMasks != 0 && H::kOffsetBand != 0) {
+        if (mw_ok) apply_bits(mw.x, mw.y);  // a band pair (fetch_mask)
+        else mask_linear(j * kBN);
       } else if constexpr (H::kOffsetMasks != 0) {
         apply_bits(mw.x, mw.y);  // the tile mask of its offset, cut at len (fetch_mask)
       } else {
@@ -602,6 +605,13 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
             const int c = cmc_patch_class_of<H>(g, it.qt, j, len);
             mw_ok = c >= 0;
             if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
+          } else if constexpr (!kPatch && H::kOffsetMasks != 0 && H::kOffsetBand != 0) {
+            // proved for a band of query tiles only (H::kOffsetBand): the others keep the spans
+            mw_ok = cmc_offset_band(it.qt, j, len, H::kBandTileTop, H::kBandTilesBelow,
+                                    H::kBandMaxLen);
+            if (mw_ok)
+              mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN, it.qt,
+                                        j, cw * 128 + ctid, len, off);
           } else if constexpr (!kPatch && H::kOffsetMasks != 0) {
             // a linear tile pair's mask depends only on j - qt (H::kOffsetMasks)
             mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN, it.qt,
