@@ -71,9 +71,9 @@ step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
   -k "(matches_reference or generality_backward) and portable"
 # 2b. the forward features of 2026-12-05 (each test compiles its own masks): grids at any
-#    origin, NATTEN interior tile masks, linear offset tile masks (dilated band)
+#    origin, NATTEN interior tile masks, linear offset tile masks (dilated band, natten2d)
 step fwdnew fwd.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_grid_origin.py \
-  $T/test_gpu_natten_interior.py $T/test_offset_masks_gpu.py
+  $T/test_gpu_natten_interior.py $T/test_offset_masks_gpu.py $T/test_gpu_natten2d_band.py
 # 3. the opt-in sm_90a kinds (bwd_kv_sm90, bwd_dq_sm90, the dq kind on patch tilings)
 step sm90 sm90.log 75 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
 step sm90 sm90.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
