@@ -139,6 +139,27 @@ def _reads_len(table: IntervalTable, origin: int, length: int) -> bool:
     return False
 
 
+def _row_words(masks: list[np.ndarray]) -> tuple[int, ...]:
+    """TILE x TILE boolean tile masks as row words (bit k of row r: key column k), in order:
+    what PatchMasks.rows and OffsetMasks.rows hold."""
+    weights = 1 << np.arange(TILE, dtype=object)
+    return tuple(int((m[r].astype(object) * weights).sum()) for m in masks for r in range(TILE))
+
+
+def _patch_classes(found: dict[tuple[int, int], np.ndarray]
+                   ) -> tuple[tuple[int, int, int, int], tuple[int, ...]] | str:
+    """The class box (dpy_lo, dpy_hi, dpx_lo, dpx_hi) of the patch offsets in `found` and
+    its masks' row words (offsets without a mask: nothing visible), or why not."""
+    dys, dxs = [k[0] for k in found], [k[1] for k in found]
+    box = (min(dys), max(dys) + 1, min(dxs), max(dxs) + 1)
+    n = (box[1] - box[0]) * (box[3] - box[2])
+    if n > MAX_MASK_CLASSES:
+        return f"{n} patch offsets, more than {MAX_MASK_CLASSES}"
+    empty = np.zeros((TILE, TILE), dtype=bool)
+    return box, _row_words([found.get((dpy, dpx), empty) for dpy in range(box[0], box[1])
+                            for dpx in range(box[2], box[3])])
+
+
 def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None, str]:
     """The per-offset tile masks of a patch tiling, or None and why not.
 
@@ -207,23 +228,16 @@ def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None
             elif not np.array_equal(found[(dpy, dpx)], m):
                 return None, (f"patch offset ({dpy}, {dpx}) has two masks (query patch {a}, key"
                               f" patch {b} of the reference)")
-    seen = [k for k, m in found.items() if m.any()]
-    if not seen:
+    visible = {k: m for k, m in found.items() if m.any()}
+    if not visible:
         return None, "no grid pair is visible"
-    dys, dxs = [k[0] for k in seen], [k[1] for k in seen]
-    dpy_lo, dpy_hi, dpx_lo, dpx_hi = min(dys), max(dys) + 1, min(dxs), max(dxs) + 1
-    n = (dpy_hi - dpy_lo) * (dpx_hi - dpx_lo)
-    if n > MAX_MASK_CLASSES:
-        return None, f"{n} patch offsets, more than {MAX_MASK_CLASSES}"
-    weights = 1 << np.arange(TILE, dtype=object)
-    out: list[int] = []
-    for dpy in range(dpy_lo, dpy_hi):
-        for dpx in range(dpx_lo, dpx_hi):
-            m = found.get((dpy, dpx), np.zeros((TILE, TILE), dtype=bool))
-            out.extend(int((m[lr].astype(object) * weights).sum()) for lr in range(TILE))
-    masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, tuple(out))
-    return masks, (f"tile masks of {n} patch offsets (rows {dpy_lo}..{dpy_hi - 1}, columns "
-                   f"{dpx_lo}..{dpx_hi - 1}), shift-checked to len {big}")
+    packed = _patch_classes(visible)
+    if isinstance(packed, str):
+        return None, packed
+    (dpy_lo, dpy_hi, dpx_lo, dpx_hi), words = packed
+    masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, words)
+    return masks, (f"tile masks of {masks.classes} patch offsets (rows {dpy_lo}..{dpy_hi - 1}, "
+                   f"columns {dpx_lo}..{dpx_hi - 1}), shift-checked to len {big}")
 
 
 class _ReadsLen(Exception):
@@ -462,19 +476,13 @@ def interior_patch_masks(table: IntervalTable,
             m[inr] = seen_d[d[inr]]
             if m.any():
                 found[(dpy, dpx)] = m
-    dys, dxs = [k[0] for k in found], [k[1] for k in found]
-    dpy_lo, dpy_hi, dpx_lo, dpx_hi = min(dys), max(dys) + 1, min(dxs), max(dxs) + 1
+    packed = _patch_classes(found)
+    if isinstance(packed, str):
+        return None, packed
+    (dpy_lo, dpy_hi, dpx_lo, dpx_hi), words = packed
     n = (dpy_hi - dpy_lo) * (dpx_hi - dpx_lo)
-    if n > MAX_MASK_CLASSES:
-        return None, f"{n} patch offsets, more than {MAX_MASK_CLASSES}"
-    weights = 1 << np.arange(TILE, dtype=object)
-    out: list[int] = []
-    for dpy in range(dpy_lo, dpy_hi):
-        for dpx in range(dpx_lo, dpx_hi):
-            m = found.get((dpy, dpx), np.zeros((TILE, TILE), dtype=bool))
-            out.extend(int((m[lr].astype(object) * weights).sum()) for lr in range(TILE))
     inner = PatchInterior(row_top, rows_below, col_lo, col_hi)
-    masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, tuple(out), inner)
+    masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, words, inner)
     return masks, (f"tile masks of {n} patch offsets (rows {dpy_lo}..{dpy_hi - 1}, columns "
                    f"{dpx_lo}..{dpx_hi - 1}) for interior query patches (patch rows from "
                    f"{row_top} with {rows_below} grid rows below them, patch columns "
@@ -610,10 +618,7 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
     a, b = int(seen[0]), int(seen[-1]) + 1
     if b - a > MAX_MASK_CLASSES:
         return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
-    weights = 1 << np.arange(TILE, dtype=object)
-    rows = tuple(int((vis[c, r].astype(object) * weights).sum())
-                 for c in range(a, b) for r in range(TILE))
-    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, rows)
+    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, _row_words(list(vis[a:b])))
     return masks, (f"visibility depends only on q - k: tile masks of {masks.classes} tile "
                    f"offsets ({masks.lo}..{masks.hi - 1})")
 
@@ -723,11 +728,8 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     a, b = int(seen[0]), int(seen[-1]) + 1
     if b - a > MAX_MASK_CLASSES:
         return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
-    weights = 1 << np.arange(TILE, dtype=object)
-    rows = tuple(int((vis[c, r].astype(object) * weights).sum())
-                 for c in range(a, b) for r in range(TILE))
     band = LinearBand(t_top, tiles_below, big)
-    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, rows, band)
+    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, _row_words(list(vis[a:b])), band)
     return masks, (f"tile masks of {masks.classes} tile offsets ({masks.lo}..{masks.hi - 1}) "
                    f"for interior query tiles (from tile {t_top}, with {tiles_below} tiles "
                    f"below them at len, len <= {big}): whole grid rows per tile, "
