@@ -940,8 +940,11 @@ def radix_terms(guard_atoms: list[Pred], k_atoms: list[Pred], rad: Radix) -> lis
     k-free base (a window's width, else the digit's own range [0, radix)). The instances are
     the product of those ranges: one family per value of the digits above the row digit
     d_1, each indexed by d_1, so that every instance keeps its keys in one grid row
-    (k - origin) / bounds[1] = base(q) + t, recorded as its GridRow."""
+    (k - origin) / bounds[1] = base(q) + t, recorded as its GridRow. A radix without a row
+    digit (bounds (1,): k / 1, k % 1) is no grid: None."""
     n = len(rad.bounds) - 1
+    if n < 1:
+        return None
     names = [_digit_var(i) for i in range(n + 1)]
     lows: dict[str, list[Expr]] = {v: [] for v in (K, *names)}
     highs: dict[str, list[Expr]] = {v: [] for v in (K, *names)}

@@ -179,3 +179,15 @@ def test_products_cover_every_offset():
             lo = int(np.asarray(eval_expr(term.lo.expr, env)).reshape(-1)[0])
             seen.add((lo // 960 - qt, lo % 960 // 40 - qy))
     assert seen == set(itertools.product(range(-2, 3), range(-3, 4)))
+
+
+def test_a_radix_without_a_row_digit_is_no_grid():
+    """Hypothesis found (2026-12-05) a mask whose only digits were k / 1 and (k + k) % 1:
+    a radix with bounds (1,) has no row digit, and radix_terms indexed bounds[1]."""
+    from cmc.ir import BinOp, Cmp, Const, Var
+    from cmc.lower import Radix, radix_terms
+
+    k = Var("k")
+    atoms = [Cmp("<", k, BinOp("+", k, k)),
+             Cmp(">=", BinOp("/", k, Const(1)), BinOp("%", BinOp("+", k, k), Const(1)))]
+    assert radix_terms([], atoms, Radix(origin=0, bounds=(1,))) is None

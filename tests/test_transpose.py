@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cmc.check import check
 from cmc.driver import front
-from cmc.ir import BinOp, Cmp, Var
+from cmc.ir import And, BinOp, Cmp, Const, Var
 from cmc.lower import lower
 from cmc.oracle import dense
 from cmc.parse import parse
@@ -96,6 +96,12 @@ def test_a_residual_forward_can_transpose_exact():
     n=st.integers(0, 24),
     starts=st.lists(st.integers(0, 24), max_size=4),
 )
+# found by hypothesis on 2026-12-05: the transposed mask's k / 1 and (k + k) % 1 made a radix
+# without a row digit, which lower.radix_terms indexed past its end
+@example(allows=[Cmp("<", Var("q"), BinOp("+", Var("q"), Var("q")))],
+         denies=[And((Cmp("<", BinOp("/", Var("q"), Const(1)),
+                          BinOp("%", BinOp("+", Var("q"), Var("q")), Const(1))),))],
+         length=1, n=0, starts=[])
 def test_random_masks_transposed_equals_oracle(allows, denies, length, n, starts):
     table = lower(_mask(allows, denies, PARAMS))
     params = {"n": min(n, length), "s": sorted(min(s, length) for s in starts)}
