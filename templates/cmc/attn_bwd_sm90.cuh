@@ -409,6 +409,87 @@ CMC_DEV bool tile_bit(const unsigned* bits, int j) { return (bits[j >> 5] >> (j 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
 
+// One kv item after P^T (kv and kv_patch): P^T packed as dV's A operand, dV += P^T dO
+// issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed; dK += dS^T Q issued (scaled at
+// the end). pa, dsa: the packed operands, live until the caller's last wgmma wait.
+template <bool BF16, int D>
+CMC_DEV void kv_dv_ds_dk(float* s, float* dp, const float* dsum_b, int cq, float* dv, float* dk,
+                         unsigned doB, unsigned qB, unsigned* pa, unsigned* dsa) {
+#pragma unroll
+  for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
+  wg_commit();
+  wg_wait<1>();  // dP^T done (dV may still run)
+  fence_regs<32>(dp);
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float dd = dsum_b[8 * jj + cq + e];
+      dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
+      dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc(qB + kk * 2048, kBM * 128, 1024));
+  wg_commit();
+}
+
+// The end of a kv item (kv and kv_patch). Atomic mode: dS^T rows of this warpgroup into the
+// [kBN keys][kBM queries] tile (dsa[2 jj] is (key row lr, query chunk jj), dsa[2 jj + 1] the
+// row 8 below), dQ by wgmma (DQ<D>), each of the thread's query rows 16 warp + lane / 4 + 8 i
+// of the item added to dq_accum at its token tok(row) (-1: none). Otherwise the item's wgmmas
+// are waited for.
+template <bool BF16, int D, class Tok>
+CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* pa, const unsigned* dsa,
+                           int lr, int wg, int warp, int lane, unsigned dqA, unsigned dqB, int dqCol,
+                           const Tok& tok, float* acc, cmc_i64 tok0, int heads_q, int hq) {
+  constexpr int kDQ = DQ<D>::kRegs;
+  if (!atomic_dq) {
+    wg_wait<0>();
+    fence_regs<16>(const_cast<unsigned*>(pa));
+    fence_regs<16>(const_cast<unsigned*>(dsa));
+    return;
+  }
+  const unsigned off = (unsigned)((lane & 3) * 4);
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+    *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
+    *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
+  }
+  fence_proxy_async();
+  if constexpr (DQ<D>::kSplitN) asm volatile("bar.sync 3, 256;\n" ::: "memory");  // both warpgroups'
+  else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");             // this warpgroup's
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  float dq[kDQ];
+#pragma unroll
+  for (int i = 0; i < kDQ; ++i) dq[i] = 0.f;
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
+    ss_n64<BF16, 1, 1>(dq, gdesc(dqA + kk * 2048, kBN * 128, 1024), gdesc(dqB + kk * 2048, kBN * 128, 1024), kk);
+  wg_commit();
+  wg_wait<0>();
+  fence_regs<16>(const_cast<unsigned*>(pa));
+  fence_regs<16>(const_cast<unsigned*>(dsa));
+  fence_regs<kDQ>(dq);
+  // dq[4 jj + 2 i + e] is (query row 16 warp + lane / 4 + 8 i, column dqCol + 8 jj + 2 (lane % 4) + e).
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int q = tok(16 * warp + (lane >> 2) + 8 * i);
+    if (q >= 0) {
+      float* row = acc + ((tok0 + q) * heads_q + hq) * D + dqCol + 2 * (lane & 3);
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) red_add_v2(row + 8 * jj, dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
+    }
+  }
+}
+
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   if constexpr (H::kTiling == 1) {
@@ -417,7 +498,6 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   }
   constexpr int NTT = HT::kTerms;
   constexpr int kAcc = D / 2;   // fp32 accumulator registers of a [64 x D] tile per thread
-  constexpr int kDQ = DQ<D>::kRegs;  // ... of this warpgroup's [64 x 64] dQ part
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
   unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
   const unsigned base = smem_u32(smem);
@@ -524,84 +604,12 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
         s[4 * jj + 2 + e] = p1;
       }
     }
-    unsigned pa[16];
-#pragma unroll
-    for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
-
-    // dV += P^T dO.
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
-    wg_commit();
-    wg_wait<1>();  // dP^T done (dV may still run)
-    fence_regs<32>(dp);
-
-    // dS^T = P^T (dP^T - Dsum).
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float dd = dsum_b[8 * jj + cq + e];
-        dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
-        dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
-      }
-    }
-    unsigned dsa[16];
-#pragma unroll
-    for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
-
-    // dK += dS^T Q (scaled at the end).
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc(qB + kk * 2048, kBM * 128, 1024));
-    wg_commit();
-
-    if (atomic_dq) {
-      // dS^T rows of this warpgroup into the [kBN keys][kBM queries] tile: dsa[2 jj] is
-      // (key row, query chunk jj), dsa[2 jj + 1] the row 8 below.
-      {
-        const int rl = 64 * wg + 16 * warp + (lane >> 2);
-        unsigned char* sds = smem + SmemKV<D>::kDS;
-        const unsigned off = (unsigned)((lane & 3) * 4);
-#pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-          *reinterpret_cast<unsigned*>(sds + swz<kBN>(rl, jj) + off) = dsa[2 * jj];
-          *reinterpret_cast<unsigned*>(sds + swz<kBN>(rl + 8, jj) + off) = dsa[2 * jj + 1];
-        }
-      }
-      fence_proxy_async();
-      if constexpr (DQ<D>::kSplitN) asm volatile("bar.sync 3, 256;\n" ::: "memory");  // both warpgroups'
-      else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");             // this warpgroup's
-      else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-      float dq[kDQ];
-#pragma unroll
-      for (int i = 0; i < kDQ; ++i) dq[i] = 0.f;
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
-        ss_n64<BF16, 1, 1>(dq, gdesc(dqA + kk * 2048, kBN * 128, 1024), gdesc(dqB + kk * 2048, kBN * 128, 1024), kk);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs<16>(pa);
-      fence_regs<16>(dsa);
-      fence_regs<kDQ>(dq);
-      // dq[4 jj + 2 i + e] is (query qbase + 16 warp + lane / 4 + 8 i, column dqCol + 8 jj + cq + e).
-      const int hq = hkv * group + g;
-      float* acc = reinterpret_cast<float*>(args.dq_accum);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int q = qbase + 16 * warp + (lane >> 2) + 8 * i;
-        if (q < len) {
-          float* row = acc + ((tok0 + q) * desc.heads_q + hq) * D + dqCol + cq;
-#pragma unroll
-          for (int jj = 0; jj < 8; ++jj) red_add_v2(row + 8 * jj, dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
-        }
-      }
-    } else {
-      wg_wait<0>();
-      fence_regs<16>(pa);
-      fence_regs<16>(dsa);
-    }
+    unsigned pa[16], dsa[16];
+    kv_dv_ds_dk<BF16, D>(s, dp, dsum_b, cq, dv, dk, doB, qB, pa, dsa);
+    kv_dq_or_wait<BF16, D>(atomic_dq, smem + SmemKV<D>::kDS, pa, dsa, 64 * wg + 16 * warp + (lane >> 2),
+                           wg, warp, lane, dqA, dqB, dqCol,
+                           [&](int r) { return qbase + r < len ? qbase + r : -1; },
+                           reinterpret_cast<float*>(args.dq_accum), tok0, desc.heads_q, hkv * group + g);
 
     buf ^= 1;
     if (jn < 0) break;
@@ -664,7 +672,6 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
   static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kBN, "patch halves of 64 rows");
   constexpr int NTT = HT::kTerms;
   constexpr int kAcc = D / 2;
-  constexpr int kDQ = DQ<D>::kRegs;
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
   unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
   const unsigned base = smem_u32(smem);
@@ -795,79 +802,11 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
         s[4 * jj + 2 + e] = p1;
       }
     }
-    unsigned pa[16];
-#pragma unroll
-    for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
-
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
-    wg_commit();
-    wg_wait<1>();
-    fence_regs<32>(dp);
-
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float dd = dsum_b[8 * jj + cq + e];
-        dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
-        dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
-      }
-    }
-    unsigned dsa[16];
-#pragma unroll
-    for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
-
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc(qB + kk * 2048, kBM * 128, 1024));
-    wg_commit();
-
-    if (atomic_dq) {
-      {
-        unsigned char* sds = smem + SmemKV<D>::kDS;
-        const unsigned off = (unsigned)((lane & 3) * 4);
-#pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-          *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
-          *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
-        }
-      }
-      fence_proxy_async();
-      if constexpr (DQ<D>::kSplitN) asm volatile("bar.sync 3, 256;\n" ::: "memory");
-      else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-      else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-      float dq[kDQ];
-#pragma unroll
-      for (int i = 0; i < kDQ; ++i) dq[i] = 0.f;
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
-        ss_n64<BF16, 1, 1>(dq, gdesc(dqA + kk * 2048, kBN * 128, 1024), gdesc(dqB + kk * 2048, kBN * 128, 1024), kk);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs<16>(pa);
-      fence_regs<16>(dsa);
-      fence_regs<kDQ>(dq);
-      // dq[4 jj + 2 i + e] is (query row r0 + 16 warp + lane / 4 + 8 i of tile j, column
-      // dqCol + 8 jj + cq + e): added to that row's token.
-      const int hq = hkv * group + g;
-      float* acc = reinterpret_cast<float*>(args.dq_accum);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int q = qrows(r0 + 16 * warp + (lane >> 2) + 8 * i);
-        if (q >= 0) {
-          float* row = acc + ((tok0 + q) * desc.heads_q + hq) * D + dqCol + cq;
-#pragma unroll
-          for (int jj = 0; jj < 8; ++jj) red_add_v2(row + 8 * jj, dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
-        }
-      }
-    } else {
-      wg_wait<0>();
-      fence_regs<16>(pa);
-      fence_regs<16>(dsa);
-    }
+    unsigned pa[16], dsa[16];
+    kv_dv_ds_dk<BF16, D>(s, dp, dsum_b, cq, dv, dk, doB, qB, pa, dsa);
+    kv_dq_or_wait<BF16, D>(atomic_dq, smem + SmemKV<D>::kDS, pa, dsa, lr, wg, warp, lane, dqA, dqB, dqCol,
+                           [&](int r) { return qrows(r0 + r); },
+                           reinterpret_cast<float*>(args.dq_accum), tok0, desc.heads_q, hkv * group + g);
 
     buf ^= 1;
     g = gn;

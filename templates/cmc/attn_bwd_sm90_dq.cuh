@@ -63,6 +63,34 @@ template <int D, int NT, int TILING = 0> constexpr int smem_dq() {
          1024;
 }
 
+// The end of a dq step (dq and dq_patch), once P is in s: dS = P (dP - Dsum) for the thread's
+// rows (Dsum ds0, ds1), packed as the A fragments of dQ's k16 steps over the 64 keys; dQ += dS K
+// (scaled at the end), waited for before the next tile's barrier lets the ring overwrite this
+// K stage (kb).
+template <bool BF16, int D>
+CMC_DEV void dq_ds_dq(const float* s, float* dp, float ds0, float ds1, float* acc, unsigned kb) {
+  wg_wait<0>();  // dP done
+  fence_regs<32>(dp);
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - ds0);
+      dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - ds1);
+    }
+  }
+  unsigned dsa[16];
+#pragma unroll
+  for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < kDqKeys / 16; ++kk)
+    rs_nd<BF16, D>(acc, dsa + 4 * kk, gdesc(kb + kk * 2048, kDqKeys * 128, 1024));
+  wg_commit();
+  wg_wait<0>();
+  fence_regs<16>(dsa);
+}
+
 template <class H, bool BF16, int D>
 CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
 
@@ -185,31 +213,7 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
         s[4 * jj + 2 + e] = p1;
       }
     }
-    wg_wait<0>();  // dP done
-    fence_regs<32>(dp);
-
-    // dS = P (dP - Dsum), packed as the A fragments of dQ's k16 steps over the 64 keys.
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - ds0);
-        dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - ds1);
-      }
-    }
-    unsigned dsa[16];
-#pragma unroll
-    for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
-
-    // dQ += dS K (scaled at the end); done before the next tile's barrier lets the ring
-    // overwrite this K stage.
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDqKeys / 16; ++kk)
-      rs_nd<BF16, D>(acc, dsa + 4 * kk, gdesc(kb + kk * 2048, kDqKeys * 128, 1024));
-    wg_commit();
-    wg_wait<0>();
-    fence_regs<16>(dsa);
+    dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
 
     buf ^= 1;
     if (jn < 0) break;
@@ -356,28 +360,7 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
         s[4 * jj + 2 + e] = p1;
       }
     }
-    wg_wait<0>();
-    fence_regs<32>(dp);
-
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - ds0);
-        dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - ds1);
-      }
-    }
-    unsigned dsa[16];
-#pragma unroll
-    for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
-
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDqKeys / 16; ++kk)
-      rs_nd<BF16, D>(acc, dsa + 4 * kk, gdesc(kb + kk * 2048, kDqKeys * 128, 1024));
-    wg_commit();
-    wg_wait<0>();
-    fence_regs<16>(dsa);
+    dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
 
     buf ^= 1;
     j = jn;
