@@ -31,6 +31,7 @@ from cmc.tiling import choose_tiling, lattice_offset_masks
 
 from .conftest import ROOT
 from .conftest import emit_tiled as emit
+from .test_offset_masks import DECODE_TILE
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
@@ -192,12 +193,9 @@ def test_choose_tiling_attaches_the_band():
 
 # =========================================================================== host harness
 
-MAIN = r"""
-static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
-
+MAIN = DECODE_TILE + r"""
 int main() {
   const int ncase = rd();
-  static char m[128][129];
   for (int c = 0; c < ncase; ++c) {
     const int len = rd(), nt = (len + 127) / 128;
     for (int t = 0; t < nt; ++t)
@@ -207,20 +205,7 @@ int main() {
                              cmc_hooks::kBandMaxLen))
           continue;
         printf("%d %d %d\n", len, t, j);
-        for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
-        for (int th = 0; th < 256; ++th) {
-          const int ct = th % 128, lane = ct % 32;
-          const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
-          const cmc_uint2 w = cmc_offset_tile_mask(cmc_hooks::offset_masks(),
-                                                   cmc_hooks::kMaskTileLo,
-                                                   cmc_hooks::kMaskTileN, t, j, th, len, off);
-          for (int n = 0; n < 16; ++n)
-            for (int e = 0; e < 2; ++e) {
-              if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
-              if ((w.y >> (e * 16 + n)) & 1u) m[lrow + 8][8 * n + off + e] = '1';
-            }
-        }
-        for (int r = 0; r < 128; ++r) puts(m[r]);
+        decode_tile(t, j, len);
       }
   }
   return 0;

@@ -102,31 +102,36 @@ def test_a_one_sided_band_gets_only_its_offsets(tmp_path):
 
 # =========================================================================== host harness
 
-MAIN = r"""
+# One linear tile pair's mask as the sm90 consumers read it (cmc_offset_tile_mask, every
+# consumer thread, its two rows, in the fragment order), printed as 128 rows of '0' / '1'.
+DECODE_TILE = r"""
 static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
 
+static void decode_tile(int t, int j, int len) {
+  static char m[128][129];
+  for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
+  for (int th = 0; th < 256; ++th) {
+    const int ct = th % 128, lane = ct % 32;
+    const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
+    const cmc_uint2 w = cmc_offset_tile_mask(cmc_hooks::offset_masks(), cmc_hooks::kMaskTileLo,
+                                             cmc_hooks::kMaskTileN, t, j, th, len, off);
+    for (int n = 0; n < 16; ++n)
+      for (int e = 0; e < 2; ++e) {
+        if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
+        if ((w.y >> (e * 16 + n)) & 1u) m[lrow + 8][8 * n + off + e] = '1';
+      }
+  }
+  for (int r = 0; r < 128; ++r) puts(m[r]);
+}
+"""
+
+MAIN = DECODE_TILE + r"""
 int main() {
   const int ncase = rd();
-  static char m[128][129];
   for (int c = 0; c < ncase; ++c) {
     const int len = rd(), nt = (len + 127) / 128;
     for (int t = 0; t < nt; ++t)
-      for (int j = 0; j < nt; ++j) {
-        for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
-        for (int th = 0; th < 256; ++th) {
-          const int ct = th % 128, lane = ct % 32;
-          const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
-          const cmc_uint2 w = cmc_offset_tile_mask(cmc_hooks::offset_masks(),
-                                                   cmc_hooks::kMaskTileLo,
-                                                   cmc_hooks::kMaskTileN, t, j, th, len, off);
-          for (int n = 0; n < 16; ++n)
-            for (int e = 0; e < 2; ++e) {
-              if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
-              if ((w.y >> (e * 16 + n)) & 1u) m[lrow + 8][8 * n + off + e] = '1';
-            }
-        }
-        for (int r = 0; r < 128; ++r) puts(m[r]);
-      }
+      for (int j = 0; j < nt; ++j) decode_tile(t, j, len);
   }
   return 0;
 }
