@@ -238,3 +238,37 @@ def check_reference_grads_against_sdpa(torch: Any, device: str, lengths: Sequenc
         start += n
     for got, want in ((dq, q64.grad), (dk, k64.grad), (dv, v64.grad)):
         assert torch.allclose(got, want, atol=1e-10)
+
+
+def backward_case(torch: Any, mask: Any, packed: bool, lengths: list[int], dtype: str, d: int,
+                  hq: int, hkv: int, seed: int) -> dict[str, Any]:
+    """Inputs of a backward check on the GPU and their float64 reference gradients: q, k, v,
+    dO (packed [T, H, D] with cu_seqlens, or the batch layout) drawn from seed, the mask's
+    parameters per sequence (seq_params), and which keys some query sees ("seen") and which
+    rows see some key ("sees")."""
+    import math
+
+    rng = np.random.default_rng(seed)
+    scal = scalar_values(mask, seed)
+    per_seq = [seq_params(mask, n, seed + j, rng, scal) for j, n in enumerate(lengths)]
+    kw = call_params(mask, per_seq)
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    t = sum(lengths)
+    q, k, v, do = (torch.randn((t, h, d), generator=g, device="cuda").to(dt)
+                   for h in (hq, hkv, hkv, hq))
+    if packed:
+        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
+                                        dtype=torch.int32, device="cuda")
+        shaped = (q, k, v, do)
+    else:
+        b, n = len(lengths), lengths[0]
+        shaped = tuple(x.view(b, n, x.shape[1], d) for x in (q, k, v, do))
+    masks = oracle_masks(torch, mask, lengths, per_seq, "cuda")
+    scale = 1.0 / math.sqrt(d)
+    _, _, rdq, rdk, rdv = reference_grads(torch, q, k, v, do, lengths, masks, scale)
+    dense = [fn(0, n) for n, fn in zip(lengths, masks, strict=True)]
+    seen = torch.cat([m.any(0) for m in dense]) if dense else torch.zeros(0, dtype=torch.bool)
+    sees = torch.cat([m.any(1) for m in dense]) if dense else torch.zeros(0, dtype=torch.bool)
+    return {"kw": kw, "shaped": shaped, "ref": (rdq, rdk, rdv), "seen": seen.cuda(),
+            "sees": sees.cuda(), "tokens": t}

@@ -16,11 +16,9 @@ gpu_common.artifact: built here, or CMC_GPU_ARTIFACTS).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
-import numpy as np
 import pytest
 
 from .gpu_common import (
@@ -32,14 +30,7 @@ from .gpu_common import (
     requires_gpu,
     run_memcheck,
 )
-from .harness import (
-    call_params,
-    compare_grads,
-    oracle_masks,
-    reference_grads,
-    scalar_values,
-    seq_params,
-)
+from .harness import backward_case, compare_grads
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 TOL = 1e-2
@@ -72,31 +63,7 @@ CASES = [  # (packed, lengths, dtype, head_dim, hq, hkv)
 
 def setup_case(name: str, packed: bool, lengths: list[int], dtype: str, d: int, hq: int,
                hkv: int, seed: int) -> dict[str, Any]:
-    mask = mask_of(name)
-    rng = np.random.default_rng(seed)
-    scal = scalar_values(mask, seed)
-    per_seq = [seq_params(mask, n, seed + j, rng, scal) for j, n in enumerate(lengths)]
-    kw = call_params(mask, per_seq)
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    t = sum(lengths)
-    q, k, v, do = (torch.randn((t, h, d), generator=g, device="cuda").to(dt)
-                   for h in (hq, hkv, hkv, hq))
-    if packed:
-        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
-                                        dtype=torch.int32, device="cuda")
-        shaped = (q, k, v, do)
-    else:
-        b, n = len(lengths), lengths[0]
-        shaped = tuple(x.view(b, n, x.shape[1], d) for x in (q, k, v, do))
-    masks = oracle_masks(torch, mask, lengths, per_seq, "cuda")
-    scale = 1.0 / math.sqrt(d)
-    _, _, rdq, rdk, rdv = reference_grads(torch, q, k, v, do, lengths, masks, scale)
-    dense = [fn(0, n) for n, fn in zip(lengths, masks, strict=True)]
-    seen = torch.cat([m.any(0) for m in dense]) if dense else torch.zeros(0, dtype=torch.bool)
-    sees = torch.cat([m.any(1) for m in dense]) if dense else torch.zeros(0, dtype=torch.bool)
-    return {"kw": kw, "shaped": shaped, "ref": (rdq, rdk, rdv), "seen": seen.cuda(),
-            "sees": sees.cuda(), "tokens": t}
+    return backward_case(torch, mask_of(name), packed, lengths, dtype, d, hq, hkv, seed)
 
 
 def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:

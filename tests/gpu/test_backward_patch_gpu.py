@@ -16,24 +16,15 @@ Run on a GPU machine: `pytest -m gpu tests/gpu/test_backward_patch_gpu.py -q`.
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
-from .harness import (
-    call_params,
-    compare_grads,
-    oracle_masks,
-    reference_grads,
-    scalar_values,
-    seq_params,
-)
+from .harness import backward_case, compare_grads
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 TOL = 1e-2
@@ -78,27 +69,9 @@ def test_patch_backward_matches_reference(case):
         assert ks and all(k.symbol.startswith(f"cmc_clear_bwd_{role}_sm90_") for k in ks)
         # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
         assert all(k.max_len is not None for k in ks), f"{role} does not follow the patches"
-    mask = load_mask(ROOT / "samples" / "clear.mask", defines)
-    seed = 11 + case
-    rng = np.random.default_rng(seed)
-    scal = scalar_values(mask, seed)
-    per_seq = [seq_params(mask, n, seed + j, rng, scal) for j, n in enumerate(lengths)]
-    kw = call_params(mask, per_seq)
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    t = sum(lengths)
-    q, k, v, do = (torch.randn((t, h, d), generator=g, device="cuda").to(dt)
-                   for h in (hq, hkv, hkv, hq))
-    if packed:
-        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
-                                        dtype=torch.int32, device="cuda")
-    else:
-        b, n = len(lengths), lengths[0]
-        q, k, v, do = (x.view(b, n, x.shape[1], d) for x in (q, k, v, do))
-    masks = oracle_masks(torch, mask, lengths, per_seq, "cuda")
-    flat = [x.reshape(t, x.shape[-2], d) for x in (q, k, v, do)]
-    _, _, rdq, rdk, rdv = reference_grads(torch, *flat, lengths, masks, 1.0 / math.sqrt(d))
-    seen = torch.cat([fn(0, n).any(0) for n, fn in zip(lengths, masks, strict=True)]).cuda()
+    c = backward_case(torch, load_mask(ROOT / "samples" / "clear.mask", defines), packed,
+                      lengths, dtype, d, hq, hkv, seed=11 + case)
+    kw, (q, k, v, do), (rdq, rdk, rdv), seen, t = c["kw"], c["shaped"], c["ref"], c["seen"], c["tokens"]
     out, lse = attn(q, k, v, return_lse=True, **kw)
     runs = []
     for mode in ("atomic", "det", "det"):
