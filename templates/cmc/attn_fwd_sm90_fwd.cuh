@@ -108,7 +108,7 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
       item[2] = it.b;
     }
     // patch plans: little of the loop is held in registers across the build (at D 128
-    // ptxas spilled it; kernel notes, "Patch plan spills: zero"). The lead builder parks
+    // ptxas spilled it; kernel notes, "Patch plan spills: the builders' loop state"). The lead builder parks
     // u in this slot's unit word (rewritten two items on, after every builder has passed
     // the next build's barriers); every builder reads it back after this build's last
     // barrier. The lead's reservation `held` stays in a register: parking it in the other
