@@ -654,9 +654,11 @@ def check_peers(cases: list[Case], tables: dict[str, Any], kernels: dict[str, An
 
 def artifact_kinds(root: Path) -> list[str]:
     """The kernel kinds the run's cmc artifacts hold (which backward was timed)."""
+    from cmc.runtime.manifest import read_manifest_json
+
     kinds: set[str] = set()
     for m in root.glob("*/*/manifest.json"):
-        kinds.update(str(k.get("kernel", "?")) for k in json.loads(m.read_text()).get("kernels", []))
+        kinds.update(str(k.get("kernel", "?")) for k in read_manifest_json(m)[1]["kernels"])
     return sorted(kinds)
 
 
