@@ -116,6 +116,21 @@ def test_grid_text_stays_linear_by_its_counts():
     assert {v.tiling.reason for v in src.variants} == {t.reason}  # the manifest's, not "default"
 
 
+def test_grid_origin_cases_get_their_tilings():
+    """The GPU grid-origin test's cases (tests/gpu/test_gpu_grid_origin.py) get the tiling
+    kind it asserts on sm_90a: checked here, where a wrong expectation costs no GPU time
+    (clear at origin 133, width 80, radius 10 counted linear tiles cheaper)."""
+    from cmc.driver import Options, run
+
+    from .gpu.test_gpu_grid_origin import GRIDS
+
+    for path, defines, kind in GRIDS:
+        opts = Options(archs=("sm_90a",), defines=tuple(sorted(defines.items())))
+        tiling = run(ROOT / path, opts, stop_after="tile").tiling
+        assert tiling is not None and tiling.kind == kind, (path, defines, tiling)
+        assert "computed pairs" in tiling.reason
+
+
 def test_computed_pairs_counts_tiles():
     table = _table("causal")
     n = 1000

@@ -182,6 +182,21 @@ def test_reference_grads_empty_rows_and_sequences():
     assert dq.shape == (0, 4, 8) and dk.shape == (0, 2, 8)
 
 
+def test_compare_grads_zero_reference():
+    """A gradient that is zero in exact arithmetic (window 1: dS = 0): rounding noise passes,
+    a wrong gradient of the usual size fails, an exact zero is 0, a NaN is refused."""
+    from tests.gpu.harness import compare_grads
+
+    zero = torch.zeros(64, 4, 8, dtype=torch.float64)
+    noise = torch.full_like(zero, 1e-7)
+    wrong = torch.randn(zero.shape, generator=torch.Generator().manual_seed(1))
+    assert compare_grads(torch, (noise,), (zero,), ("dq",))["dq"] < 1e-4
+    assert compare_grads(torch, (wrong,), (zero,), ("dq",))["dq"] > 10
+    assert compare_grads(torch, (zero,), (zero,), ("dq",)) == {"dq": 0.0}
+    with pytest.raises(AssertionError, match="NaN in dq"):
+        compare_grads(torch, (zero / 0,), (zero,), ("dq",))
+
+
 # --------------------------------------------------------------------------- autograd.Function
 
 
