@@ -68,7 +68,7 @@ ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 
 
 def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
-                bwd_kernel: str = "portable", reg_split: str = "auto") -> None:
+                bwd_kernel: str = "auto", reg_split: str = "auto") -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
@@ -776,7 +776,7 @@ def main() -> None:
     ap.add_argument("--compile", metavar="DIR", help="only compile the artifacts into DIR")
     ap.add_argument("--tiling", choices=("auto", "linear"), default="auto",
                     help="with --compile: the tile stage's choice, or linear tiles everywhere")
-    ap.add_argument("--bwd-kernel", choices=("portable", "sm90"), default="portable",
+    ap.add_argument("--bwd-kernel", choices=("auto", "portable"), default="auto",
                     help="with --compile: the backward kinds (cmc compile --bwd-kernel); a run "
                          "records the kinds it loaded in bench.json's meta")
     ap.add_argument("--reg-split", choices=("auto", "fixed"), default="auto",

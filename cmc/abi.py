@@ -134,7 +134,7 @@ def kernel_param_bytes(desc_size: int, kernel: str) -> int:
 
 # The backward's second launch parameter, `struct cmc_bwd_args` of
 # templates/cmc/attn_bwd_portable.cuh (the same for every mask): gradient outputs, the fp32
-# workspaces and their strides. /work/notes/bwd_contract.md; emit and the header assert it.
+# workspaces and their strides. docs/architecture.md, "The backward"; emit and the header assert it.
 BWD_ARGS_STRUCT = "cmc_bwd_args"
 BWD_ARGS_FIELDS: tuple[tuple[str, str], ...] = (
     ("dout", "uint64_t"), ("dq", "uint64_t"), ("dk", "uint64_t"), ("dv", "uint64_t"),

@@ -68,9 +68,9 @@ class Options:
     kernel: str = "auto"  # "auto": each arch's own kind (kernels.forward_kinds); "portable"
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
     backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
-    # "portable": cmc_bwd everywhere; "sm90": the wgmma kinds on sm_90a (bwd_kv_sm90, bwd_dq_sm90).
-    # Opt-in until a GPU run validates it (tools/bwd_kernel_check.py --sm90, tests/gpu).
-    bwd_kernel: str = "portable"
+    # "auto": the wgmma kinds on sm_90a (bwd_kv_sm90, bwd_dq_sm90), cmc_bwd elsewhere;
+    # "portable": cmc_bwd everywhere (kernels.backward_kinds).
+    bwd_kernel: str = "auto"
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).
     reg_split: str = "auto"
@@ -212,7 +212,7 @@ def compile_file(
     kernel: str = "auto",
     tiling: str = "auto",
     backward: bool = True,
-    bwd_kernel: str = "portable",
+    bwd_kernel: str = "auto",
     reg_split: str = "auto",
 ) -> Path:
     """Every stage; returns OUT/NAME."""

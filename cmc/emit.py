@@ -972,7 +972,7 @@ def sm90_header_text() -> str:
 
 def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
                        archs: Sequence[str], n_terms: int, n_terms_t: int,
-                       bwd_kernel: str = "portable",
+                       bwd_kernel: str = "auto",
                        tiling: Tiling = LINEAR) -> tuple[KernelVariant, ...]:
     """One variant per (dtype, head dim) and backward kind (kernels.backward_kinds, with
     `bwd_kernel`'s choice), each its own cubin; a kind's plan is sized by the table it walks
@@ -1108,16 +1108,16 @@ def emit(
     *,
     tiling: Tiling,
     backward: bool = False,
-    bwd_kernel: str = "portable",
+    bwd_kernel: str = "auto",
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
     portable (mma.sync) kernel elsewhere). `tiling` is the tile stage's, used by the kinds
     that follow it (driver.tile). `backward` adds the transposed table's hooks (`cmc_hooks_t`),
     the backward header and one variant per backward kind, dtype and head dim; without it
-    the text is the forward's alone. `bwd_kernel` "sm90" builds the kv and dq roles on
-    sm_90a with the wgmma kernels (kernels.BWD_KV_SM90, BWD_DQ_SM90, opt-in; their headers are
-    inlined only then)."""
+    the text is the forward's alone. `bwd_kernel` "auto" builds the kv and dq roles on
+    sm_90a with the wgmma kernels (kernels.BWD_KV_SM90, BWD_DQ_SM90; their headers are
+    inlined only then), "portable" with cmc_bwd."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:

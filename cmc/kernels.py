@@ -41,9 +41,9 @@ class KernelKind(str, Enum):
     FWD_SM90 = "sm90"  # wgmma + TMA, producer and two consumer warpgroups, sm_90a only
     BWD_PRE = "bwd_pre"  # Dsum = rowsum(dO * O); zeroes the dQ workspace
     BWD_KV = "bwd_kv"  # one key tile: dK, dV; dQ atomically into the workspace
-    BWD_KV_SM90 = "bwd_kv_sm90"  # BWD_KV by wgmma, 128-key tiles, sm_90a only; opt-in
+    BWD_KV_SM90 = "bwd_kv_sm90"  # BWD_KV by wgmma, 128-key tiles, sm_90a only
     BWD_DQ = "bwd_dq"  # deterministic mode: one query tile's dQ
-    BWD_DQ_SM90 = "bwd_dq_sm90"  # BWD_DQ by wgmma, 128-row tiles, sm_90a only; opt-in
+    BWD_DQ_SM90 = "bwd_dq_sm90"  # BWD_DQ by wgmma, 128-row tiles, sm_90a only
     BWD_POST = "bwd_post"  # dQ workspace * scale -> dtype
 
     def __str__(self) -> str:
@@ -386,8 +386,8 @@ def _bwd_sm90_plan_ints(n_terms: int, patch_tiles: int | None) -> int:
     return _portable_plan_ints(n_terms, None)
 
 
-# Replaces BWD_KV on sm_90a only when asked (backward_kinds(..., "sm90")): it builds without
-# spills or wgmma pipeline notes but has not run on a GPU yet (docs/architecture.md). It
+# Replaces BWD_KV on sm_90a unless the portable kinds are asked for (backward_kinds(...,
+# "portable")); checked on the H200 on 2026-12-05 (tests/gpu, tools/bwd_kernel_check.py). It
 # follows the tile stage's tiling: with a patch tiling its CTA is one forward tile of keys
 # (linear or patch) and its grid counts the forward's tiles (attn_bwd_sm90.cuh kv_patch).
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
@@ -424,8 +424,8 @@ def _bwd_dq_sm90_smem(head_dim: int, plan_ints: int) -> int:
     return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
 
 
-# Replaces BWD_DQ (the deterministic sequence's dq role) on sm_90a with BWD_KV_SM90, under the
-# same opt-in and for the same reason: built, not yet run on a GPU. It follows the tile
+# Replaces BWD_DQ (the deterministic sequence's dq role) on sm_90a with BWD_KV_SM90, on the
+# same terms. It follows the tile
 # stage's tiling: with a patch tiling its CTA is one forward tile (linear or patch) and its
 # grid counts the forward's query tiles (attn_bwd_sm90_dq.cuh dq_patch).
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
@@ -487,19 +487,21 @@ def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind,
     return kinds_for(Pass.FORWARD, archs, choice)
 
 
-# Options.bwd_kernel: "portable" every arch; "sm90" also the arch-specific backward kinds
-# (BWD_KV_SM90 and BWD_DQ_SM90 on sm_90a). Default "portable" until a GPU run validates them.
-BWD_KERNELS = ("portable", "sm90")
+# Options.bwd_kernel: "auto" lets the arch-specific backward kinds claim their archs
+# (BWD_KV_SM90 and BWD_DQ_SM90 on sm_90a: 1.8-2.3x the portable kinds' backward on the dense
+# and jagged masks, 4.4-4.6x on CLEAR; H200, 2026-12-05, docs/benchmarks.md run 12);
+# "portable" gives cmc_bwd every arch.
+BWD_KERNELS = ("auto", "portable")
 
 
-def backward_kinds(archs: tuple[str, ...], choice: str = "portable"
+def backward_kinds(archs: tuple[str, ...], choice: str = "auto"
                    ) -> list[tuple[KernelKind, tuple[str, ...]]]:
     """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post); choice
-    "sm90" lets the arch-specific kinds claim their archs (bwd_kv_sm90 and bwd_dq_sm90 on
-    sm_90a)."""
+    "auto" lets the arch-specific kinds claim their archs (bwd_kv_sm90 and bwd_dq_sm90 on
+    sm_90a), "portable" gives the portable kinds every arch."""
     if choice not in BWD_KERNELS:
         raise ValueError(f"unsupported backward kernel {choice!r} (supported: {BWD_KERNELS})")
-    return kinds_for(Pass.BACKWARD, archs, "auto" if choice == "sm90" else "portable")
+    return kinds_for(Pass.BACKWARD, archs, choice)
 
 
 # --------------------------------------------------------------------------- launch policy

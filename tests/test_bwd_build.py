@@ -18,7 +18,8 @@ ROLES = ("pre", "kv", "dq", "post")
 
 
 def test_backward_source_has_transposed_hooks_and_one_block_per_kind():
-    opts = Options(archs=("sm_80", "sm_90a"), dtypes=("bf16",), head_dims=(64, 128))
+    opts = Options(archs=("sm_80", "sm_90a"), dtypes=("bf16",), head_dims=(64, 128),
+                   bwd_kernel="portable")  # one kind per role on both archs
     src = back(front(ROOT / "samples" / "hstu.mask"), opts)
     fwd_only = back(front(ROOT / "samples" / "hstu.mask"), dataclasses.replace(opts, backward=False))
     assert src.transposed is not None and fwd_only.transposed is None
@@ -57,7 +58,8 @@ def test_emitted_transposed_table_is_the_transpose(name, params):
 
 
 def test_causal_backward_builds_without_spills_on_every_arch():
-    """sm_80, sm_90a and sm_100a; the backward variants only (the forward has its own tests)."""
+    """sm_80, sm_90a and sm_100a, the default kinds (on sm_90a the wgmma kv and dq); the
+    backward variants only (the forward has its own tests)."""
     pytest.importorskip("cuda.bindings.nvrtc")
     from cmc.build import build
 
@@ -67,7 +69,8 @@ def test_causal_backward_builds_without_spills_on_every_arch():
     bwd = tuple(v for v in src.variants if spec(v.kernel).pass_ is Pass.BACKWARD)
     built = build(dataclasses.replace(src, variants=bwd), archs=archs, jobs=2)
     assert {(c.arch, c.symbol) for c in built.cubins} == {
-        (a, f"cmc_causal_bwd_{r}_bf16_d128") for a in archs for r in ROLES}
+        (a, f"cmc_causal_bwd_{r}{'_sm90' if a == 'sm_90a' and r in ('kv', 'dq') else ''}"
+            "_bf16_d128") for a in archs for r in ROLES}
     for c in built.cubins:
         r = c.resources
         assert r.registers <= 255 and r.spill_stores == 0 and r.spill_loads == 0, (

@@ -77,7 +77,7 @@ int main() {
 
 
 def _build(table, tiling: Tiling, workdir: Path) -> tuple[Path, object]:
-    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="sm90")
+    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
     head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
             "#include <vector>\n#define CMC_HOST 1\n")
     cpp = workdir / "bwd_patch.cpp"
@@ -199,7 +199,7 @@ def test_dq_and_kv_follow_the_forward_tiling():
     from cmc.kernels import TileShape, spec
 
     src = emit(front(ROOT / "samples" / "clear.mask"), archs=("sm_90a",), backward=True,
-               bwd_kernel="sm90", dtypes=("bf16",), head_dims=(128,))
+               bwd_kernel="auto", dtypes=("bf16",), head_dims=(128,))
     by_kind = {v.kernel: v for v in src.variants}
     dq, kv = by_kind[KernelKind.BWD_DQ_SM90], by_kind[KernelKind.BWD_KV_SM90]
     assert (dq.tiling.kind, kv.tiling.kind) == ("patch", "patch")
@@ -217,7 +217,7 @@ def test_dq_and_kv_follow_the_forward_tiling():
     assert kv.smem_bytes != linear_kv
     assert "cmc_hooks::kTiling>()" in spec(kv.kernel).smem_expr
     causal = emit(front(ROOT / "samples" / "causal.mask"), archs=("sm_90a",), backward=True,
-                  bwd_kernel="sm90", dtypes=("bf16",), head_dims=(128,))
+                  bwd_kernel="auto", dtypes=("bf16",), head_dims=(128,))
     assert all(v.tiling.kind == "linear" for v in causal.variants)
 
 
@@ -278,7 +278,7 @@ def test_host_dq_patch_reads_the_forward_tile_masks(shape, workdir):
     masks, why = patch_masks(table, tiling)
     assert masks is not None, why
     tiling = replace(tiling, masks=masks)
-    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="sm90")
+    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
     head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
             "#include <vector>\n#define CMC_HOST 1\n")
     cpp, exe = workdir / f"dq_masks_{ph}.cpp", workdir / f"dq_masks_{ph}"
@@ -364,7 +364,7 @@ def test_host_kv_patch_reads_the_transposed_tile_masks(shape, workdir):
     masks, why = patch_masks(table, tiling)
     assert masks is not None, why
     tiling = replace(tiling, masks=masks)
-    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="sm90")
+    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
     assert "cmc_patch_mask_words_t[" in src.text
     head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
             "#include <vector>\n#define CMC_HOST 1\n")

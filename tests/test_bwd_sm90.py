@@ -1,9 +1,10 @@
-"""The opt-in sm_90a backward kinds: dK/dV (kernels.BWD_KV_SM90, templates/cmc/attn_bwd_sm90.cuh)
-and the deterministic dQ (kernels.BWD_DQ_SM90, templates/cmc/attn_bwd_sm90_dq.cuh): chosen
-only with bwd_kernel "sm90" and only on sm_90a, their specs against the headers' constants,
-NVRTC builds without spills or wgmma pipeline notes (cmc.build raises on C7515-C7520), and
-the runtime launching them by role with the manifest's grid, threads and shared memory (fake
-driver). Neither has run on a GPU: tools/bwd_kernel_check.py --sm90."""
+"""The sm_90a backward kinds: dK/dV (kernels.BWD_KV_SM90, templates/cmc/attn_bwd_sm90.cuh) and
+the deterministic dQ (kernels.BWD_DQ_SM90, templates/cmc/attn_bwd_sm90_dq.cuh): chosen with
+bwd_kernel "auto" (the default) on sm_90a only and never with "portable", their specs against
+the headers' constants, NVRTC builds without spills or wgmma pipeline notes (cmc.build raises
+on C7515-C7520), and the runtime launching them by role with the manifest's grid, threads and
+shared memory (fake driver). Their GPU check: tools/bwd_kernel_check.py --sm90 and tests/gpu
+(passed on the H200, 2026-12-05)."""
 
 from __future__ import annotations
 
@@ -28,18 +29,30 @@ def _bwd(src):
     return [v for v in src.variants if spec(v.kernel).pass_ is Pass.BACKWARD]
 
 
-def test_default_backward_does_not_contain_the_sm90_kind():
-    assert all(k not in SM90_KINDS for k, _ in backward_kinds(("sm_90a",)))
+def test_portable_backward_does_not_contain_the_sm90_kind():
+    assert all(k not in SM90_KINDS for k, _ in backward_kinds(("sm_90a",), "portable"))
     src = back(front(ROOT / "samples" / "causal.mask"),
-               Options(archs=("sm_90a", "sm_100a"), dtypes=("bf16",), head_dims=(128,)))
+               Options(archs=("sm_90a", "sm_100a"), dtypes=("bf16",), head_dims=(128,),
+                       bwd_kernel="portable"))
     assert [v.kernel for v in _bwd(src)] == [KernelKind.BWD_PRE, KernelKind.BWD_KV,
                                              KernelKind.BWD_DQ, KernelKind.BWD_POST]
     assert "cmc_bwd_sm90" not in src.text and "bwd_kv_sm90" not in src.text
 
 
-def test_sm90_choice_replaces_kv_and_dq_on_sm90a_only():
+def test_default_backward_is_the_sm90_kinds_on_sm90a():
+    """The default (Options().bwd_kernel, "auto"): sm_90a gets both wgmma kinds, sm_100a
+    the portable ones; pre and post are portable on both."""
+    assert Options().bwd_kernel == "auto"
+    got = {(k, a) for k, archs in backward_kinds(("sm_90a", "sm_100a")) for a in archs}
+    assert got == {(KernelKind.BWD_PRE, "sm_90a"), (KernelKind.BWD_PRE, "sm_100a"),
+                   (KernelKind.BWD_KV_SM90, "sm_90a"), (KernelKind.BWD_KV, "sm_100a"),
+                   (KernelKind.BWD_DQ_SM90, "sm_90a"), (KernelKind.BWD_DQ, "sm_100a"),
+                   (KernelKind.BWD_POST, "sm_90a"), (KernelKind.BWD_POST, "sm_100a")}
+
+
+def test_auto_choice_replaces_kv_and_dq_on_sm90a_only():
     opts = Options(archs=("sm_80", "sm_90a"), dtypes=("bf16",), head_dims=(64, 128),
-                   bwd_kernel="sm90")
+                   bwd_kernel="auto")
     src = back(front(ROOT / "samples" / "hstu.mask"), opts)
     for role, portable, sm90 in (("kv", KernelKind.BWD_KV, KernelKind.BWD_KV_SM90),
                                  ("dq", KernelKind.BWD_DQ, KernelKind.BWD_DQ_SM90)):
@@ -132,7 +145,7 @@ def test_cli_bwd_kernel_option(tmp_path):
 
     r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples" / "causal.mask"), "-o",
                                  str(tmp_path), "--emit", "cu", "--arch", "sm_90a",
-                                 "--bwd-kernel", "sm90"])
+                                 "--bwd-kernel", "auto"])
     assert r.exit_code == 0, r.output
     cu = (tmp_path / "causal" / "causal.cu").read_text()
     assert "cmc_causal_bwd_kv_sm90_bf16_d128" in cu and "cmc_causal_bwd_dq_sm90_bf16_d128" in cu
@@ -148,7 +161,7 @@ def test_cli_bwd_kernel_option(tmp_path):
     ("hstu", {}, "fp16", (64,)),  # per-sequence parameters in the hooks, the other dtype
 ])
 def test_sm90_kinds_build_without_spills_or_wgmma_notes(name, defines, dtype, head_dims):
-    """Through the real pipeline (emit with bwd_kernel "sm90", cmc.build): a wgmma pipeline
+    """Through the real pipeline (emit with bwd_kernel "auto", cmc.build): a wgmma pipeline
     note (C7515-C7520) would be a BuildError; no spills, no local memory; both kinds' launch
     bounds are 256 threads (at most 255 registers)."""
     pytest.importorskip("cuda.bindings.nvrtc")
@@ -156,7 +169,7 @@ def test_sm90_kinds_build_without_spills_or_wgmma_notes(name, defines, dtype, he
 
     src = back(front(ROOT / "samples" / f"{name}.mask", defines),
                Options(archs=("sm_90a",), dtypes=(dtype,), head_dims=head_dims,
-                       bwd_kernel="sm90"))
+                       bwd_kernel="auto"))
     mine = tuple(v for v in src.variants if v.kernel in SM90_KINDS)
     assert sorted((v.kernel.value, v.head_dim) for v in mine) == sorted(
         (k.value, hd) for k in SM90_KINDS for hd in head_dims)
@@ -257,7 +270,7 @@ def test_artifact_with_the_sm90_kind_passes_inspect(tmp_path):
     from cmc.inspection import inspect
 
     art = compile_file(ROOT / "samples" / "causal.mask", tmp_path, archs=["sm_80", "sm_90a"],
-                       dtypes=["bf16"], head_dims=[64], bwd_kernel="sm90")
+                       dtypes=["bf16"], head_dims=[64], bwd_kernel="auto")
     m = json.loads((art / "manifest.json").read_text())
     kv = {k["arch"]: k for k in m["kernels"] if k["role"] == "kv"}
     assert kv["sm_80"]["kernel"] == "bwd_kv" and kv["sm_90a"]["kernel"] == "bwd_kv_sm90"

@@ -22,13 +22,17 @@ FAKE = ROOT / "tests" / "fake_cuda" / "fake_libcuda.c"
 L, H, D, NUM_SMS = 300, 2, 128, 132
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["fwd_only", "backward"])
+@pytest.fixture(scope="module", params=[(False, "auto"), (True, "auto"), (True, "portable")],
+                ids=["fwd_only", "backward", "backward_portable"])
 def artifact(request, tmp_path_factory) -> Path:
+    """The default build (on sm_90a: the wgmma kv and dq kinds) and --bwd-kernel portable:
+    the demo picks each role's kernel by the header's macros."""
     from cmc.driver import compile_file
 
+    backward, bwd_kernel = request.param
     return compile_file(ROOT / "samples" / "causal.mask", tmp_path_factory.mktemp("art"),
                         archs=["sm_90a"], dtypes=["bf16"], head_dims=[128],
-                        backward=request.param)
+                        backward=backward, bwd_kernel=bwd_kernel)
 
 
 def cuda_include() -> Path | None:

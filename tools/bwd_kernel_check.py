@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""GPU check of the portable backward (templates/cmc/attn_bwd_portable.cuh), issue 21.
+"""GPU check of the backward kernels: the portable ones (templates/cmc/attn_bwd_portable.cuh,
+`bwd_kernel="portable"`), or with --sm90 the sm_90a default, issue 21.
 
 Run on the GPU machine from the repository root:  python3 tools/bwd_kernel_check.py
-(--no-timing skips the causal timing; --sm90 builds with `bwd_kernel="sm90"`, so the kv role
-is the opt-in sm_90a kind bwd_kv_sm90 (templates/cmc/attn_bwd_sm90.cuh: wgmma, 128-key tiles,
+(--no-timing skips the causal timing; --sm90 builds with `bwd_kernel="auto"`, so the kv role
+is the sm_90a kind bwd_kv_sm90 (templates/cmc/attn_bwd_sm90.cuh: wgmma, 128-key tiles,
 256 threads) and the dq role bwd_dq_sm90 (templates/cmc/attn_bwd_sm90_dq.cuh: wgmma, 128-row
 tiles, 256 threads), checks them on the same cases and modes, and times portable and sm90 side
 by side, atomic and deterministic, each role alone too, at causal L=4096 B=8 and L=16384 B=2,
@@ -95,7 +96,7 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False):
     from cmc.kernels import spec
 
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
-                   backward=True, cache=False, bwd_kernel="sm90" if sm90 else "portable")
+                   backward=True, cache=False, bwd_kernel="auto" if sm90 else "portable")
     built = build(back(table_of(name), opts), archs=(arch,), jobs=1, cache=False)
     kernels, res = {}, {}
     for v in built.source.variants:
@@ -313,7 +314,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--sm90", action="store_true",
-                    help="the kv and dq roles are the opt-in sm_90a kinds bwd_kv_sm90 and "
+                    help="the kv and dq roles are the sm_90a kinds bwd_kv_sm90 and "
                          "bwd_dq_sm90; times them beside the portable kv and dq")
     opts = ap.parse_args()
     sm90 = opts.sm90

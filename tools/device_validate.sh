@@ -66,7 +66,8 @@ T=tests/gpu
 #    the generality masks, the artifact/C-header tier
 step fwd fwd.log 150 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_correctness.py \
   $T/test_artifacts_gpu.py $T/test_generality_gpu.py -k "not backward"
-# 2. backward, portable kernels: the shipped pipeline's cubins, then the runtime path
+# 2. backward, portable kernels (--bwd-kernel portable; the shipped pipeline's cubins), then the
+#    runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
   -k "(matches_reference or generality_backward) and portable"
@@ -74,11 +75,12 @@ step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/tes
 #    origin, NATTEN interior tile masks, linear offset tile masks (dilated band, natten2d)
 step fwdnew fwd.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_grid_origin.py \
   $T/test_gpu_natten_interior.py $T/test_offset_masks_gpu.py $T/test_gpu_natten2d_band.py
-# 3. the opt-in sm_90a kinds (bwd_kv_sm90, bwd_dq_sm90, the dq kind on patch tilings)
+# 3. the sm_90a kinds, the default there (bwd_kv_sm90, bwd_dq_sm90, both on patch tilings)
 step sm90 sm90.log 75 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
 step sm90 sm90.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
   $T/test_backward_patch_gpu.py -k "(matches_reference or generality_backward) and sm90 or patch_backward"
-# 4. torch: autograd Function, custom op under torch.compile, CUDA graph of fwd+bwd, training
+# 4. torch (the default build): autograd Function, custom op under torch.compile, CUDA graph of
+#    fwd+bwd, training
 step torch torch.log 120 "${PYTEST[@]}" $T/test_backward_gpu.py -k "autograd or compile or graph"
 step torch torch.log 90 python3 examples/train_tiny.py --out "$CMC_GPU_ARTIFACTS"
 # 5. compute-sanitizer memcheck, forward then backward (skips without compute-sanitizer)

@@ -2,13 +2,14 @@
 """Build every artifact the GPU tier loads into one folder, in parallel processes, so that
 the tier runs with CMC_GPU_ARTIFACTS=OUT instead of building mask by mask inside pytest.
 
-    python3 tools/gpu_artifacts.py OUT [--arch sm_90a] [--jobs N] [--no-sm90]
+    python3 tools/gpu_artifacts.py OUT [--arch sm_90a] [--jobs N] [--no-portable]
 
 Layout (what tests/gpu/gpu_common.artifact and tests/gpu/test_generality_gpu.py read):
-  OUT/NAME                      samples/NAME.mask, portable backward
-  OUT/bwd_sm90/NAME             the same with --bwd-kernel sm90 (sm_90a only)
+  OUT/NAME                      samples/NAME.mask, the default backward (--bwd-kernel auto:
+                                the wgmma kinds on sm_90a)
+  OUT/bwd_portable/NAME         the same with --bwd-kernel portable
   OUT/gen/KEY/NAME              benchmarks/masks.py GENERALITY spec KEY (its -D values)
-  OUT/gen/KEY/bwd_sm90/NAME     the same with --bwd-kernel sm90
+  OUT/gen/KEY/bwd_portable/NAME the same with --bwd-kernel portable
 Every build is bf16 and fp16, head dims 64 and 128, with the backward. One mask per process
 (`compile_file(jobs=1)`): the masks are many and their kernels few, so this keeps every core
 busy. Prints each build's seconds; exit 1 if any build failed (the others are still built).
@@ -30,13 +31,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 Job = tuple[str, str, dict[str, int], str, str]  # (label, mask path, defines, out dir, bwd)
 
 
-def jobs_for(out: Path, sm90: bool) -> list[Job]:
+def jobs_for(out: Path, portable: bool) -> list[Job]:
     from masks import GENERALITY
 
-    kinds = ["portable"] + (["sm90"] if sm90 else [])
+    kinds = ["auto"] + (["portable"] if portable else [])
     jobs: list[Job] = []
     for kind in kinds:
-        sub = "bwd_sm90" if kind == "sm90" else ""
+        sub = "bwd_portable" if kind == "portable" else ""
         for p in sorted((ROOT / "samples").glob("*.mask")):
             jobs.append((f"{p.stem} {kind}", str(p), {}, str(out / sub), kind))
         for s in GENERALITY:
@@ -60,10 +61,10 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--no-sm90", action="store_true", help="skip the bwd_kv_sm90 builds")
+    ap.add_argument("--no-portable", action="store_true",
+                    help="skip the --bwd-kernel portable builds (OUT/bwd_portable)")
     opts = ap.parse_args()
-    sm90 = not opts.no_sm90 and opts.arch == "sm_90a"
-    jobs = jobs_for(opts.out, sm90)
+    jobs = jobs_for(opts.out, not opts.no_portable)
     t0 = time.perf_counter()
     failed = 0
     with ProcessPoolExecutor(max_workers=max(1, min(opts.jobs, len(jobs)))) as pool:

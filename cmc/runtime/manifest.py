@@ -32,7 +32,7 @@ RESERVED = ("q", "k", "v", "scale", "return_lse", "out", "cu_seqlens", "max_len"
             "plan", "deterministic", "dout", "lse", "dq", "dk", "dv")
 PASSES = {"forward": ("fwd",), "backward": ("pre", "kv", "dq", "post")}
 KERNEL_PARAMS = (["desc"], ["desc", "maps"], ["desc", "bwd_args"], ["desc", "maps", "bwd_args"])
-# cmc_bwd_args (templates/cmc/attn_bwd_portable.cuh, /work/notes/bwd_contract.md): the runtime
+# cmc_bwd_args (templates/cmc/attn_bwd_portable.cuh, docs/architecture.md, "The backward"): the runtime
 # packs these fields by name, so the manifest must list exactly them (offsets may differ).
 BWD_ARGS = (("dout", "uint64_t"), ("dq", "uint64_t"), ("dk", "uint64_t"), ("dv", "uint64_t"),
             ("dq_accum", "uint64_t"), ("dsum", "uint64_t"),

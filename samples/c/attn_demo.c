@@ -9,7 +9,8 @@
  *   backward: (artifacts compiled with the backward, the default; skipped for
  *             --no-backward) allocates dQ/dK/dV and the two fp32 workspaces by the header's
  *             rule (cmc_causal_bwd_workspace), fills cmc_bwd_args, and launches through the
- *             header's helpers (cmc_causal_launch_bwd_<role>_bf16_d128) the atomic sequence
+ *             header's helpers (cmc_causal_launch_<tag>_bf16_d128 of each role's kernel:
+ *             bwd_kv_sm90 and bwd_dq_sm90 on sm_90a by default, bwd_<role> else) the atomic sequence
  *             pre, kv, post, then the deterministic one (flags CMC_CAUSAL_BWD_FLAG_DETERMINISTIC)
  *             pre, kv, dq twice; it compares dQ/dK/dV of both modes with a float reference
  *             and checks that the two deterministic runs are bitwise equal.
@@ -274,18 +275,15 @@ static void reference_bwd(const float *q, const float *k, const float *v, const 
 }
 
 /* One backward kernel per role, each in its own cubin; the header's launch helper of each
-   computes the role's grid (cmc_causal_bwd_grid) and sets its dynamic shared memory. */
+   computes the role's grid (cmc_causal_grid_<tag>) and sets its dynamic shared memory. */
 enum role { PRE, KV, DQ, POST, N_ROLES };
 typedef CUresult (*bwd_launch_fn)(CUfunction, const cmc_causal_desc *, const cmc_bwd_args *,
                                   CUstream);
-static const struct {
-  const char *name, *symbol;
+typedef void (*bwd_grid_fn)(const cmc_causal_desc *, unsigned[3]);
+struct bwd_kernel {
+  const char *name, *symbol, *cubin;
   bwd_launch_fn launch;
-} roles[N_ROLES] = {
-    {"pre", CMC_CAUSAL_BWD_PRE_BF16_D128_SYMBOL, cmc_causal_launch_bwd_pre_bf16_d128},
-    {"kv", CMC_CAUSAL_BWD_KV_BF16_D128_SYMBOL, cmc_causal_launch_bwd_kv_bf16_d128},
-    {"dq", CMC_CAUSAL_BWD_DQ_BF16_D128_SYMBOL, cmc_causal_launch_bwd_dq_bf16_d128},
-    {"post", CMC_CAUSAL_BWD_POST_BF16_D128_SYMBOL, cmc_causal_launch_bwd_post_bf16_d128},
+  bwd_grid_fn grid;
 };
 
 /* The launch order on one stream (the header's comment; the manifest's backward.sequence):
@@ -293,51 +291,63 @@ static const struct {
 static const enum role seq_atomic[3] = {PRE, KV, POST};
 static const enum role seq_deterministic[3] = {PRE, KV, DQ};
 
-/* The backward cubin of a role for this GPU (NULL: none for its arch). */
-#define BWD_CUBINS(A)                                                                       \
-  {CMC_CAUSAL_##A##_BWD_PRE_BF16_D128_CUBIN, CMC_CAUSAL_##A##_BWD_KV_BF16_D128_CUBIN,       \
-   CMC_CAUSAL_##A##_BWD_DQ_BF16_D128_CUBIN, CMC_CAUSAL_##A##_BWD_POST_BF16_D128_CUBIN}
-static const char *bwd_cubin(int major, int minor, enum role r)
+/* A role's kernel on arch A: its variant TAG (header macros) and tag (helper names). */
+#define BWD_KERNEL(A, NAME, TAG, tag)                                                       \
+  {NAME, CMC_CAUSAL_##TAG##_BF16_D128_SYMBOL, CMC_CAUSAL_##A##_##TAG##_BF16_D128_CUBIN,     \
+   cmc_causal_launch_##tag##_bf16_d128, cmc_causal_grid_##tag##_bf16_d128}
+#define PORTABLE_KERNELS(A)                                                                 \
+  {BWD_KERNEL(A, "pre", BWD_PRE, bwd_pre), BWD_KERNEL(A, "kv", BWD_KV, bwd_kv),             \
+   BWD_KERNEL(A, "dq", BWD_DQ, bwd_dq), BWD_KERNEL(A, "post", BWD_POST, bwd_post)}
+
+/* The backward kernels of this GPU by role (NULL: none for its arch). On sm_90a the default
+   build (--bwd-kernel auto) has the wgmma kinds for kv and dq (tags BWD_KV_SM90, BWD_DQ_SM90)
+   and the portable pre and post; --bwd-kernel portable has the portable kinds everywhere. */
+static const struct bwd_kernel *bwd_kernels(int major, int minor)
 {
-#ifdef CMC_CAUSAL_SM_90A_BWD_PRE_BF16_D128_CUBIN
+#if defined(CMC_CAUSAL_SM_90A_BWD_KV_SM90_BF16_D128_CUBIN)
   if (major == 9 && minor == 0) {
-    static const char *const c[N_ROLES] = BWD_CUBINS(SM_90A);
-    return c[r];
+    static const struct bwd_kernel k[N_ROLES] = {
+        BWD_KERNEL(SM_90A, "pre", BWD_PRE, bwd_pre),
+        BWD_KERNEL(SM_90A, "kv", BWD_KV_SM90, bwd_kv_sm90),
+        BWD_KERNEL(SM_90A, "dq", BWD_DQ_SM90, bwd_dq_sm90),
+        BWD_KERNEL(SM_90A, "post", BWD_POST, bwd_post)};
+    return k;
+  }
+#elif defined(CMC_CAUSAL_SM_90A_BWD_KV_BF16_D128_CUBIN)
+  if (major == 9 && minor == 0) {
+    static const struct bwd_kernel k[N_ROLES] = PORTABLE_KERNELS(SM_90A);
+    return k;
   }
 #endif
-#ifdef CMC_CAUSAL_SM_100A_BWD_PRE_BF16_D128_CUBIN
+#ifdef CMC_CAUSAL_SM_100A_BWD_KV_BF16_D128_CUBIN
   if (major == 10 && minor == 0) {
-    static const char *const c[N_ROLES] = BWD_CUBINS(SM_100A);
-    return c[r];
+    static const struct bwd_kernel k[N_ROLES] = PORTABLE_KERNELS(SM_100A);
+    return k;
   }
 #endif
-#ifdef CMC_CAUSAL_SM_80_BWD_PRE_BF16_D128_CUBIN
+#ifdef CMC_CAUSAL_SM_80_BWD_KV_BF16_D128_CUBIN
   if (major == 8) {
-    static const char *const c[N_ROLES] = BWD_CUBINS(SM_80);
-    return c[r];
+    static const struct bwd_kernel k[N_ROLES] = PORTABLE_KERNELS(SM_80);
+    return k;
   }
 #endif
   (void)major;
   (void)minor;
-  (void)r;
   return NULL;
 }
 
 /* Launch one sequence in order on the default stream and wait for it. */
-static int run_sequence(const char *mode, const enum role *seq, int n, const CUfunction *fns,
+static int run_sequence(const char *mode, const enum role *seq, int n,
+                        const struct bwd_kernel *bk, const CUfunction *fns,
                         const cmc_causal_desc *desc, const cmc_bwd_args *args)
 {
   for (int i = 0; i < n; i++) {
     const enum role r = seq[i];
     unsigned grid[3];
-    cmc_causal_bwd_grid(desc, r == PRE    ? CMC_CAUSAL_BWD_PRE_BF16_D128_BLOCK_M
-                              : r == KV   ? CMC_CAUSAL_BWD_KV_BF16_D128_BLOCK_M
-                              : r == DQ   ? CMC_CAUSAL_BWD_DQ_BF16_D128_BLOCK_M
-                                          : CMC_CAUSAL_BWD_POST_BF16_D128_BLOCK_M,
-                        r == KV ? CMC_CAUSAL_BWD_KV_BF16_D128_HEADS_KV : 0, grid);
-    printf("backward %s: %s grid (%u, %u, %u)\n", mode, roles[r].name, grid[0], grid[1],
-           grid[2]);
-    if (check(roles[r].launch(fns[r], desc, args, NULL), roles[r].symbol)) return -1;
+    bk[r].grid(desc, grid);
+    printf("backward %s: %s (%s) grid (%u, %u, %u)\n", mode, bk[r].name, bk[r].symbol, grid[0],
+           grid[1], grid[2]);
+    if (check(bk[r].launch(fns[r], desc, args, NULL), bk[r].symbol)) return -1;
   }
   return check(p_cuCtxSynchronize(), "cuCtxSynchronize (backward)");
 }
@@ -375,6 +385,7 @@ int main(int argc, char **argv)
      the host dO, the results of each run and the reference */
   CUmodule bmod[N_ROLES] = {0};
   CUfunction bfn[N_ROLES];
+  const struct bwd_kernel *bk = NULL;
   CUdeviceptr grad_o = 0, grad_q = 0, grad_k = 0, grad_v = 0, dq_accum = 0, dsum = 0;
   uint64_t dq_accum_bytes = 0, dsum_bytes = 0;
   uint16_t *hdo = malloc(n_in * 2), *hgrad[2][3] = {{0}};
@@ -440,17 +451,16 @@ int main(int argc, char **argv)
   CK(p_cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                           (int)smem));
 #if HAVE_BACKWARD
+  bk = bwd_kernels(major, minor);
+  if (!bk) {
+    fprintf(stderr, "attn_demo: the artifact has no backward cubin for sm_%d%d\n", major, minor);
+    goto fail;
+  }
   for (int r = 0; r < N_ROLES; r++) { /* one module per backward role */
-    const char *name = bwd_cubin(major, minor, (enum role)r);
     void *image;
     size_t size = 0;
     CUresult res;
-    if (!name) {
-      fprintf(stderr, "attn_demo: the artifact has no backward cubin for sm_%d%d\n", major,
-              minor);
-      goto fail;
-    }
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s/%s", dir, bk[r].cubin);
     image = read_file(path, &size);
     if (!image) {
       fprintf(stderr, "attn_demo: cannot read %s\n", path);
@@ -459,7 +469,7 @@ int main(int argc, char **argv)
     res = p_cuModuleLoadData(&bmod[r], image);
     free(image);
     if (check(res, "cuModuleLoadData (backward)")) goto fail;
-    CK(p_cuModuleGetFunction(&bfn[r], bmod[r], roles[r].symbol));
+    CK(p_cuModuleGetFunction(&bfn[r], bmod[r], bk[r].symbol));
   }
 #endif
 
@@ -588,7 +598,7 @@ int main(int argc, char **argv)
     CK(p_cuMemsetD8(dq_accum, 0xff, (size_t)dq_accum_bytes));
     CK(p_cuMemsetD8(dsum, 0xff, (size_t)dsum_bytes));
     bargs.flags = det ? CMC_CAUSAL_BWD_FLAG_DETERMINISTIC : 0;
-    if (run_sequence(mode, det ? seq_deterministic : seq_atomic, 3, bfn, &desc, &bargs))
+    if (run_sequence(mode, det ? seq_deterministic : seq_atomic, 3, bk, bfn, &desc, &bargs))
       goto fail;
     CK(p_cuMemcpyDtoH(got[0], grad_q, n_in * 2));
     CK(p_cuMemcpyDtoH(got[1], grad_k, n_in * 2));

@@ -3,7 +3,7 @@
 // Hand-written. Inlined into NAME.cu after the portable forward header (it reuses part A's
 // plan helpers and cmc_portable's cp.async / ldmatrix / mma / swizzle helpers) and after both
 // hook structs (cmc_hooks: visible(q, k); cmc_hooks_t: the transposed mask, visibleT(k, q)).
-// The ABI is /work/notes/bwd_contract.md (arguments, grids, workspaces, entry points).
+// The ABI is docs/architecture.md, "The backward" (arguments, grids, workspaces, entry points).
 //
 // Kernels (all grids (tiles, heads, batch); every CTA returns at once past its sequence):
 //   pre   Dsum[q] = rowsum(dO * O) (fp32); zeroes the dQ workspace rows (non-deterministic).

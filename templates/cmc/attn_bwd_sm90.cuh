@@ -4,7 +4,7 @@
 // reuses cmc_portable's cp.async / conversion helpers and cmc_bwd's args struct, plan builder,
 // cp_async4 and lse_offset; pre and post stay the portable ones, and the sm90 dq kernel
 // (attn_bwd_sm90_dq.cuh, placed after this part) reuses this part's helpers. Same ABI and
-// semantics as cmc_bwd::kv (/work/notes/bwd_contract.md) with its own key tile: grid
+// semantics as cmc_bwd::kv (docs/architecture.md, "The backward") with its own key tile: grid
 // (ceil(max_len / cmc_bwd_sm90::kBN), heads_kv, batch), block Cfg<D>::kThreadsKV, dynamic
 // shared memory smem_kv<D, NT, NTT>() (opt-in above 48 KiB; patch tilings: kv_patch). Own PTX wrappers (namespace
 // cmc_bwd_sm90), so it does not depend on the forward sm90 header's names.

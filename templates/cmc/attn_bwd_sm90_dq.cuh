@@ -2,7 +2,7 @@
 // cmc sm_90a backward attention: the deterministic dQ kernel (wgmma), Hopper only.
 // Hand-written. Placed after templates/cmc/attn_bwd_sm90.cuh (whose swizzle, descriptors,
 // wgmma wrappers, tile loads and accumulator store it reuses) in the backward .cu. Same ABI and
-// semantics as cmc_bwd::dq (/work/notes/bwd_contract.md), with its own query tile: grid
+// semantics as cmc_bwd::dq (docs/architecture.md, "The backward"), with its own query tile: grid
 // (ceil(max_len / kDqRows), heads_q, batch; with a patch tiling see dq_patch below), block
 // DqCfg<D>::kThreads, dynamic shared memory
 // smem_dq<D, NT>() (opt-in above 48 KiB). Kind bwd_dq_sm90, the deterministic sequence's dq

@@ -54,15 +54,15 @@ _out_dir: Path | None = None
 _built: dict[tuple[str, str], Path] = {}
 
 
-def artifact(name: str, bwd_kernel: str = "portable") -> Path:
+def artifact(name: str, bwd_kernel: str = "auto") -> Path:
     """OUT/NAME for samples/NAME.mask, built once per session for this GPU's arch, for every
     dtype and head dim, through the project's own pipeline (or taken from the folder named by
-    CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC). bwd_kernel "sm90": the opt-in
-    sm_90a dK/dV and dQ kinds, in OUT/bwd_sm90/NAME (prebuilt: `cmc compile samples/*.mask -o
-    out/gpu/bwd_sm90 --arch sm_90a --bwd-kernel sm90`)."""
+    CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC). bwd_kernel "auto" (the default
+    build: the sm_90a dK/dV and dQ kinds there) in OUT/NAME, "portable" in
+    OUT/bwd_portable/NAME (prebuilt: tools/gpu_artifacts.py)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
-    sub = "bwd_sm90" if bwd_kernel == "sm90" else ""
+    sub = "bwd_portable" if bwd_kernel == "portable" else ""
     if prebuilt:  # built elsewhere, e.g. `cmc compile samples/*.mask -o out/gpu --arch sm_90a`
         path = Path(prebuilt) / sub / name
         if not (path / "manifest.json").is_file():

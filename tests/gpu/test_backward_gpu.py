@@ -44,7 +44,7 @@ def _torch():
     torch = cuda_torch()
 
 
-def load_bwd(name: str, bwd_kernel: str = "portable") -> Any:
+def load_bwd(name: str, bwd_kernel: str = "auto") -> Any:
     from cmc.runtime import load
 
     key = f"{name}/{bwd_kernel}"
@@ -79,18 +79,18 @@ def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:
         assert (flat[0][blind] == 0).all(), f"{what}: rows that see no key must get dQ = 0"
 
 
-@pytest.mark.parametrize("bwd_kernel", ["portable", "sm90"])
+@pytest.mark.parametrize("bwd_kernel", ["portable", "auto"], ids=["portable", "sm90"])
 @pytest.mark.parametrize("case", range(len(CASES)), ids=["packed-bf16-d128", "batch-fp16-d64"])
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
 def test_backward_matches_reference(sample, case, bwd_kernel):
-    """bwd_kernel "sm90": artifacts built with --bwd-kernel sm90, whose kv and dq roles on
-    sm_90a are the opt-in wgmma kinds bwd_kv_sm90 and bwd_dq_sm90 (not yet validated on a
-    GPU: this is their check; the deterministic runs go through bwd_dq_sm90)."""
+    """bwd_kernel "auto" (id sm90, the default build): on sm_90a the kv and dq roles are the
+    wgmma kinds bwd_kv_sm90 and bwd_dq_sm90 (the deterministic runs go through bwd_dq_sm90);
+    "portable": --bwd-kernel portable."""
     name = sample.stem
-    if bwd_kernel == "sm90" and device_arch() != "sm_90a":
+    if bwd_kernel == "auto" and device_arch() != "sm_90a":
         pytest.skip("the sm90 dK/dV and dQ kinds are built for sm_90a only")
     attn = load_bwd(name, bwd_kernel)
-    if bwd_kernel == "sm90":
+    if bwd_kernel == "auto":
         assert any(k.role == "kv" and k.symbol.startswith(f"cmc_{name}_bwd_kv_sm90_")
                    for k in attn.manifest.kernels), "the artifact's kv is not the sm90 kind"
         assert any(k.role == "dq" and k.symbol.startswith(f"cmc_{name}_bwd_dq_sm90_")

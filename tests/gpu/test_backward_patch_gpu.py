@@ -50,7 +50,7 @@ def _artifact(defines: dict[str, int], dtype: str, d: int, out: Path) -> Any:
 
     path = compile_file(ROOT / "samples" / "clear.mask", out, archs=["sm_90a"], dtypes=[dtype],
                         head_dims=[d], defines=defines, jobs=min(8, os.cpu_count() or 1),
-                        bwd_kernel="sm90")
+                        bwd_kernel="auto")
     return load(path)
 
 

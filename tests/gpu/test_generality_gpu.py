@@ -57,7 +57,7 @@ def gen_artifact(spec: Any, bwd_kernel: str) -> Path:
     global _tmp
     from cmc.driver import compile_file, load_mask
 
-    sub = "bwd_sm90" if bwd_kernel == "sm90" else ""
+    sub = "bwd_portable" if bwd_kernel == "portable" else ""
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
     if prebuilt:
         name = load_mask(ROOT / spec.mask, spec.defines).name
@@ -107,7 +107,7 @@ def setup(index: int, spec: Any, seed: int) -> dict[str, Any]:
 def test_generality_forward(index, spec):
     from cmc.runtime import load
 
-    attn = load(gen_artifact(spec, "portable"))
+    attn = load(gen_artifact(spec, "auto"))
     c = setup(index, spec, seed=100 + index)
     q, k, v, _ = c["shaped"]
     out = torch.full_like(q, float("nan"))
@@ -123,12 +123,12 @@ def test_generality_forward(index, spec):
     assert err < TOL, f"{c['what']}: relative error {err:.3g}"
 
 
-@pytest.mark.parametrize("bwd_kernel", ["portable", "sm90"])
+@pytest.mark.parametrize("bwd_kernel", ["portable", "auto"], ids=["portable", "sm90"])
 @pytest.mark.parametrize("index, spec", SPECS, ids=[s.key for _, s in SPECS])
 def test_generality_backward(index, spec, bwd_kernel):
     from cmc.runtime import load
 
-    if bwd_kernel == "sm90" and device_arch() != "sm_90a":
+    if bwd_kernel == "auto" and device_arch() != "sm_90a":
         pytest.skip("the sm90 dK/dV kind is built for sm_90a only")
     attn = load(gen_artifact(spec, bwd_kernel))
     assert attn.has_backward
