@@ -131,6 +131,22 @@ def test_grid_origin_cases_get_their_tilings():
         assert "computed pairs" in tiling.reason
 
 
+def test_unmasked_patches_need_the_larger_gain():
+    """Patches without tile masks (77 offsets, over MAX_MASK_CLASSES) must compute
+    UNMASKED_GAIN fewer pairs: 20 % at width 96, radius 40 is not enough (linear, and the
+    reason says why); 45 % at width 160 is, and those patches run without masks."""
+    from cmc.tiling import UNMASKED_GAIN
+
+    grid = ROOT / "benchmarks" / "generality" / "grid_text.mask"
+    t = choose_tiling(front(grid, {"TEXT": 77, "W": 96, "R": 40}))
+    assert t.kind == "linear" and t.masks is None
+    assert (f"16x8 patches have no tile masks, 77 patch offsets, more than 64, and compute "
+            f"20% fewer pairs, under the {UNMASKED_GAIN:.0%}") in t.reason
+    t = choose_tiling(front(grid, {"TEXT": 77, "W": 160, "R": 40}))
+    assert (t.kind, t.patch_rows, t.patch_cols, t.masks) == ("patch", 16, 8, None)
+    assert "no tile masks: 77 patch offsets" in t.reason
+
+
 def test_computed_pairs_counts_tiles():
     table = _table("causal")
     n = 1000
