@@ -33,6 +33,22 @@ def test_every_ablation_still_matches_the_kernel_once(name):
     assert ab.apply(text, edits) != text
 
 
+@pytest.mark.parametrize("name", sorted(_tool("bwd_ablate").ABLATIONS))
+def test_every_bwd_ablation_still_matches_the_kv_kernel(name):
+    """tools/bwd_ablate.py edits the generated backward .cu (bwd_kv_sm90's loop): each pattern
+    must still occur as often as the tool expects (built on the CPU when the tool was
+    written, 2026-12-05: every ablated kv kernel compiles)."""
+    from cmc.driver import Options, back, front
+
+    ab = _tool("bwd_ablate")
+    src = back(front(ROOT / "samples" / "causal.mask"),
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,)))
+    _, edits = ab.ABLATIONS[name]
+    for old, _new, times in edits:
+        assert src.text.count(old) == times, f"{name}: {old!r}"
+    assert ab.apply(src.text, edits) != src.text
+
+
 def test_patch_order_is_a_permutation_of_patches():
     pc = _tool("patch_cost")
     order = pc.patch_order(512 + 4096, 512, 64, 8, 16)

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import importlib.util
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -86,18 +88,23 @@ def table_of(name: str):
     return lower(check(parse(src, f"{name}.mask"), defines))
 
 
-def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False):
+def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
+                  edit: Callable[[str], str] | None = None):
     """Worker: {role: (cubin, symbol, threads, dynamic smem, block_m, grid y)} of the forward
     ("fwd") and the four backward kernels, and {symbol: (registers, spill st, spill ld)}.
     sm90: the kv role is bwd_kv_sm90 and the dq role bwd_dq_sm90 (cmc.build refuses wgmma
-    pipeline notes C7515-C7520, so a built variant has none)."""
+    pipeline notes C7515-C7520, so a built variant has none). edit: applied to the .cu text
+    before the build (tools/bwd_ablate.py)."""
     from cmc.build import build
     from cmc.driver import Options, back
     from cmc.kernels import spec
 
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
                    backward=True, cache=False, bwd_kernel="auto" if sm90 else "portable")
-    built = build(back(table_of(name), opts), archs=(arch,), jobs=1, cache=False)
+    source = back(table_of(name), opts)
+    if edit is not None:
+        source = dataclasses.replace(source, text=edit(source.text))
+    built = build(source, archs=(arch,), jobs=1, cache=False)
     kernels, res = {}, {}
     for v in built.source.variants:
         s = spec(v.kernel)
