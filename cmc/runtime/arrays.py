@@ -13,6 +13,7 @@ allocation for callers without an array library.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import weakref
@@ -476,23 +477,43 @@ ReadDevice = Callable[[ArrayInfo], np.ndarray]
 # --------------------------------------------------------------------------- outputs
 
 
-def empty_like_q(q: Any, qi: ArrayInfo, lib: str) -> Any:
-    """A C-contiguous array shaped like q, from q's own library (so it follows its streams)."""
+def _on_stream(q: Any, lib: str, stream: int | None) -> contextlib.AbstractContextManager[Any]:
+    """Allocate on the launch stream when it is not the library's current one (`stream=`):
+    torch's and CuPy's pools tie a block to the stream it was allocated on, so a block freed
+    after our kernels wrote it on another stream could be reused before they finish."""
+    if stream is None or stream == current_stream_of(q):
+        return contextlib.nullcontext()
     if lib == "torch":
-        return sys.modules["torch"].empty_like(q, memory_format=sys.modules["torch"].contiguous_format)
+        torch = sys.modules["torch"]
+        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=q.device))
     if lib == "cupy":
-        with q.device:
+        return sys.modules["cupy"].cuda.ExternalStream(stream)
+    return contextlib.nullcontext()
+
+
+def empty_like_q(q: Any, qi: ArrayInfo, lib: str, stream: int | None = None) -> Any:
+    """A C-contiguous array shaped like q, from q's own library, allocated on `stream` (the
+    launch stream) when that is not the library's current one."""
+    if lib == "torch":
+        with _on_stream(q, lib, stream):
+            return sys.modules["torch"].empty_like(
+                q, memory_format=sys.modules["torch"].contiguous_format)
+    if lib == "cupy":
+        with q.device, _on_stream(q, lib, stream):
             return sys.modules["cupy"].empty_like(q, order="C")
     assert qi.device is not None
     return DeviceArray(qi.shape, qi.dtype, qi.device)
 
 
-def empty_lse(q: Any, qi: ArrayInfo, lib: str, heads: int, tokens: int) -> Any:
-    """A float32 [heads, tokens] LSE from q's own library."""
+def empty_lse(q: Any, qi: ArrayInfo, lib: str, heads: int, tokens: int,
+              stream: int | None = None) -> Any:
+    """A float32 [heads, tokens] LSE from q's own library, on `stream` as empty_like_q."""
     if lib == "torch":
-        return sys.modules["torch"].empty((heads, tokens), dtype=sys.modules["torch"].float32, device=q.device)
+        with _on_stream(q, lib, stream):
+            return sys.modules["torch"].empty((heads, tokens), dtype=sys.modules["torch"].float32,
+                                              device=q.device)
     if lib == "cupy":
-        with q.device:
+        with q.device, _on_stream(q, lib, stream):
             return sys.modules["cupy"].empty((heads, tokens), dtype=sys.modules["cupy"].float32)
     assert qi.device is not None
     return DeviceArray((heads, tokens), "f32", qi.device)

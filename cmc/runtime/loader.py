@@ -366,9 +366,9 @@ class Attention:
                 return_lse: bool) -> Any:
         desc = bytearray(rec.desc)
         if out is None:  # else the key holds out's pointer, and the descriptor has it
-            out = _empty_like_q(q, qi, lib)
+            out = _empty_like_q(q, qi, lib, rec.stream)
             struct.pack_into("<Q", desc, rec.o_offset, describe(out, "out", rec.stream).ptr)
-        lse = _empty_lse(q, qi, lib, rec.heads_q, rec.tokens) if return_lse else None
+        lse = _empty_lse(q, qi, lib, rec.heads_q, rec.tokens, rec.stream) if return_lse else None
         if lse is not None:
             struct.pack_into("<Q", desc, rec.lse_offset, describe(lse, "lse", rec.stream).ptr)
         buf = ctypes.create_string_buffer(bytes(desc), len(desc))
@@ -418,10 +418,10 @@ class Attention:
             refuse_host_values_in_capture(packed_params, uploads)
         kern = dk.kernels[(geo.dtype, geo.head_dim)]
         if out is None:
-            out = _empty_like_q(q, qi, lib)
+            out = _empty_like_q(q, qi, lib, sh)
             oi = describe(out, "out", sh)
             geo = replace(geo, strides={**geo.strides, "out": kernel_strides("out", oi, packed)})
-        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens) if return_lse else None
+        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens, sh) if return_lse else None
         lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
         assert oi is not None
         if not packed:
@@ -483,12 +483,12 @@ class Attention:
         kern = dk.kernels[(geo.dtype, geo.head_dim)]
         fresh_out = out is None
         if out is None:
-            out = _empty_like_q(q, qi, lib)
+            out = _empty_like_q(q, qi, lib, sh)
             oi = describe(out, "out", sh)
             geo = replace(geo, strides={**geo.strides,
                                         "out": kernel_strides("out", oi, plan.packed)})
         assert oi is not None
-        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens) if return_lse else None
+        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens, sh) if return_lse else None
         lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
         if geo.tokens and plan.batch and geo.heads_q and plan.max_len:
             rec = self._run(kern, dk, plan.packed, sh, geo, qi, ki, vi, oi, lse_ptr,

@@ -176,6 +176,33 @@ def test_cuda_graph_forward_backward_with_plan():
     check_grads(c, grads, "cuda graph")
 
 
+def _alloc_stream(t: Any) -> int:
+    """The stream torch's caching allocator tied t's block to (its memory snapshot)."""
+    ptr = t.data_ptr()
+    for seg in torch.cuda.memory._snapshot()["segments"]:
+        if seg["address"] <= ptr < seg["address"] + seg["total_size"]:
+            return int(seg["stream"])
+    raise AssertionError("tensor not found in the allocator's snapshot")
+
+
+def test_outputs_are_allocated_on_the_stream_argument():
+    """attn(..., stream=s) and attn.backward(..., stream=s) with s not torch's current stream:
+    o, lse, dq, dk, dv come from s's pool (a block tied to the current stream could be reused
+    there while our kernels still write it on s), and the gradients are right."""
+    attn = load_bwd("causal")
+    c = setup_case("causal", False, [256, 256], "bf16", 128, 2, 2, seed=13)
+    q, k, v, do = c["shaped"]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    out, lse = attn(q, k, v, return_lse=True, stream=s, **c["kw"])
+    dq, dk, dv = attn.backward(do, q, k, v, out, lse, stream=s, **c["kw"])
+    s.synchronize()
+    assert s.cuda_stream != torch.cuda.current_stream().cuda_stream
+    for name, t in (("out", out), ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):
+        assert _alloc_stream(t) == s.cuda_stream, name
+    check_grads(c, (dq, dk, dv), "stream=")
+
+
 SCRIPT = r'''
 import sys
 import numpy as np
