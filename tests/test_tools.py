@@ -49,6 +49,30 @@ def test_every_bwd_ablation_still_matches_the_kv_kernel(name):
     assert ab.apply(src.text, edits) != src.text
 
 
+@pytest.mark.parametrize("name", sorted(_tool("bwd_ablate").ALTERNATIVES))
+def test_every_bwd_alternative_builds(name):
+    """tools/bwd_ablate.py's alternatives: the edited causal source (both head dims) builds the
+    kv kernel without spills, with the shared memory the tool launches it with."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import dataclasses
+
+    from cmc.build import build
+    from cmc.driver import Options, back, front
+    from cmc.kernels import KernelKind
+
+    ab = _tool("bwd_ablate")
+    _, edit, extra = ab.ALTERNATIVES[name]
+    src = back(front(ROOT / "samples" / "causal.mask"),
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(64, 128)))
+    kv = tuple(v for v in src.variants if v.kernel is KernelKind.BWD_KV_SM90)
+    text = edit(src.text)
+    for v in kv:
+        assert f'== {v.smem_bytes + extra(v.head_dim)}, "dynamic shared memory"' in text
+    built = build(dataclasses.replace(src, text=text, variants=kv), archs=("sm_90a",), jobs=2)
+    for c in built.cubins:
+        assert c.resources.spill_stores == 0 and c.resources.spill_loads == 0, c.symbol
+
+
 def test_patch_order_is_a_permutation_of_patches():
     pc = _tool("patch_cost")
     order = pc.patch_order(512 + 4096, 512, 64, 8, 16)

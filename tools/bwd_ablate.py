@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Ablated builds of the sm_90a backward's kv kernel (bwd_kv_sm90), timed beside the real one,
-for finding where its time goes (timing only: the ablated kernels compute wrong gradients).
+"""Ablated and alternative builds of the sm_90a backward's kv kernel (bwd_kv_sm90), timed beside
+the real one, for finding where its time goes (ablations: timing only, they compute wrong
+gradients) and trying a change before it ships (alternatives: also checked, --check).
 
 Each ablation removes one part of the kv kernel's per-item loop (templates/cmc/
 attn_bwd_sm90.cuh) by a textual edit of the generated .cu, in memory, that must match the
@@ -9,16 +10,23 @@ given number of times; no tracked file is touched. The builds are bwd_kernel_che
 deterministic, each role alone too). The kv time of a variant without part X bounds what
 removing X's cost could give. Run on the GPU machine from the repository root:
 
-    CMC_ARCH=sm_90a python3 tools/bwd_ablate.py                 # every ablation
+    CMC_ARCH=sm_90a python3 tools/bwd_ablate.py                 # every ablation and alternative
     CMC_ARCH=sm_90a python3 tools/bwd_ablate.py nored nodqgemm  # some
+    CMC_ARCH=sm_90a python3 tools/bwd_ablate.py bulkdq --check  # also bwd_kernel_check's cases
+
+Alternatives (ALTERNATIVES) switch on a variant the kernel header keeps behind a macro, and
+grow the kv kernel's dynamic shared memory as the header does: its static_assert in the .cu
+and the launch's byte count.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -48,6 +56,37 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str, int]]]] = {
 }
 
 
+def _stage_bytes(d: int) -> int:
+    """attn_bwd_sm90.cuh DqStage<D>::kBytes with CMC_BWD_DQ_BULK = 1."""
+    return (1 if d == 128 else 2) * 64 * (d * 4 + 32)
+
+
+def _bulkdq(text: str) -> str:
+    """CMC_BWD_DQ_BULK = 1, and each bwd_kv_sm90 block's shared-memory assertion grown."""
+    out, pos = ["#define CMC_BWD_DQ_BULK 1\n"], 0
+    for m in re.finditer(r"#if defined\(CMC_VARIANT_bwd_kv_sm90_\w+_d(\d+)\)\n", text):
+        end = text.index("#endif", m.end())
+        grow = _stage_bytes(int(m.group(1)))
+        block, n = re.subn(r'== (\d+), "dynamic shared memory"',
+                           lambda a, grow=grow:
+                           f'== {int(a.group(1)) + grow}, "dynamic shared memory"',
+                           text[m.end():end])
+        if n != 1:
+            raise SystemExit(f"bulkdq: {n} shared-memory assertions in {m.group(0)!r}")
+        out += [text[pos:m.end()], block]
+        pos = end
+    if pos == 0:
+        raise SystemExit("bulkdq: no bwd_kv_sm90 variant in the source")
+    return "".join(out) + text[pos:]
+
+
+# name: (what it changes, edit of the .cu text, extra kv shared memory per head dim)
+ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] = {
+    "bulkdq": ("the atomic dQ staged in shared memory, one cp.reduce.async.bulk per row "
+               "(CMC_BWD_DQ_BULK)", _bulkdq, _stage_bytes),
+}
+
+
 def apply(text: str, edits: list[tuple[str, str, int]]) -> str:
     for old, new, times in edits:
         if text.count(old) != times:
@@ -57,51 +96,81 @@ def apply(text: str, edits: list[tuple[str, str, int]]) -> str:
     return text
 
 
-def _build(name: str, arch: str):
+def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: int = 128):
+    """bwd_kernel_check.build_variant of one variant, edited by `name` (base: as shipped); an
+    alternative's extra shared memory goes into the kv role's launch."""
     import bwd_kernel_check as bkc
 
+    if name in ALTERNATIVES:
+        _, edit, extra = ALTERNATIVES[name]
+        kernels, res = bkc.build_variant(mask, dtype, d, arch, True, edit=edit)
+        cub, sym, threads, smem, bm, heads = kernels["kv"]
+        kernels["kv"] = (cub, sym, threads, smem + extra(d), bm, heads)
+        return kernels, res
     edits = ABLATIONS[name][1] if name != "base" else []
-    return bkc.build_variant("causal", "bf16", 128, arch, True,
+    return bkc.build_variant(mask, dtype, d, arch, True,
                              edit=(lambda t: apply(t, edits)) if edits else None)
+
+
+def _describe(name: str) -> str:
+    if name == "base":
+        return "the shipped kernel"
+    return ABLATIONS[name][0] if name in ABLATIONS else ALTERNATIVES[name][0]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("names", nargs="*", help=f"ablations (default all: {', '.join(ABLATIONS)})")
+    known = [*ABLATIONS, *ALTERNATIVES]
+    ap.add_argument("names", nargs="*", help=f"variants (default all: {', '.join(known)})")
+    ap.add_argument("--check", action="store_true",
+                    help="also run bwd_kernel_check's cases on the alternatives")
     ap.add_argument("--lengths", nargs="*", default=["4096x8", "16384x2"],
                     help="LxB pairs to time (default 4096x8 16384x2)")
     opts = ap.parse_args()
-    names = opts.names or list(ABLATIONS)
+    names = opts.names or known
     for n in names:
-        if n not in ABLATIONS:
-            raise SystemExit(f"unknown ablation {n!r}; known: {', '.join(ABLATIONS)}")
+        if n not in known:
+            raise SystemExit(f"unknown variant {n!r}; known: {', '.join(known)}")
+    checked = [n for n in names if n in ALTERNATIVES] if opts.check else []
     arch = os.environ.get("CMC_ARCH", "sm_90a")
     if arch != "sm_90a":
         raise SystemExit("bwd_kv_sm90 is built for sm_90a only (CMC_ARCH=sm_90a)")
     t0 = time.perf_counter()
     variants = ["base", *names]
-    with ProcessPoolExecutor(max_workers=min(len(variants), os.cpu_count() or 1)) as pool:
-        futs = {n: pool.submit(_build, n, arch) for n in variants}
-        built = {n: f.result() for n, f in futs.items()}
     import bwd_kernel_check as bkc
 
+    jobs = [(n, "causal", "bf16", 128) for n in variants]
+    jobs += [(n, *v) for n in checked for v in bkc.VARIANTS if (n, *v) not in jobs]
+    with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        futs = {j: pool.submit(_build, j[0], arch, *j[1:]) for j in jobs}
+        built = {j: f.result() for j, f in futs.items()}
     if bkc.kc.device_arch() != arch:
         raise SystemExit(f"device is {bkc.kc.device_arch()}, built for {arch}")
     print(f"built {len(built)} variants in {time.perf_counter() - t0:.1f} s")
     for n in variants:
-        regs = {s: r for s, r in built[n][1].items() if "bwd_kv_sm90" in s}
-        print(f"  {n:9s} {ABLATIONS[n][0] if n != 'base' else 'the shipped kernel':84s} {regs}")
+        regs = {s: r for s, r in built[(n, "causal", "bf16", 128)][1].items() if "bwd_kv_sm90" in s}
+        print(f"  {n:9s} {_describe(n):84s} {regs}")
     from cmc.abi import descriptor_layout
 
+    failed = 0
+    for n in checked:
+        for v in bkc.VARIANTS:
+            bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
+            for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0])):
+                failed += 0 if ok else 1
+                print(f"check {n:9s} {v[0]} {v[1]} d{v[2]:<4d} {mode:12s} "
+                      f"{'ok' if ok else 'FAIL'} {msg}", flush=True)
     table = bkc.table_of("causal")
     lay = descriptor_layout(table.mask)
     for lb in opts.lengths:
         L, B = (int(x) for x in lb.split("x"))
         for n in variants:
-            for line in bkc.timing(bkc.Bwd(built[n][0]), lay, table, "bf16", L, B,
-                                   label=f"{n:9s} "):
+            for line in bkc.timing(bkc.Bwd(built[(n, "causal", "bf16", 128)][0]), lay, table,
+                                   "bf16", L, B, label=f"{n:9s} "):
                 print(line, flush=True)
-    return 0
+    if checked:
+        print(f"checks of {', '.join(checked)}: {'all ok' if not failed else f'{failed} FAILED'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

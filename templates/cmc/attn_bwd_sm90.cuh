@@ -183,6 +183,22 @@ template <int D> struct Cfg {
     kTileK = kBN * D * 2
   };
 };
+// The atomic dQ's path: 0 (shipped) red.global.add.v2.f32 from registers; 1 (experiment,
+// tools/bwd_ablate.py bulkdq: not validated) the partial staged in shared memory and added
+// by one cp.reduce.async.bulk per row, asynchronous. Shared memory grows only with 1.
+#ifndef CMC_BWD_DQ_BULK
+#define CMC_BWD_DQ_BULK 0
+#endif
+// The bulk path's staging: [64 rows][D fp32 + 32 B] per partial (D = 128: one, both
+// warpgroups' column halves; D = 64: one per warpgroup). The 32-byte pad makes a warp's
+// 8-byte fragment stores conflict-free (rows 8 banks apart); rows stay 16-byte aligned.
+template <int D> struct DqStage {
+  enum : int {
+    kRow = D * 4 + 32,
+    kParts = D == 128 ? 1 : 2,
+    kBytes = CMC_BWD_DQ_BULK ? kParts * 64 * kRow : 0
+  };
+};
 template <int D> struct SmemKV {
   enum : int {
     kK = 0,
@@ -192,7 +208,8 @@ template <int D> struct SmemKV {
     kDS = kDO + 2 * Cfg<D>::kTileQ,
     kLse = kDS + kBN * kBM * 2,
     kDsum = kLse + 2 * kBM * 4,
-    kPlan = kDsum + 2 * kBM * 4
+    kStg = kDsum + 2 * kBM * 4,
+    kPlan = kStg + DqStage<D>::kBytes
   };
 };
 // +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
@@ -229,6 +246,14 @@ CMC_DEV unsigned long long gdesc(unsigned saddr, unsigned lbo, unsigned sbo) {
 CMC_DEV void red_add_v2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
+// One row of the dQ partial added into global memory by the bulk-copy unit (bulk group).
+CMC_DEV void bulk_reduce_add_f32(float* g, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               ::"l"(g), "r"(src), "r"(bytes) : "memory");
+}
+CMC_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's bulk groups have read their shared memory (the staging may be rewritten).
+CMC_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
 // D[64 x 64] (+)= A[64 x 16] (shared) * B[16 x 64] (shared); TA / TB: 1 = MN-major.
 #define CMC_BWD_SS_N64(TY) \
@@ -457,6 +482,9 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
     return;
   }
   const unsigned off = (unsigned)((lane & 3) * 4);
+#if CMC_BWD_DQ_BULK
+  bulk_wait_read();  // the last item's rows have left the staging (the barrier below publishes it)
+#endif
 #pragma unroll
   for (int jj = 0; jj < 8; ++jj) {
     *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
@@ -479,6 +507,33 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
   fence_regs<16>(const_cast<unsigned*>(dsa));
   fence_regs<kDQ>(dq);
   // dq[4 jj + 2 i + e] is (query row 16 warp + lane / 4 + 8 i, column dqCol + 8 jj + 2 (lane % 4) + e).
+#if CMC_BWD_DQ_BULK
+  // Stage the partial (D = 128: this warpgroup's column half of the one partial; D = 64: its
+  // own partial), publish it to the async proxy, then one thread per row adds the row.
+  unsigned char* stg = sds + (SmemKV<D>::kStg - SmemKV<D>::kDS) +
+                       (DqStage<D>::kParts == 2 ? wg * 64 * DqStage<D>::kRow : 0);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float* row = reinterpret_cast<float*>(stg + (16 * warp + (lane >> 2) + 8 * i) * DqStage<D>::kRow) +
+                 dqCol + 2 * (lane & 3);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+      *reinterpret_cast<float2*>(row + 8 * jj) = make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
+  }
+  fence_proxy_async();
+  if constexpr (DQ<D>::kSplitN) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  else if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  const int r = 32 * warp + lane;  // this warpgroup's thread index: rows 0 .. 63 issue
+  if (r < 64 && (DqStage<D>::kParts == 2 || wg == 0)) {
+    const int q = tok(r);
+    if (q >= 0) {
+      bulk_reduce_add_f32(acc + ((tok0 + q) * heads_q + hq) * D,
+                          smem_u32(stg + r * DqStage<D>::kRow), (unsigned)(D * 4));
+      bulk_commit();
+    }
+  }
+#else
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int q = tok(16 * warp + (lane >> 2) + 8 * i);
@@ -488,6 +543,7 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
       for (int jj = 0; jj < 8; ++jj) red_add_v2(row + 8 * jj, dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
     }
   }
+#endif
 }
 
 template <class H, class HT, bool BF16, int D>
@@ -619,6 +675,9 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     j = jn;
   }
   cp_wait<0>();
+#if CMC_BWD_DQ_BULK
+  bulk_wait_read();  // the staging stays valid until the bulk unit has read it
+#endif
   fence_regs<kAcc>(dk);
   fence_regs<kAcc>(dv);
   __syncthreads();  // K, V no longer read: they stage dK, dV
@@ -814,6 +873,9 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     hh = hn;
   }
   cp_wait<0>();
+#if CMC_BWD_DQ_BULK
+  bulk_wait_read();  // the staging stays valid until the bulk unit has read it
+#endif
   fence_regs<kAcc>(dk);
   fence_regs<kAcc>(dv);
   __syncthreads();  // K, V no longer read: they stage dK, dV
