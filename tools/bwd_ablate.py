@@ -152,12 +152,13 @@ def main() -> int:
         print(f"  {n:9s} {_describe(n):84s} {regs}")
     from cmc.abi import descriptor_layout
 
-    failed = 0
+    failed = passed = 0
     for n in checked:
         for v in bkc.VARIANTS:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
             for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0])):
                 failed += 0 if ok else 1
+                passed += 1 if ok else 0
                 print(f"check {n:9s} {v[0]} {v[1]} d{v[2]:<4d} {mode:12s} "
                       f"{'ok' if ok else 'FAIL'} {msg}", flush=True)
     table = bkc.table_of("causal")
@@ -169,7 +170,7 @@ def main() -> int:
                                    "bf16", L, B, label=f"{n:9s} "):
                 print(line, flush=True)
     if checked:
-        print(f"checks of {', '.join(checked)}: {'all ok' if not failed else f'{failed} FAILED'}")
+        print(f"{passed} passed, {failed} failed (checks of {', '.join(checked)})")
     return 1 if failed else 0
 
 

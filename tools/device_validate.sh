@@ -86,4 +86,7 @@ step torch torch.log 90 python3 examples/train_tiny.py --out "$CMC_GPU_ARTIFACTS
 # 5. compute-sanitizer memcheck, forward then backward (skips without compute-sanitizer)
 step sanitizer sanitizer.log 200 "${PYTEST[@]}" $T/test_sanitizer.py \
   $T/test_backward_gpu.py::test_backward_memcheck
+# 6. the sm_90a kv kernel's ablations and the bulk-dQ alternative (tools/bwd_ablate.py):
+#    where the backward's time goes, and the alternative's correctness and speed
+step ablate ablate.log 200 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py --check
 note "total $(( $(date +%s) - START ))s of budget ${BUDGET:-530}s"
