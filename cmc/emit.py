@@ -134,9 +134,10 @@ def sm90_mask_words(masks: PatchMasks | OffsetMasks) -> list[tuple[int, int]]:
     return out
 
 
-def sm90_kv_mask_words(masks: PatchMasks) -> list[tuple[int, int]]:
-    """The per-offset tile masks transposed to bwd_kv_sm90's layout (kv_patch): for class c
-    (the forward pair's: query tile vs key tile, cmc_patch_class_of) and kv thread t
+def sm90_kv_mask_words(masks: PatchMasks | OffsetMasks) -> list[tuple[int, int]]:
+    """The per-offset tile masks transposed to bwd_kv_sm90's layout (kv_patch, and the linear
+    kv with offset masks): for class c (the forward pair's: query tile vs key tile,
+    cmc_patch_class_of or cmc_bwd_offset_class) and kv thread t
     (warpgroup t / 128, warp, lane), entry c * 256 + t holds one word per query half hh
     (x: hh 0, y: hh 1) of its key rows kr = 64 wg + 16 warp + lane / 4 and kr + 8 against the
     half's query columns 64 hh + 8 jj + 2 (lane % 4) + e: key row kr + 8 i, column (jj, e)
@@ -169,8 +170,7 @@ def _mask_table(masks: PatchMasks | OffsetMasks | None, symbol: str,
     `kv`: transposed to bwd_kv_sm90's layout (sm90_kv_mask_words)."""
     if masks is None:
         return ""
-    words = (sm90_kv_mask_words(masks) if kv and isinstance(masks, PatchMasks)
-             else sm90_mask_words(masks))
+    words = sm90_kv_mask_words(masks) if kv else sm90_mask_words(masks)
     lines = [", ".join(f"{{0x{a:08x}u, 0x{b:08x}u}}" for a, b in words[i:i + 4]) + ","
              for i in range(0, len(words), 4)]
     return (f"CMC_MASK_TABLE {symbol}[{len(words)}] = {{\n"
@@ -1001,21 +1001,30 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
 
 
 KV_MASK_SYMBOL = "cmc_patch_mask_words_t"
+KV_OFFSET_MASK_SYMBOL = "cmc_offset_mask_words_t"
 
 
 def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
                     struct_name: str, tiling: Tiling = LINEAR) -> dict[str, object]:
     """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant.
-    With bwd_kv_sm90 and the forward's patch masks (`tiling.masks`) also the masks in kv's
-    layout (KV_MASK_SYMBOL, sm90_kv_mask_words) and `cmc_hooks_t::patch_masks_t()`."""
+    With bwd_kv_sm90 and the forward's tile masks also those masks in kv's layout
+    (sm90_kv_mask_words): patch masks (`tiling.masks`) as KV_MASK_SYMBOL and
+    `cmc_hooks_t::patch_masks_t()`, linear offset masks without a band (`tiling.offset_masks`)
+    as KV_OFFSET_MASK_SYMBOL and `cmc_hooks_t::offset_masks_t()`."""
     headers = dict.fromkeys(h for v in variants for h in SPECS[v.kernel].headers)
-    kv_masks = (tiling.masks is not None
-                and any(v.kernel is KernelKind.BWD_KV_SM90 for v in variants))
+    kv = any(v.kernel is KernelKind.BWD_KV_SM90 for v in variants)
+    kv_masks = kv and tiling.masks is not None
+    # band masks (natten2d) are not applied by the kv kind (attn_bwd_sm90.cuh: they spill)
+    kv_offset = kv and tiling.offset_masks is not None and tiling.offset_masks.band is None
     return {
         "tables": list(hooks_t.tables),
-        "mask_table": _mask_table(tiling.masks, KV_MASK_SYMBOL, kv=True) if kv_masks else "",
+        "mask_table": "\n\n".join(t for t in (
+            _mask_table(tiling.masks, KV_MASK_SYMBOL, kv=True) if kv_masks else "",
+            _mask_table(tiling.offset_masks, KV_OFFSET_MASK_SYMBOL, kv=True) if kv_offset else "",
+        ) if t),
         "hooks": render_hooks(hooks_t, struct_name, "cmc_hooks_t",
-                              KV_MASK_SYMBOL if kv_masks else None),
+                              KV_MASK_SYMBOL if kv_masks else None,
+                              KV_OFFSET_MASK_SYMBOL if kv_offset else None),
         "header": "\n\n".join(_read_resource(h).rstrip("\n") for h in headers),
         "variants": [{
             "symbol": check_identifier(v.symbol),
@@ -1073,12 +1082,14 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
 
 
 def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str,
-                 masks_t: str | None = None) -> str:
+                 masks_t: str | None = None, offset_masks_t: str | None = None) -> str:
     """The hook struct `hooks_name` (its tables are rendered by the caller, once each);
-    `masks_t`: the symbol of the patch masks in bwd_kv_sm90's layout (patch_masks_t())."""
+    `masks_t`, `offset_masks_t`: the symbols of the forward's patch or linear offset masks in
+    bwd_kv_sm90's layout (patch_masks_t(), offset_masks_t())."""
     return _env().get_template(HOOKS_TEMPLATE).render(
         hooks_name=hooks_name,
         masks_t=masks_t,
+        offset_masks_t=offset_masks_t,
         struct_name=struct_name,
         n_terms=hooks.n_terms,
         seq_fields=_indent(hooks.seq_fields, 4),

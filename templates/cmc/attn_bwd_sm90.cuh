@@ -91,6 +91,21 @@ CMC_DEV int cmc_bwd_dq_mask_bit(int hh, int jj, int e) { return e * 16 + 8 * hh 
 // row lr + 8 i (lr = 64 wg + 16 warp + lane / 4) against query column 8 jj + 2 (lane % 4) + e
 // of the half (kv_patch).
 CMC_DEV int cmc_bwd_kv_mask_bit(int i, int jj, int e) { return i * 16 + e * 8 + jj; }
+// The class of the forward's linear offset masks (H::kOffsetMasks; cmc/tiling.py offset_masks
+// or lattice_offset_masks) of the pair (query tile qt, key tile kt) of 128 tokens, or -1
+// where the tile stage proved none: outside the band (cmc_offset_band) or outside the
+// offsets [lo, lo + n). Keys and queries at or past len are the caller's to cut.
+template <class H> CMC_DEV int cmc_bwd_offset_class(int qt, int kt, int len) {
+  if constexpr (H::kOffsetMasks == 0) {
+    return -1;
+  } else {
+    if (H::kOffsetBand != 0 &&
+        !cmc_offset_band(qt, kt, len, H::kBandTileTop, H::kBandTilesBelow, H::kBandMaxLen))
+      return -1;
+    const int c = kt - qt - H::kMaskTileLo;
+    return static_cast<unsigned>(c) < static_cast<unsigned>(H::kMaskTileN) ? c : -1;
+  }
+}
 #if defined(CMC_HOST)
 CMC_DEV void cmc_and_word(unsigned* w, unsigned v) { *w &= v; }
 #else
@@ -639,6 +654,19 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     wg_commit();
     ss_headdim<BF16, D, kBN, kBM>(dp, vA, doB);
     wg_commit();
+    // The forward's linear offset mask of the pair (query tile j / 2, key tile of k0) where
+    // the tile stage proved one (cmc_bwd_offset_class), transposed to this thread's key rows
+    // (HT::offset_masks_t, cmc/emit.py sm90_kv_mask_words): the word of query half j % 2,
+    // loaded under the GEMMs. Keys and queries past len stay cut below. Not for band masks
+    // (H::kOffsetBand: natten2d): with the spans kept for the other tiles, D = 128 spilled
+    // 12 / 16 bytes (ptxas, 2026-12-05); those keep the spans everywhere here.
+    unsigned mw = 0u;
+    bool mw_ok = false;
+    if constexpr (H::kOffsetMasks != 0 && H::kOffsetBand == 0) {
+      const int cls = is_full ? -1 : cmc_bwd_offset_class<H>(j >> 1, k0 / kBN, len);
+      mw_ok = cls >= 0;
+      if (mw_ok) mw = __ldg(reinterpret_cast<const unsigned*>(HT::offset_masks_t() + cls * 256 + tid) + (j & 1));
+    }
     wg_wait<1>();
     fence_regs<32>(s);
 
@@ -650,11 +678,13 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
         const int c = 8 * jj + cq + e;
         const float off = cmc_bwd::lse_offset(lse_b[c]);
         float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
-        if (!is_full) {
+        if (!is_full) {  // (mw_ok implies a partial tile)
           const int q = qbase + c;
           const bool qin = q < len;
-          if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;
-          if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;
+          const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u : HT::visible(seqt, krow0, q);
+          const bool v1 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u) != 0u : HT::visible(seqt, krow1, q);
+          if (!(qin && kr < len && v0)) p0 = 0.f;
+          if (!(qin && kr + 8 < len && v1)) p1 = 0.f;
         }
         s[4 * jj + e] = p0;
         s[4 * jj + 2 + e] = p1;

@@ -185,6 +185,17 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 
     while (f < nfull && full[2 * f + 1] <= j) ++f;
     const bool is_full = f < nfull && full[2 * f] <= j;
+    // The forward's linear offset mask of the pair (query tile of q0, key tile j / 2) where
+    // the tile stage proved one (cmc_bwd_offset_class): this thread has the forward
+    // consumer's rows, and half j % 2's key columns are bits of its words
+    // (cmc_bwd_dq_mask_bit). Loaded before the GEMMs so that the load runs under them.
+    cmc_uint2 mw = {0u, 0u};
+    bool mw_ok = false;
+    if constexpr (H::kOffsetMasks != 0) {
+      const int cls = is_full ? -1 : cmc_bwd_offset_class<H>(q0 / kDqRows, j >> 1, len);
+      mw_ok = cls >= 0;
+      if (mw_ok) mw = __ldg(H::offset_masks() + cls * 256 + tid);
+    }
 
     // S and dP (two commit groups).
     float s[32], dp[32];
@@ -203,7 +214,12 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
-        if (!is_full) {
+        if (mw_ok) {
+          const int bit = cmc_bwd_dq_mask_bit(j & 1, jj, e);
+          const bool in = kbase + 8 * jj + e < len;
+          if (!(in && ((mw.x >> bit) & 1u))) p0 = 0.f;
+          if (!(in && ((mw.y >> bit) & 1u))) p1 = 0.f;
+        } else if (!is_full) {
           const int k = kbase + 8 * jj + e;
           const bool in = k < len;
           if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
