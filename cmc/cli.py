@@ -262,10 +262,13 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
                    f"cubin) on partial tiles of {where}")
     if t.offset_masks is not None and t.offset_masks.band is not None:
         m, b = t.offset_masks, t.offset_masks.band
-        out.append(f"    band tile masks (applied): {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "
-                   f"{m.classes * 2} KiB in the cubin) on partial tiles of query tiles from "
-                   f"{b.tile_top} with {b.tiles_below} tiles below them at len (len <= "
-                   f"{b.max_len}); other tiles evaluate the spans")
+        what = (f"{m.offsets} tile offsets ({m.lo}..{m.hi - 1}" if m.phases == 1 else
+                f"{m.phases} tile phases x {m.offsets} tile offsets ({m.lo}..{m.hi - 1}")
+        keys = f", key tiles from {b.key_tile_lo}" if b.key_tile_lo else ""
+        out.append(f"    band tile masks (applied): {what}, {m.classes * 2} KiB in the cubin) on "
+                   f"partial tiles of query tiles from {b.tile_top} with {b.tiles_below} tiles "
+                   f"below them at len (len <= {b.max_len}){keys}; other tiles evaluate the "
+                   "spans")
     elif t.offset_masks is not None:
         m = t.offset_masks
         out.append(f"    tile masks: {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "

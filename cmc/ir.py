@@ -343,18 +343,20 @@ class PatchMasks:
 
 @dataclass(frozen=True)
 class LinearBand:
-    """The query tiles of a linear tiling whose tile masks the tile stage proved for a grid
-    mask with clamped borders (cmc/tiling.py, `lattice_offset_masks`): query tile
-    qt >= tile_top with (qt + 1 + tiles_below) * TILE <= len <= max_len. Other query tiles
-    (and every length above max_len) have no mask."""
+    """The tile pairs of a linear tiling whose tile masks the tile stage proved for a grid
+    mask (cmc/tiling.py, `lattice_offset_masks`): query tile qt >= tile_top with
+    (qt + 1 + tiles_below) * TILE <= len <= max_len, against key tiles kt >= key_tile_lo
+    (the first key tile wholly in the grid: the tokens before the origin are not in the
+    masks). Other pairs (and every length above max_len) have no mask."""
 
     tile_top: int
     tiles_below: int
     max_len: int
+    key_tile_lo: int = 0
 
-    def holds(self, qt: int, length: int) -> bool:
+    def holds(self, qt: int, length: int, kt: int | None = None) -> bool:
         return (qt >= self.tile_top and (qt + 1 + self.tiles_below) * TILE <= length
-                and length <= self.max_len)
+                and length <= self.max_len and (kt is None or kt >= self.key_tile_lo))
 
 
 @dataclass(frozen=True)
@@ -364,23 +366,31 @@ class OffsetMasks:
     q - k (cmc/tiling.py, `offset_masks`), so the pair's mask depends only on dt.
 
     rows[c * TILE + lr] has bit lk set when key kt * TILE + lk is visible from query
-    qt * TILE + lr, for the class c = dt - lo. Offsets outside [lo, hi) see nothing. Valid
-    only for a key tile wholly below len (the kernel cuts the last one at len)."""
+    qt * TILE + lr, for the class c = phase * offsets + dt - lo with phase = qt % phases
+    (a grid whose width does not divide TILE repeats every `phases` tiles: lattice masks).
+    Offsets outside [lo, hi) see nothing. Valid only for a key tile wholly below len (the
+    kernel cuts the last one at len)."""
 
     lo: int
     hi: int  # exclusive
     rows: tuple[int, ...]
-    band: LinearBand | None = None  # valid only for the query tiles it names
+    band: LinearBand | None = None  # valid only for the tile pairs it names
+    phases: int = 1
+
+    @property
+    def offsets(self) -> int:
+        return self.hi - self.lo
 
     @property
     def classes(self) -> int:
-        return self.hi - self.lo
+        return self.phases * self.offsets
 
-    def tile(self, dt: int) -> list[int]:
-        """The 128 row bitmaps of offset dt (all zero outside the range)."""
+    def tile(self, dt: int, qt: int = 0) -> list[int]:
+        """The 128 row bitmaps of offset dt for query tile qt's phase (all zero outside the
+        range)."""
         if not self.lo <= dt < self.hi:
             return [0] * TILE
-        c = dt - self.lo
+        c = (qt % self.phases) * self.offsets + dt - self.lo
         return list(self.rows[c * TILE:(c + 1) * TILE])
 
 
@@ -438,10 +448,14 @@ class Tiling:
                 "offset_masks": None if self.offset_masks is None else {
                     "classes": self.offset_masks.classes,
                     "offsets": [self.offset_masks.lo, self.offset_masks.hi],
+                    **({} if self.offset_masks.phases == 1 else
+                       {"phases": self.offset_masks.phases}),
                     **({} if self.offset_masks.band is None else {"band": {
                         "tile_top": self.offset_masks.band.tile_top,
                         "tiles_below": self.offset_masks.band.tiles_below,
-                        "max_len": self.offset_masks.band.max_len}})}}
+                        "max_len": self.offset_masks.band.max_len,
+                        **({} if self.offset_masks.band.key_tile_lo == 0 else
+                           {"key_tile_lo": self.offset_masks.band.key_tile_lo})}})}}
 
 
 LINEAR = Tiling("linear", reason="default")

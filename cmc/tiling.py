@@ -16,6 +16,7 @@ patches), and it is counted as a whole tile: the kernel computes all of it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -633,28 +634,30 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
 def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
                          ) -> tuple[OffsetMasks | None, str]:
     """Per-offset tile masks of LINEAR tiles for the query tiles of an interior band of a
-    grid mask with clamped borders (NATTEN on a grid whose width divides 128), or None and
-    why not.
+    grid mask (NATTEN's clamped neighbourhood, CLEAR-like discs on any width and origin), or
+    None and why not.
 
-    With W | 128 and the grid origin a multiple of W, a linear tile is 128 / W whole grid
-    rows, and the tiles are translates of each other by 128 tokens. Let big = max_len (a
-    multiple of 128) and T(lr) the keys, relative to q, of each term instance for query
-    lr of the centre tile at len = big. Then:
+    Linear tile qt and tile qt + P (P = phases = W / gcd(128, W)) are translates by 128 P
+    tokens, whole grid rows; so are any two tiles of one phase qt % P. Keys before the first
+    key tile wholly in the grid (key_tile_lo = ceil(origin / 128): text tokens, which every
+    query may see) are left out: the masks hold for key tiles kt >= key_tile_lo, the kernel
+    evaluates the spans on the others. Let big = max_len (a multiple of 128) and T_ph(lr) the
+    grid keys (>= key_tile_lo * 128), relative to q, of each term instance for query lr of
+    the centre tile of phase ph at len = big. Then:
     1. lattice regularity: at len = big, query qt * 128 + lr of a query tile of the band
-       gets from every instance the same keys relative to q as query lr of the centre tile
-       (the same instance visible or not, the same bounds). Only translation by whole tiles
-       is asked, not by single tokens: every tile holds the clamped first and last columns
-       of its rows, and they are the same columns in every tile. The band is the run of
-       such tiles around the centre, [tile_top, tile_end);
+       gets from every instance the same grid keys relative to q as query lr of the centre
+       tile of its phase (the same instance visible or not, the same bounds). The band is
+       the run of such tiles around the centres, [tile_top, tile_end);
     2. len does not matter: for each query of a band tile qt, every instance's guard and
        bounds, evaluated by interval arithmetic (_over_len) over every len from
        (qt + 1 + tiles_below) * 128 to big, are one value, and every tile that counts as
        interior at some len <= big lies in the band. tiles_below is the least for which
        this holds (searched; the property is monotone in it).
     So at every len <= big, a query of a tile qt >= tile_top with (qt + 1 + tiles_below) *
-    128 <= len sees exactly q + T(lr) among the keys below len, and its mask against a key
-    tile wholly below len is [128 dt + lk - lr in T(lr)]: a function of dt = kt - qt alone.
-    The kernel must select no mask for other query tiles, nor above big.
+    128 <= len sees exactly q + T_ph(lr) among the grid keys below len, and its mask against
+    a key tile kt >= key_tile_lo wholly below len is [128 dt + lk - lr in T_ph(lr)]: a
+    function of (qt % P, dt = kt - qt) alone. The kernel must select no mask for other
+    pairs, nor above big.
     """
     grid = grid_of(table)
     if grid is None:
@@ -662,32 +665,41 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     if not table.exact or table.mask.params:
         return None, "not an exact, parameter-free table"
     o, w = grid.origin, grid.width
-    if w <= 0 or TILE % w or o < 0 or o % w:
-        return None, (f"grid width {w} (origin {o}): a linear tile is not whole grid rows "
-                      f"(the width must divide {TILE} and the origin)")
+    if w <= 0 or o < 0:
+        return None, f"grid width {w} (origin {o})"
+    phases = w // math.gcd(TILE, w)
+    kt0 = -(-o // TILE)  # the first key tile wholly in the grid
     big = max_len // TILE * TILE
     nqt = big // TILE
-    if nqt < 4:
-        return None, f"fewer than 4 tiles at len {big}"
+    if nqt - kt0 < 4 * phases:
+        return None, f"fewer than {4 * phases} grid tiles at len {big}"
     q = np.arange(big, dtype=np.int64)
-    qc = nqt // 2
+    mid = (kt0 + nqt) // 2
+    centres = [mid + (ph - mid) % phases for ph in range(phases)]  # centre tile of each phase
+    phase_of = np.arange(nqt) % phases
     regular: np.ndarray = np.ones((nqt, TILE), dtype=bool)
-    rel: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the centre tile's T(lr)
+    regular[:kt0] = False  # query tiles that hold text
+    rel: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(phases)]
     try:
         at_big = np.full(q.shape, big, dtype=np.int64)
-        for _, ok, rlo, rhi in _grid_intervals(table, 0, q, at_big, big):
+        for _, ok, rlo, rhi in _grid_intervals(table, kt0 * TILE, q, at_big, big):
             okr, lor, hir = (np.asarray(x).reshape(nqt, TILE) for x in (ok, rlo, rhi))
-            okc, loc, hic = okr[qc], lor[qc], hir[qc]
-            rel.append((okc.copy(), loc.copy(), hic.copy()))
-            regular &= (okr == okc) & (~okc | ((lor == loc) & (hir == hic)))
+            okc, loc, hic = okr[centres], lor[centres], hir[centres]  # [phase, lr]
+            for ph in range(phases):
+                rel[ph].append((okc[ph].copy(), loc[ph].copy(), hic[ph].copy()))
+            okp, lop, hip = okc[phase_of], loc[phase_of], hic[phase_of]  # each tile's centre
+            regular &= (okr == okp) & (~okp | ((lor == lop) & (hir == hip)))
     except _ReadsLen as e:
         return None, f"a bound cannot be evaluated over len: {e}"
-    if not any(okc.any() for okc, _, _ in rel):
+    if not any(okc.any() for r in rel for okc, _, _ in r):
         return None, "no pair is visible"
     per_tile = np.asarray(regular.all(axis=1))
-    if not per_tile[qc]:
-        return None, f"the centre query tile ({qc} at len {big}) is not lattice-regular"
-    t_top, t_end = qc, qc + 1
+    if not per_tile[centres].all():
+        return None, (f"a centre query tile ({', '.join(map(str, centres))} at len {big}) is "
+                      "not lattice-regular")
+    t_top, t_end = min(centres), max(centres) + 1
+    if not per_tile[t_top:t_end].all():
+        return None, f"the centre tiles {t_top}..{t_end - 1} are not all lattice-regular"
     while t_top > 0 and per_tile[t_top - 1]:
         t_top -= 1
     while t_end < nqt and per_tile[t_end]:
@@ -703,7 +715,7 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
         picks = np.nonzero(use)[0]
         try:  # a sample first: most failures show on it
             return all(all(fixed.all() for fixed, *_ in
-                           _grid_intervals(table, 0, qi[sel], lmin[sel], big))
+                           _grid_intervals(table, kt0 * TILE, qi[sel], lmin[sel], big))
                        for sel in (picks[::61], picks))
         except _ReadsLen:
             return False
@@ -723,23 +735,31 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
         else:
             lo = mid + 1
     tiles_below = good
-    dmin = min(int(loc[okc].min()) for okc, loc, _ in rel if okc.any())
-    dmax = max(int(hic[okc].max()) for okc, _, hic in rel if okc.any()) - 1
+    every = [x for r in rel for x in r if x[0].any()]
+    dmin = min(int(loc[okc].min()) for okc, loc, _ in every)
+    dmax = max(int(hic[okc].max()) for okc, _, hic in every) - 1
     dts = np.arange((dmin - (TILE - 1)) // TILE, dmax // TILE + 2, dtype=np.int64)
     lr = np.arange(TILE, dtype=np.int64)
     d = dts[:, None, None] * TILE + lr[None, None, :] - lr[None, :, None]  # [dt, lr, lk]
-    vis = np.zeros(d.shape, dtype=bool)
-    for okc, loc, hic in rel:
-        vis |= (okc[None, :, None] & (loc[None, :, None] <= d) & (d < hic[None, :, None]))
-    seen = np.nonzero(vis.any(axis=(1, 2)))[0]
+    vis = np.zeros((phases, *d.shape), dtype=bool)
+    for ph in range(phases):
+        for okc, loc, hic in rel[ph]:
+            vis[ph] |= (okc[None, :, None] & (loc[None, :, None] <= d) & (d < hic[None, :, None]))
+    seen = np.nonzero(vis.any(axis=(0, 2, 3)))[0]
     a, b = int(seen[0]), int(seen[-1]) + 1
-    if b - a > MAX_MASK_CLASSES:
-        return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
-    band = LinearBand(t_top, tiles_below, big)
-    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, _row_words(list(vis[a:b])), band)
-    return masks, (f"tile masks of {masks.classes} tile offsets ({masks.lo}..{masks.hi - 1}) "
-                   f"for interior query tiles (from tile {t_top}, with {tiles_below} tiles "
-                   f"below them at len, len <= {big}): whole grid rows per tile, "
+    if phases * (b - a) > MAX_MASK_CLASSES:
+        return None, (f"{phases} phases x {b - a} tile offsets, more than {MAX_MASK_CLASSES} "
+                      "classes")
+    band = LinearBand(t_top, tiles_below, big, kt0)
+    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1,
+                        _row_words([vis[ph, c] for ph in range(phases) for c in range(a, b)]),
+                        band, phases)
+    what = (f"{masks.offsets} tile offsets ({masks.lo}..{masks.hi - 1})" if phases == 1 else
+            f"{masks.classes} classes, {phases} tile phases x {masks.offsets} tile offsets "
+            f"({masks.lo}..{masks.hi - 1}), key tiles from {kt0}")
+    rows = "whole grid rows per tile" if phases == 1 else f"whole grid rows per {phases} tiles"
+    return masks, (f"tile masks of {what} for interior query tiles (from tile {t_top}, with "
+                   f"{tiles_below} tiles below them at len, len <= {big}): {rows}, "
                    f"checked over len to {big}")
 
 

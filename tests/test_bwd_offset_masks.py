@@ -5,7 +5,8 @@ class of every linear tile pair and the kernels' own bit helpers decode, for eac
 each kind, a mask that equals the dense oracle on every pair that has a class (below len:
 the kernels cut keys and queries at len themselves). A dilated band (q - k residual: offset
 masks for every tile pair) and natten2d (masks for a band of query tiles; the kv kind keeps
-the spans there, so only dq reads them).
+the spans there, so only dq reads them), and grid_text (3 tile phases, text before the
+grid: key tile 0 keeps the spans), in dq.
 """
 
 from __future__ import annotations
@@ -133,6 +134,17 @@ def test_natten2d_band_masks_decode_in_dq(workdir):
     vis, rows = _decode(path, {}, n, workdir, kv=False)
     pairs, bad = _mismatches(vis, rows, 0, False)
     assert pairs > 5 and bad == 0, (pairs, bad)
+    assert _mismatches(vis, rows, 1, False)[1] > 0
+
+
+@needs_gxx
+def test_grid_text_phase_masks_decode_in_dq(workdir):
+    path = ROOT / "benchmarks" / "generality" / "grid_text.mask"
+    n = 128 * 16 + 21
+    vis, rows = _decode(path, {}, n, workdir, kv=False)
+    pairs, bad = _mismatches(vis, rows, 0, False)
+    assert pairs > 10 and bad == 0, (pairs, bad)
+    assert all(kt >= 1 for _, _, kt, _, _ in rows)  # key tile 0 holds text: no class
     assert _mismatches(vis, rows, 1, False)[1] > 0
 
 

@@ -86,9 +86,10 @@ def _mismatches(table, masks: OffsetMasks, band: LinearBand, lengths: list[int])
         for qt in range(-(-n // TILE)):
             if not band.holds(qt, n):
                 continue
-            for kt in range(n // TILE):  # key tiles wholly below len
+            for kt in range(band.key_tile_lo, n // TILE):  # grid key tiles wholly below len
                 dt = kt - qt
-                m = (dec[dt - masks.lo] if masks.lo <= dt < masks.hi
+                c = (qt % masks.phases) * masks.offsets + dt - masks.lo
+                m = (dec[c] if masks.lo <= dt < masks.hi
                      else np.zeros((TILE, TILE), dtype=bool))
                 want = dense[qt * TILE:(qt + 1) * TILE, kt * TILE:(kt + 1) * TILE]
                 if want.shape == m.shape and not np.array_equal(m, want):
@@ -112,7 +113,7 @@ def test_natten2d_gets_a_band():
     assert "5 tile offsets" in why and "from tile 2" in why
 
 
-@pytest.mark.parametrize("w,k", [(64, 7), (32, 5), (128, 9), (16, 3)])
+@pytest.mark.parametrize("w,k", [(64, 7), (32, 5), (128, 9), (16, 3), (48, 5), (80, 7)])
 def test_band_masks_equal_the_dense_mask(tmp_path, w, k):
     table = _natten(tmp_path, w, k) if (w, k) != (64, 7) else front(
         ROOT / "samples" / "natten2d.mask", {})
@@ -147,8 +148,6 @@ def test_a_band_one_tile_too_wide_is_caught(tmp_path, w, k):
 
 
 @pytest.mark.parametrize("body,why", [
-    (NATTEN.replace("const W = {w}", "const W = 48").format(w=48, k=5),
-     "not whole grid rows"),
     ("allow k <= q", "no grid family"),
 ])
 def test_refusals(tmp_path, body, why):
@@ -156,6 +155,30 @@ def test_refusals(tmp_path, body, why):
     path.write_text("mask r\n" + body + "\n")
     masks, reason = lattice_offset_masks(front(path, {}), max_len=1 << 14)
     assert masks is None and why in reason, reason
+
+
+def test_phases_and_text_before_the_grid():
+    """A width that does not divide 128 repeats every W / gcd(128, W) tiles (grid_text: 48,
+    3 phases), and text before the grid (77 tokens) leaves key tile 0 out of the masks: the
+    decoded classes equal the dense mask on every band pair with a grid key tile; including
+    key tile 0 (text and grid keys) would not."""
+    table = front(ROOT / "benchmarks" / "generality" / "grid_text.mask", {})
+    masks, why = lattice_offset_masks(table, max_len=1 << 14)
+    assert masks is not None and masks.band is not None, why
+    assert (masks.phases, masks.band.key_tile_lo) == (3, 1)
+    assert "3 tile phases x" in why and "key tiles from 1" in why
+    lengths = _lengths(masks.band)
+    assert _mismatches(table, masks, masks.band, lengths) == []
+    wide = replace(masks.band, key_tile_lo=0)
+    assert _mismatches(table, masks, wide, lengths)
+    one = replace(masks, phases=1, rows=masks.rows[:masks.offsets * TILE])
+    assert _mismatches(table, one, masks.band, lengths)  # a single phase would be wrong
+
+
+def test_too_many_classes_are_refused():
+    table = front(ROOT / "benchmarks" / "generality" / "video3d.mask", {})
+    masks, why = lattice_offset_masks(table, max_len=1 << 14)
+    assert masks is None and "phases x" in why and "more than 64 classes" in why, why
 
 
 def test_show_says_what_was_proved():
@@ -202,7 +225,7 @@ int main() {
       for (int j = 0; j < nt; ++j) {
         // as fetch_mask: the band rule, then the tile offset's words
         if (!cmc_offset_band(t, j, len, cmc_hooks::kBandTileTop, cmc_hooks::kBandTilesBelow,
-                             cmc_hooks::kBandMaxLen))
+                             cmc_hooks::kBandMaxLen, cmc_hooks::kBandKeyTileLo))
           continue;
         printf("%d %d %d\n", len, t, j);
         decode_tile(t, j, len);
@@ -243,12 +266,15 @@ def _host_selected(table, workdir: Path, lengths: list[int]) -> dict[tuple[int, 
 
 
 @needs_gxx
-@pytest.mark.parametrize("w,k", [(64, 7), (32, 5)])
+@pytest.mark.parametrize("w,k", [(64, 7), (32, 5), (48, 5), (0, 0)])
 def test_host_band_selection_equals_the_dense_mask(w, k):
+    """(0, 0): benchmarks/generality/grid_text.mask (width 48: 3 phases; 77 text tokens: key
+    tile 0 keeps the spans)."""
     with tempfile.TemporaryDirectory(prefix="cmc-lattice-") as d:
         workdir = Path(d)
-        table = _natten(workdir, w, k) if (w, k) != (64, 7) else front(
-            ROOT / "samples" / "natten2d.mask", {})
+        table = (front(ROOT / "samples" / "natten2d.mask", {}) if (w, k) == (64, 7) else
+                 front(ROOT / "benchmarks" / "generality" / "grid_text.mask", {})
+                 if (w, k) == (0, 0) else _natten(workdir, w, k))
         band = choose_tiling(table).offset_masks.band  # type: ignore[union-attr]
         assert band is not None
         lengths = _lengths(band)
@@ -260,7 +286,7 @@ def test_host_band_selection_equals_the_dense_mask(w, k):
         for qt in range(nt):
             for j in range(nt):
                 sel = (n, qt, j) in got
-                want_sel = band.holds(qt, n) and (j + 1) * TILE <= n
+                want_sel = band.holds(qt, n, j) and (j + 1) * TILE <= n
                 if sel != want_sel:
                     bad.append(f"len {n} qt {qt} kt {j}: selected {sel}")
                     continue

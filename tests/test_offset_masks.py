@@ -114,7 +114,8 @@ static void decode_tile(int t, int j, int len) {
     const int ct = th % 128, lane = ct % 32;
     const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
     const cmc_uint2 w = cmc_offset_tile_mask(cmc_hooks::offset_masks(), cmc_hooks::kMaskTileLo,
-                                             cmc_hooks::kMaskTileN, t, j, th, len, off);
+                                             cmc_hooks::kMaskTileN, cmc_hooks::kMaskPhases, t, j,
+                                             th, len, off);
     for (int n = 0; n < 16; ++n)
       for (int e = 0; e < 2; ++e) {
         if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';

@@ -99,11 +99,13 @@ template <class H> CMC_DEV int cmc_bwd_offset_class(int qt, int kt, int len) {
   if constexpr (H::kOffsetMasks == 0) {
     return -1;
   } else {
-    if (H::kOffsetBand != 0 &&
-        !cmc_offset_band(qt, kt, len, H::kBandTileTop, H::kBandTilesBelow, H::kBandMaxLen))
+    if (H::kOffsetBand != 0 && !cmc_offset_band(qt, kt, len, H::kBandTileTop, H::kBandTilesBelow,
+                                                H::kBandMaxLen, H::kBandKeyTileLo))
       return -1;
-    const int c = kt - qt - H::kMaskTileLo;
-    return static_cast<unsigned>(c) < static_cast<unsigned>(H::kMaskTileN) ? c : -1;
+    const int d = kt - qt - H::kMaskTileLo;
+    return static_cast<unsigned>(d) < static_cast<unsigned>(H::kMaskTileN)
+               ? (qt % H::kMaskPhases) * H::kMaskTileN + d
+               : -1;
   }
 }
 #if defined(CMC_HOST)

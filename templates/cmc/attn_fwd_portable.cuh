@@ -446,17 +446,19 @@ typedef uint2 cmc_uint2;
 #define CMC_MASK_TABLE static __device__ const cmc_uint2
 #endif
 // The tile mask of the linear tile pair (query tile qt, key tile j) for sm90 consumer
-// thread th, from a per-offset table over the tile offsets [lo, lo + n) (cmc/tiling.py
-// offset_masks; cmc/emit.py sm90_mask_words gives the order): nothing visible outside
-// them, and a key tile that crosses len is cut there (off = 2 (lane % 4)).
-CMC_DEV cmc_uint2 cmc_offset_tile_mask(const cmc_uint2* table, int lo, int n, int qt, int j,
-                                       int th, int len, int off) {
-  const unsigned c = static_cast<unsigned>(j - qt - lo);
+// thread th, from a per-offset table over the tile offsets [lo, lo + n), one block of n per
+// query-tile phase qt % phases (cmc/tiling.py offset_masks, lattice_offset_masks;
+// cmc/emit.py sm90_mask_words gives the order): nothing visible outside them, and a key
+// tile that crosses len is cut there (off = 2 (lane % 4)).
+CMC_DEV cmc_uint2 cmc_offset_tile_mask(const cmc_uint2* table, int lo, int n, int phases, int qt,
+                                       int j, int th, int len, int off) {
+  const unsigned d = static_cast<unsigned>(j - qt - lo);
+  const unsigned c = static_cast<unsigned>(qt % phases) * static_cast<unsigned>(n) + d;
   cmc_uint2 w = {0u, 0u};
 #if defined(CMC_HOST)
-  if (c < static_cast<unsigned>(n)) w = table[c * 256 + th];
+  if (d < static_cast<unsigned>(n)) w = table[c * 256 + th];
 #else
-  if (c < static_cast<unsigned>(n)) w = __ldg(table + c * 256 + th);
+  if (d < static_cast<unsigned>(n)) w = __ldg(table + c * 256 + th);
 #endif
   if (j * 128 + 128 > len) {
     const unsigned cut = cmc_colmask32(0, len - j * 128, off);
@@ -467,12 +469,13 @@ CMC_DEV cmc_uint2 cmc_offset_tile_mask(const cmc_uint2* table, int lo, int n, in
 }
 // The linear tile pair (query tile qt, key tile j) is in the band of a lattice proof
 // (cmc/tiling.py lattice_offset_masks, ir.LinearBand): qt >= tile_top, tiles_below whole
-// tiles below qt at this len, len <= max_len, and key tile j wholly below len; only then
-// does the per-offset table give its mask (the others evaluate the spans).
+// tiles below qt at this len, len <= max_len, key tile j wholly in the grid (j >= key_lo)
+// and wholly below len; only then does the per-offset table give its mask (the others
+// evaluate the spans).
 CMC_DEV bool cmc_offset_band(int qt, int j, int len, int tile_top, int tiles_below,
-                             int max_len) {
+                             int max_len, int key_lo) {
   return qt >= tile_top && (qt + 1 + tiles_below) * 128 <= len && len <= max_len &&
-         j * 128 + 128 <= len;
+         j >= key_lo && j * 128 + 128 <= len;
 }
 #if defined(CMC_HOST)
 CMC_DEV void cmc_or_word(unsigned* w, unsigned v) { *w |= v; }

@@ -608,14 +608,14 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
           } else if constexpr (!kPatch && H::kOffsetMasks != 0 && H::kOffsetBand != 0) {
             // proved for a band of query tiles only (H::kOffsetBand): the others keep the spans
             mw_ok = cmc_offset_band(it.qt, j, len, H::kBandTileTop, H::kBandTilesBelow,
-                                    H::kBandMaxLen);
+                                    H::kBandMaxLen, H::kBandKeyTileLo);
             if (mw_ok)
-              mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN, it.qt,
-                                        j, cw * 128 + ctid, len, off);
+              mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN,
+                                        H::kMaskPhases, it.qt, j, cw * 128 + ctid, len, off);
           } else if constexpr (!kPatch && H::kOffsetMasks != 0) {
             // a linear tile pair's mask depends only on j - qt (H::kOffsetMasks)
-            mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN, it.qt,
-                                      j, cw * 128 + ctid, len, off);
+            mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN,
+                                      H::kMaskPhases, it.qt, j, cw * 128 + ctid, len, off);
           }
           (void)j;
         };
