@@ -175,6 +175,25 @@ def test_phases_and_text_before_the_grid():
     assert _mismatches(table, one, masks.band, lengths)  # a single phase would be wrong
 
 
+@pytest.mark.parametrize("path", ["samples/natten2d.mask",
+                                  "benchmarks/generality/grid_text.mask"])
+def test_band_manifests_pass_the_schema(tmp_path, path):
+    """The manifest's tiling.offset_masks with a band (and phases, key_tile_lo) conforms to
+    schema/manifest.schema.json: `cmc inspect` refused natten2d's band until 2026-12-05."""
+    from cmc.driver import compile_file
+    from cmc.manifest_check import schema_problems
+
+    art = compile_file(ROOT / path, tmp_path, archs=["sm_90a"], dtypes=["bf16"],
+                       head_dims=[64], backward=False)
+    import json
+
+    m = json.loads((art / "manifest.json").read_text())
+    om = [k["tiling"]["offset_masks"] for k in m["kernels"] if k["kernel"] == "sm90"]
+    assert om and om[0] and "band" in om[0]
+    assert ("phases" in om[0]) == path.endswith("grid_text.mask")
+    assert schema_problems(m) == []
+
+
 def test_too_many_classes_are_refused():
     table = front(ROOT / "benchmarks" / "generality" / "video3d.mask", {})
     masks, why = lattice_offset_masks(table, max_len=1 << 14)

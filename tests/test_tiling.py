@@ -105,13 +105,14 @@ def test_unaligned_origin_gets_patches():
 def test_grid_text_stays_linear_by_its_counts():
     """grid_text (text 77, width 48, radius 6): its grid is recognised and counted; 128-token
     linear tiles span 2.7 grid rows of 48 and compute fewer pairs than any patch whose
-    columns divide 48, so it stays linear, and the reason says so with the counts."""
+    columns divide 48, so it stays linear, and the reason says so with the counts; its
+    linear tiles get band masks of 3 tile phases from key tile 1 (lattice_offset_masks)."""
     t = choose_tiling(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"))
-    assert t.kind == "linear"
-    assert t.reason == ("computed pairs at len 3149: linear 2670592; 16x8 3424256; 8x16 "
-                        "3325952: linear tiles; no band tile masks: grid width 48 (origin 77): "
-                        "a linear tile is not whole grid rows (the width must divide 128 and "
-                        "the origin)")
+    assert t.kind == "linear" and t.offset_masks is not None
+    assert t.reason.startswith("computed pairs at len 3149: linear 2670592; 16x8 3424256; "
+                               "8x16 3325952: linear tiles; band tile masks: tile masks of 15 "
+                               "classes, 3 tile phases x 5 tile offsets (-2..2), key tiles "
+                               "from 1 for interior query tiles")
     src = emit(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"), archs=("sm_90a",))
     assert {v.tiling.reason for v in src.variants} == {t.reason}  # the manifest's, not "default"
 
