@@ -17,7 +17,7 @@ patches), and it is counted as a whole tile: the kernel computes all of it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -374,6 +374,24 @@ def _grid_intervals(table: IntervalTable, o: int, q: np.ndarray, lmin: np.ndarra
             yield fixed, ok, np.where(ok, lo0 - q, 0), np.where(ok, hi0 - q, 0)
 
 
+def _least(holds: Callable[[int], bool], top: int) -> int | None:
+    """The least n in [0, top] with holds(n), for a property monotone in n (false, then true
+    from some n on), or None: doubling steps, then bisection of the last step."""
+    n, step = 0, 1
+    while n <= top and not holds(n):
+        n, step = n + step, step * 2
+    if n > top:
+        return None
+    lo = n - step // 2 + 1 if step > 1 else n
+    while lo < n:
+        mid = (lo + n) // 2
+        if holds(mid):
+            n = mid
+        else:
+            lo = mid + 1
+    return n
+
+
 def interior_patch_masks(table: IntervalTable,
                          tiling: Tiling) -> tuple[PatchMasks | None, str]:
     """The per-offset tile masks of the interior query patches of a patch tiling whose
@@ -452,21 +470,10 @@ def interior_patch_masks(table: IntervalTable,
         except _ReadsLen:
             return False
 
-    top = npy * ph - row_top * ph
-    rb, step = 0, 1
-    while rb <= top and not len_free(rb):
-        rb, step = rb + step, step * 2
-    if rb > top:
+    least = _least(len_free, npy * ph - row_top * ph)
+    if least is None:
         return None, "no interior patch row has a window that does not depend on len"
-    good = rb
-    lo = rb - step // 2 + 1 if step > 1 else rb
-    while lo < good:  # the least rows_below: len_free is monotone in it
-        mid = (lo + good) // 2
-        if len_free(mid):
-            good = mid
-        else:
-            lo = mid + 1
-    rows_below = good
+    rows_below = least
     dmin, dmax = min(a for a, _ in rel), max(b for _, b in rel)
     seen_d = np.zeros(dmax - dmin, dtype=bool)
     for a, b in rel:
@@ -720,21 +727,10 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
         except _ReadsLen:
             return False
 
-    top = nqt - t_top
-    tb, step = 0, 1
-    while tb <= top and not len_free(tb):
-        tb, step = tb + step, step * 2
-    if tb > top:
+    least = _least(len_free, nqt - t_top)
+    if least is None:
         return None, "no band of query tiles has windows that do not depend on len"
-    good = tb
-    lo = tb - step // 2 + 1 if step > 1 else tb
-    while lo < good:  # the least tiles_below: len_free is monotone in it
-        mid = (lo + good) // 2
-        if len_free(mid):
-            good = mid
-        else:
-            lo = mid + 1
-    tiles_below = good
+    tiles_below = least
     every = [x for r in rel for x in r if x[0].any()]
     dmin = min(int(loc[okc].min()) for okc, loc, _ in every)
     dmax = max(int(hic[okc].max()) for okc, _, hic in every) - 1
