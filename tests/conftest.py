@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples").glob("*.mask"))
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
+HOST_HEAD = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+             "#include <vector>\n#define CMC_HOST 1\n")
+
+
+def host_build(source: str, main: str, exe: Path, defines: str = "",
+               sanitize: bool = True) -> Path:
+    """An emitted .cu compiled for the host (CMC_HOST) with a test's main() into exe (its
+    source beside it as .cpp); asserts that it builds. sanitize: -Wall and UBSan."""
+    cpp = exe.with_suffix(".cpp")
+    cpp.write_text(HOST_HEAD + defines + source + main)
+    flags = ["-Wall", "-fsanitize=undefined", "-fno-sanitize-recover=all"] if sanitize else []
+    r = subprocess.run([str(GXX), "-std=c++17", "-O1", *flags, "-Wno-unused-function",
+                        "-Wno-unused-variable", "-o", str(exe), str(cpp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    return exe
 
 # Small constants so that exhaustive checks at lengths <= 40 see every region of a mask.
 SMALL_DEFINES: dict[str, dict[str, int]] = {

@@ -11,7 +11,6 @@ grid: key tile 0 keeps the spans), in dq.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,11 +19,8 @@ import pytest
 
 from cmc.driver import Options, back, front
 
-from .conftest import ROOT
+from .conftest import ROOT, host_build, needs_gxx
 from .test_tiling import _dense
-
-GXX = shutil.which("g++")
-needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
 
 MAIN = r"""
 static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
@@ -79,13 +75,8 @@ def _decode(path: Path, defines: dict[str, int], n: int, workdir: Path, kv: bool
     table = front(path, defines)
     src = back(table, Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,)))
     assert ("cmc_offset_mask_words_t[" in src.text) == kv
-    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-            f"#include <vector>\n#define CMC_HOST 1\n#define KV {int(kv)}\n")
-    cpp, exe = workdir / f"{path.stem}_offset.cpp", workdir / f"{path.stem}_offset"
-    cpp.write_text(head + src.text + MAIN)
-    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wno-unused-function", "-Wno-unused-variable",
-                        "-o", str(exe), str(cpp)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-6000:]
+    exe = host_build(src.text, MAIN, workdir / f"{path.stem}_offset",
+                     defines=f"#define KV {int(kv)}\n", sanitize=False)
     vis = _dense(table, n)
     out = []
     for swap in (0, 1):

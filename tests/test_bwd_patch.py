@@ -14,7 +14,6 @@ transposed table (kv), the counts the notes use.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,12 +25,9 @@ from cmc.driver import front
 from cmc.ir import Tiling
 from cmc.tiling import computed_pairs, tile_ids
 
-from .conftest import ROOT
+from .conftest import ROOT, host_build, needs_gxx
 from .conftest import emit_tiled as emit
 from .test_tiling import _dense
-
-GXX = shutil.which("g++")
-needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
 
 MAIN = r"""
 static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
@@ -78,16 +74,8 @@ int main() {
 
 def _build(table, tiling: Tiling, workdir: Path) -> tuple[Path, object]:
     src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
-    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-            "#include <vector>\n#define CMC_HOST 1\n")
-    cpp = workdir / "bwd_patch.cpp"
-    exe = workdir / "bwd_patch"
-    cpp.write_text(head + src.text + MAIN.replace("DESC", src.layout.struct_name))
-    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
-                        "-Wno-unused-variable", "-fsanitize=undefined",
-                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-6000:]
+    exe = host_build(src.text, MAIN.replace("DESC", src.layout.struct_name),
+                     workdir / "bwd_patch")
     return exe, src.transposed
 
 
@@ -279,13 +267,7 @@ def test_host_dq_patch_reads_the_forward_tile_masks(shape, workdir):
     assert masks is not None, why
     tiling = replace(tiling, masks=masks)
     src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
-    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-            "#include <vector>\n#define CMC_HOST 1\n")
-    cpp, exe = workdir / f"dq_masks_{ph}.cpp", workdir / f"dq_masks_{ph}"
-    cpp.write_text(head + src.text + MASK_MAIN)
-    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wno-unused-function", "-Wno-unused-variable",
-                        "-o", str(exe), str(cpp)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-6000:]
+    exe = host_build(src.text, MASK_MAIN, workdir / f"dq_masks_{ph}", sanitize=False)
     n = 128 + 32 * (4 * ph) + 9  # four patch rows and a cut one
     out = subprocess.run([str(exe)], input=str(n), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -366,13 +348,7 @@ def test_host_kv_patch_reads_the_transposed_tile_masks(shape, workdir):
     tiling = replace(tiling, masks=masks)
     src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
     assert "cmc_patch_mask_words_t[" in src.text
-    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-            "#include <vector>\n#define CMC_HOST 1\n")
-    cpp, exe = workdir / f"kv_masks_{ph}.cpp", workdir / f"kv_masks_{ph}"
-    cpp.write_text(head + src.text + KV_MASK_MAIN)
-    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wno-unused-function", "-Wno-unused-variable",
-                        "-o", str(exe), str(cpp)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-6000:]
+    exe = host_build(src.text, KV_MASK_MAIN, workdir / f"kv_masks_{ph}", sanitize=False)
     n = 128 + 32 * (4 * ph) + 9  # four patch rows and a cut one
     vis = _dense(table, n)
     ids = tile_ids(tiling, n)

@@ -14,7 +14,6 @@ select and decode the same masks; border query tiles select nothing.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -29,12 +28,9 @@ from cmc.evaluate import Env, eval_pred
 from cmc.ir import TILE, LinearBand, OffsetMasks
 from cmc.tiling import choose_tiling, lattice_offset_masks
 
-from .conftest import ROOT
+from .conftest import ROOT, host_build, needs_gxx
 from .conftest import emit_tiled as emit
 from .test_offset_masks import DECODE_TILE
-
-GXX = shutil.which("g++")
-needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
 
 NATTEN = """doc "clamped neighbourhood"
 const W = {w}
@@ -260,16 +256,7 @@ def _host_selected(table, workdir: Path, lengths: list[int]) -> dict[tuple[int, 
     t = choose_tiling(table)
     assert t.offset_masks is not None and t.offset_masks.band is not None, t.reason
     src = emit(table, archs=("sm_90a",), tiling=t)
-    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-            "#include <vector>\n#define CMC_HOST 1\n")
-    cpp = workdir / f"{table.mask.name}.cpp"
-    exe = workdir / table.mask.name
-    cpp.write_text(head + src.text + MAIN)
-    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
-                        "-Wno-unused-variable", "-fsanitize=undefined",
-                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-6000:]
+    exe = host_build(src.text, MAIN, workdir / table.mask.name)
     r = subprocess.run([str(exe)], input=" ".join(map(str, [len(lengths), *lengths])),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]

@@ -9,7 +9,6 @@ for every (query tile, key tile) pair of a few lengths (including a key tile cut
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -25,11 +24,8 @@ from cmc.evaluate import Env, eval_pred
 from cmc.ir import LINEAR, OffsetMasks, Tiling
 from cmc.tiling import MAX_MASK_CLASSES, choose_tiling, offset_masks
 
-from .conftest import ROOT
+from .conftest import ROOT, host_build, needs_gxx
 from .conftest import emit_tiled as emit
-
-GXX = shutil.which("g++")
-needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
 
 
 def _mask(tmp_path: Path, body: str, name: str = "m"):
@@ -141,17 +137,7 @@ int main() {
 
 def _build(table, tiling: Tiling, workdir: Path) -> Path:
     src = emit(table, archs=("sm_90a",), tiling=tiling)
-    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-            "#include <vector>\n#define CMC_HOST 1\n")
-    cpp = workdir / f"{table.mask.name}.cpp"
-    exe = workdir / table.mask.name
-    cpp.write_text(head + src.text + MAIN)
-    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
-                        "-Wno-unused-variable", "-fsanitize=undefined",
-                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-6000:]
-    return exe
+    return host_build(src.text, MAIN, workdir / table.mask.name)
 
 
 def _mismatches(table, exe: Path, lengths: list[int]) -> list[str]:

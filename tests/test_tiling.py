@@ -11,7 +11,6 @@ other terms' spans are exactly the visible keys (what the kernel ORs into its co
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -25,11 +24,8 @@ from cmc.evaluate import Env, eval_pred
 from cmc.ir import LINEAR, Tiling
 from cmc.tiling import choose_tiling, computed_pairs, patch_masks, tile_ids
 
-from .conftest import ROOT
+from .conftest import ROOT, host_build, needs_gxx
 from .conftest import emit_tiled as emit
-
-GXX = shutil.which("g++")
-needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross-check")
 
 
 def _table(stem: str, defines: dict[str, int] | None = None):
@@ -279,17 +275,8 @@ int main() {
 
 def _build(table, tiling: Tiling, workdir: Path) -> Path:
     src = emit(table, archs=("sm_90a",), tiling=tiling)
-    head = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-            "#include <vector>\n#define CMC_HOST 1\n")
-    cpp = workdir / "patch.cpp"
-    exe = workdir / "patch"
-    cpp.write_text(head + src.text + PATCH_MAIN.replace("DESC", src.layout.struct_name))
-    r = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function",
-                        "-Wno-unused-variable", "-fsanitize=undefined",
-                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-6000:]
-    return exe
+    return host_build(src.text, PATCH_MAIN.replace("DESC", src.layout.struct_name),
+                      workdir / "patch")
 
 
 def _dense(table, length: int) -> np.ndarray:
