@@ -247,6 +247,23 @@ def check_reference_grads_against_sdpa(torch: Any, device: str, lengths: Sequenc
         assert torch.allclose(got, want, atol=1e-10)
 
 
+def gpu_inputs(torch: Any, lengths: list[int], dtype: str, d: int, hq: int, hkv: int,
+               seed: int, packed: bool, kw: dict[str, Any]) -> tuple[tuple[Any, ...],
+                                                                     tuple[Any, ...]]:
+    """q, k, v, dO [T, H, D] drawn from seed on the GPU, and the same as the call takes them:
+    packed (kw gets cu_seqlens) or the batch layout [B, L, H, D] of equal lengths."""
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    t = sum(lengths)
+    flat = tuple(torch.randn((t, h, d), generator=g, device="cuda").to(dt)
+                 for h in (hq, hkv, hkv, hq))
+    if packed:
+        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
+                                        dtype=torch.int32, device="cuda")
+        return flat, flat
+    return flat, tuple(x.view(len(lengths), lengths[0], x.shape[1], d) for x in flat)
+
+
 def backward_case(torch: Any, mask: Any, packed: bool, lengths: list[int], dtype: str, d: int,
                   hq: int, hkv: int, seed: int) -> dict[str, Any]:
     """Inputs of a backward check on the GPU and their float64 reference gradients: q, k, v,
@@ -259,18 +276,8 @@ def backward_case(torch: Any, mask: Any, packed: bool, lengths: list[int], dtype
     scal = scalar_values(mask, seed)
     per_seq = [seq_params(mask, n, seed + j, rng, scal) for j, n in enumerate(lengths)]
     kw = call_params(mask, per_seq)
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    (q, k, v, do), shaped = gpu_inputs(torch, lengths, dtype, d, hq, hkv, seed, packed, kw)
     t = sum(lengths)
-    q, k, v, do = (torch.randn((t, h, d), generator=g, device="cuda").to(dt)
-                   for h in (hq, hkv, hkv, hq))
-    if packed:
-        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
-                                        dtype=torch.int32, device="cuda")
-        shaped = (q, k, v, do)
-    else:
-        b, n = len(lengths), lengths[0]
-        shaped = tuple(x.view(b, n, x.shape[1], d) for x in (q, k, v, do))
     masks = oracle_masks(torch, mask, lengths, per_seq, "cuda")
     scale = 1.0 / math.sqrt(d)
     _, _, rdq, rdk, rdv = reference_grads(torch, q, k, v, do, lengths, masks, scale)

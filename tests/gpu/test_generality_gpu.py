@@ -29,7 +29,15 @@ import numpy as np
 import pytest
 
 from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
-from .harness import call_params, compare, compare_grads, oracle_masks, reference, reference_grads
+from .harness import (
+    call_params,
+    compare,
+    compare_grads,
+    gpu_inputs,
+    oracle_masks,
+    reference,
+    reference_grads,
+)
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from masks import GENERALITY  # noqa: E402
@@ -86,18 +94,8 @@ def setup(index: int, spec: Any, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     per_seq = [spec.make_params(rng, n) for n in lengths]
     kw = call_params(mask, per_seq)
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    t = sum(lengths)
-    q, k, v, do = (torch.randn((t, h, d), generator=g, device="cuda").to(dt)
-                   for h in (hq, hkv, hkv, hq))
-    if packed:
-        kw["cu_seqlens"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]),
-                                        dtype=torch.int32, device="cuda")
-        shaped = (q, k, v, do)
-    else:
-        shaped = tuple(x.view(len(lengths), lengths[0], x.shape[1], d) for x in (q, k, v, do))
-    return {"kw": kw, "flat": (q, k, v, do), "shaped": shaped, "lengths": lengths,
+    flat, shaped = gpu_inputs(torch, lengths, dtype, d, hq, hkv, seed, packed, kw)
+    return {"kw": kw, "flat": flat, "shaped": shaped, "lengths": lengths,
             "masks": oracle_masks(torch, mask, lengths, per_seq, "cuda"), "packed": packed,
             "scale": 1.0 / math.sqrt(d), "what": f"{spec.key} {'packed' if packed else 'batch'} "
                                                  f"{dtype} d{d} h{hq}/{hkv}"}
