@@ -248,6 +248,43 @@ int main() {
 """
 
 
+def _masked_clear(shape: tuple[int, int]):
+    """A small CLEAR (text 128, width 32, radius 5) on patches of `shape` with its proven
+    tile masks, and its emitted source with the sm90 backward kinds."""
+    from dataclasses import replace
+
+    from cmc.tiling import patch_masks
+
+    table = front(ROOT / "samples" / "clear.mask", {"TEXT": 128, "W": 32, "R": 5})
+    tiling = Tiling("patch", 128, 32, *shape, "test")
+    masks, why = patch_masks(table, tiling)
+    assert masks is not None, why
+    tiling = replace(tiling, masks=masks)
+    return table, tiling, emit(table, archs=("sm_90a",), tiling=tiling, backward=True,
+                               bwd_kernel="auto")
+
+
+def _masked_clear_case(table, tiling: Tiling):
+    """The length (four patch rows and a cut one), the dense mask, each tile's tokens, and
+    the [patch, local] tokens of the patches, patch-major as the kernels number them."""
+    from cmc.tiling import patch_tokens
+
+    ph = tiling.patch_rows
+    n = 128 + 32 * (4 * ph) + 9
+    ids = tile_ids(tiling, n)
+    toks = [np.nonzero(ids == t)[0] for t in range(tiling.query_tiles(n))]
+    return n, _dense(table, n), toks, patch_tokens(tiling, 5 * ph)
+
+
+def _pairs(stdout: str):
+    """(t, j) and the 128 x 128 bool mask of each block a host main printed ("t j", then 128
+    rows of '0' / '1')."""
+    lines = stdout.split("\n")
+    for pos in range(0, len(lines) - 1, 129):
+        t, j = map(int, lines[pos].split())
+        yield (t, j), np.array([[ch == "1" for ch in row] for row in lines[pos + 1:pos + 129]])
+
+
 @needs_gxx
 @pytest.mark.parametrize("shape", [(8, 16), (16, 8)])
 def test_host_dq_patch_reads_the_forward_tile_masks(shape, workdir):
@@ -256,32 +293,13 @@ def test_host_dq_patch_reads_the_forward_tile_masks(shape, workdir):
     consumer thread's words). That decoding, compiled from the emitted source with the real
     table, cmc_patch_class_of and the kernel's bit helper, equals the dense mask on every
     pair that has a class."""
-    from dataclasses import replace
-
-    from cmc.tiling import patch_masks
-
-    table = front(ROOT / "samples" / "clear.mask", {"TEXT": 128, "W": 32, "R": 5})
-    ph, pw = shape
-    tiling = Tiling("patch", 128, 32, ph, pw, "test")
-    masks, why = patch_masks(table, tiling)
-    assert masks is not None, why
-    tiling = replace(tiling, masks=masks)
-    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
-    exe = host_build(src.text, MASK_MAIN, workdir / f"dq_masks_{ph}", sanitize=False)
-    n = 128 + 32 * (4 * ph) + 9  # four patch rows and a cut one
+    table, tiling, src = _masked_clear(shape)
+    exe = host_build(src.text, MASK_MAIN, workdir / f"dq_masks_{shape[0]}", sanitize=False)
+    n, vis, toks, local = _masked_clear_case(table, tiling)
     out = subprocess.run([str(exe)], input=str(n), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    vis = _dense(table, n)
-    ids = tile_ids(tiling, n)
-    toks = [np.nonzero(ids == t)[0] for t in range(tiling.query_tiles(n))]
-    from cmc.tiling import patch_tokens
-
-    local = patch_tokens(tiling, 5 * ph)  # [patch, local] token, patch-major as the kernel's
-    lines = out.stdout.split("\n")
     pairs = 0
-    for pos in range(0, len(lines) - 1, 129):
-        t, j = map(int, lines[pos].split())
-        got = np.array([[ch == "1" for ch in row] for row in lines[pos + 1:pos + 129]])
+    for (t, j), got in _pairs(out.stdout):
         qt, kt = local[t - 1], local[j - 1]  # one linear tile (the 128 text tokens) first
         assert (kt < n).all(), "a class for a key patch cut by len"
         rows = qt < n  # rows past len: P = 0 by their LSE offset, whatever the bits say
@@ -336,34 +354,17 @@ def test_host_kv_patch_reads_the_transposed_tile_masks(shape, workdir):
     That decoding, compiled from the emitted source with the real table, cmc_patch_class_of
     and the kernel's bit helper, equals the dense mask transposed on every pair that has a
     class; the same decoding with the halves swapped differs (the comparison can fail)."""
-    from dataclasses import replace
-
-    from cmc.tiling import patch_masks, patch_tokens
-
-    table = front(ROOT / "samples" / "clear.mask", {"TEXT": 128, "W": 32, "R": 5})
-    ph, pw = shape
-    tiling = Tiling("patch", 128, 32, ph, pw, "test")
-    masks, why = patch_masks(table, tiling)
-    assert masks is not None, why
-    tiling = replace(tiling, masks=masks)
-    src = emit(table, archs=("sm_90a",), tiling=tiling, backward=True, bwd_kernel="auto")
+    table, tiling, src = _masked_clear(shape)
     assert "cmc_patch_mask_words_t[" in src.text
-    exe = host_build(src.text, KV_MASK_MAIN, workdir / f"kv_masks_{ph}", sanitize=False)
-    n = 128 + 32 * (4 * ph) + 9  # four patch rows and a cut one
-    vis = _dense(table, n)
-    ids = tile_ids(tiling, n)
-    toks = [np.nonzero(ids == t)[0] for t in range(tiling.query_tiles(n))]
-    local = patch_tokens(tiling, 5 * ph)  # [patch, local] token, patch-major as the kernel's
+    exe = host_build(src.text, KV_MASK_MAIN, workdir / f"kv_masks_{shape[0]}", sanitize=False)
+    n, vis, toks, local = _masked_clear_case(table, tiling)
 
     def mismatches(swap: int) -> tuple[int, int]:
         out = subprocess.run([str(exe)], input=f"{n} {swap}", capture_output=True, text=True,
                              timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
-        lines = out.stdout.split("\n")
         pairs = bad = 0
-        for pos in range(0, len(lines) - 1, 129):
-            t, j = map(int, lines[pos].split())
-            got = np.array([[ch == "1" for ch in row] for row in lines[pos + 1:pos + 129]])
+        for (t, j), got in _pairs(out.stdout):
             qt, kt = local[t - 1], local[j - 1]  # one linear tile (the 128 text tokens) first
             assert (kt < n).all(), "a class for a key patch cut by len"
             cols = qt < n  # query rows past len: zero Q, dO, Dsum add 0, whatever the bits say
