@@ -363,6 +363,17 @@ CMC_DEV void kv_issue(unsigned base, int buf, const Desc& desc, const cmc_bwd_ar
   }
 }
 
+// S (or S^T) = A B^T and dP = A' B'^T over the head dim, issued as two commit groups (the
+// caller waits for S with wg_wait<1>, after any loads it wants under the GEMMs).
+template <bool BF16, int D, int ROWS_A, int ROWS_B>
+CMC_DEV void issue_s_dp(float* s, float* dp, unsigned a, unsigned b, unsigned a2, unsigned b2) {
+  wg_fence();
+  ss_headdim<BF16, D, ROWS_A, ROWS_B>(s, a, b);
+  wg_commit();
+  ss_headdim<BF16, D, ROWS_A, ROWS_B>(dp, a2, b2);
+  wg_commit();
+}
+
 // Writes a warpgroup's [64 x D] fp32 accumulator (wgmma layout, rows r0 .. r0 + 63 of the
 // [kBN][D] staging tile at `stage`) times mul as rows of the dtype to global memory.
 template <bool BF16, int D>
@@ -651,11 +662,7 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 
     // S^T and dP^T (two commit groups).
     float s[32], dp[32];
-    wg_fence();
-    ss_headdim<BF16, D, kBN, kBM>(s, kA, qB);
-    wg_commit();
-    ss_headdim<BF16, D, kBN, kBM>(dp, vA, doB);
-    wg_commit();
+    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
     // The forward's linear offset mask of the pair (query tile j / 2, key tile of k0) where
     // the tile stage proved one (cmc_bwd_offset_class), transposed to this thread's key rows
     // (HT::offset_masks_t, cmc/emit.py sm90_kv_mask_words): the word of query half j % 2,
@@ -844,11 +851,7 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     const int r0 = 64 * hh;
 
     float s[32], dp[32];
-    wg_fence();
-    ss_headdim<BF16, D, kBN, kBM>(s, kA, qB);
-    wg_commit();
-    ss_headdim<BF16, D, kBN, kBM>(dp, vA, doB);
-    wg_commit();
+    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
     // The forward's per-offset tile mask of the pair (query tile j, key tile kt) where the
     // tile stage proved one (H::kPatchMasks; class from the forward geometry and hooks H),
     // transposed to this thread's key rows (HT::patch_masks_t, cmc/emit.py

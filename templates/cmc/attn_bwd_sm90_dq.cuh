@@ -199,11 +199,7 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 
     // S and dP (two commit groups).
     float s[32], dp[32];
-    wg_fence();
-    ss_headdim<BF16, D, kDqRows, kDqKeys>(s, qA, kb);
-    wg_commit();
-    ss_headdim<BF16, D, kDqRows, kDqKeys>(dp, doA, vb);
-    wg_commit();
+    issue_s_dp<BF16, D, kDqRows, kDqKeys>(s, dp, qA, kb, doA, vb);
     wg_wait<1>();
     fence_regs<32>(s);
 
@@ -348,11 +344,7 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     }
 
     float s[32], dp[32];
-    wg_fence();
-    ss_headdim<BF16, D, kDqRows, kDqKeys>(s, qA, kb);
-    wg_commit();
-    ss_headdim<BF16, D, kDqRows, kDqKeys>(dp, doA, vb);
-    wg_commit();
+    issue_s_dp<BF16, D, kDqRows, kDqKeys>(s, dp, qA, kb, doA, vb);
     wg_wait<1>();
     fence_regs<32>(s);
 
