@@ -305,26 +305,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 {"ARCH": c.arch.upper(), "arch": c.arch, "file": _c_string(c.filename)}
                 for c in cubins
             ],
-        }
-        if ks.pass_ is Pass.BACKWARD:
-            bwd_variants.append({
-                **common,
-                "role": ks.role,
-                "heads": "heads_kv" if "heads_kv" in ks.grid else "heads_q",
-                "tiling": 1 if v.tiling.kind == "patch" else 0,
-                "origin": v.tiling.origin,
-                "width": v.tiling.width,
-                "patch_rows": v.tiling.patch_rows,
-                "patch_cols": v.tiling.patch_cols,
-                "min_len": v.tiling.min_len,
-                "max_len": v.tiling.max_len() or 0,
-            })
-            continue
-        variants.append({
-            **common,
-            "persistent": ks.persistent,
-            "tensor_maps": len(ks.tensor_maps),
-            "box_rows": v.tiling.box_rows,
+            # the tiling the kernel follows (grid rules, query_tiles)
             "tiling": 1 if v.tiling.kind == "patch" else 0,
             "origin": v.tiling.origin,
             "width": v.tiling.width,
@@ -332,6 +313,19 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
             "patch_cols": v.tiling.patch_cols,
             "min_len": v.tiling.min_len,
             "max_len": v.tiling.max_len() or 0,
+        }
+        if ks.pass_ is Pass.BACKWARD:
+            bwd_variants.append({
+                **common,
+                "role": ks.role,
+                "heads": "heads_kv" if "heads_kv" in ks.grid else "heads_q",
+            })
+            continue
+        variants.append({
+            **common,
+            "persistent": ks.persistent,
+            "tensor_maps": len(ks.tensor_maps),
+            "box_rows": v.tiling.box_rows,
         })
     return _jinja().get_template("header.h.j2").render(
         name=name,
