@@ -478,9 +478,10 @@ ReadDevice = Callable[[ArrayInfo], np.ndarray]
 
 
 def _on_stream(q: Any, lib: str, stream: int | None) -> contextlib.AbstractContextManager[Any]:
-    """Allocate on the launch stream when it is not the library's current one (`stream=`):
-    torch's and CuPy's pools tie a block to the stream it was allocated on, so a block freed
-    after our kernels wrote it on another stream could be reused before they finish."""
+    """Allocate on `stream` (a launch stream the caller named; None: the current one) when it
+    is not the library's current one: torch's and CuPy's pools tie a block to the stream it
+    was allocated on, so a block freed after our kernels wrote it on another stream could be
+    reused before they finish."""
     if stream is None or stream == current_stream_of(q):
         return contextlib.nullcontext()
     if lib == "torch":

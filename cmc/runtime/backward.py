@@ -166,7 +166,7 @@ def run_backward(attn: Attention, dout: Any, q: Any, k: Any, v: Any, out: Any, l
             if n in given:
                 outs[n] = dq if n == "dq" else dk if n == "dk" else dv
             else:
-                outs[n] = empty_like_q(x, xi, lib, sh)
+                outs[n] = empty_like_q(x, xi, lib, sh if stream is not None else None)
                 given[n] = describe(outs[n], n, sh)
                 st[n] = _check_one(n, given[n], packed, True)
         if not (geo.tokens and batch and geo.heads_q and mlen):

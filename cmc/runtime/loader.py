@@ -320,6 +320,9 @@ class Attention:
                                      f"do not pass {', '.join(given)} with it")
         lib = library_of(q)
         sh = stream_handle(stream) if stream is not None else current_stream_of(q)
+        # outputs are allocated on the launch stream only when the caller named one
+        # (arrays.empty_like_q); otherwise the library's current stream is sh already
+        alloc = sh if stream is not None else None
         qi = describe(q, "q", sh)
         if qi.device is None:
             qi = replace(qi, device=_driver.pointer_device(qi.ptr)) if qi.ptr else \
@@ -337,13 +340,13 @@ class Attention:
                     if rec is not None:
                         self._launches.move_to_end(key)
             if rec is not None and rec.plan() is plan:
-                return self._replay(rec, plan, q, qi, lib, out, return_lse)
+                return self._replay(rec, plan, q, qi, lib, out, return_lse, alloc)
         assert qi.device is not None
         device = qi.device
         dk = self._kernels(device)
         with _driver.on_device(device):
             return self._launch(dk, lib, sh, q, qi, k, v, out, scale, return_lse,
-                                cu_seqlens, max_len, params, plan)
+                                cu_seqlens, max_len, params, plan, alloc)
 
     def backward(self, dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *,
                  scale: float | None = None, cu_seqlens: Any = None, max_len: int | None = None,
@@ -363,12 +366,12 @@ class Attention:
                             deterministic=deterministic, dq=dq, dk=dk, dv=dv, params=params)
 
     def _replay(self, rec: _Launch, plan: Plan, q: Any, qi: ArrayInfo, lib: str, out: Any,
-                return_lse: bool) -> Any:
+                return_lse: bool, alloc: int | None) -> Any:
         desc = bytearray(rec.desc)
         if out is None:  # else the key holds out's pointer, and the descriptor has it
-            out = _empty_like_q(q, qi, lib, rec.stream)
+            out = _empty_like_q(q, qi, lib, alloc)
             struct.pack_into("<Q", desc, rec.o_offset, describe(out, "out", rec.stream).ptr)
-        lse = _empty_lse(q, qi, lib, rec.heads_q, rec.tokens, rec.stream) if return_lse else None
+        lse = _empty_lse(q, qi, lib, rec.heads_q, rec.tokens, alloc) if return_lse else None
         if lse is not None:
             struct.pack_into("<Q", desc, rec.lse_offset, describe(lse, "lse", rec.stream).ptr)
         buf = ctypes.create_string_buffer(bytes(desc), len(desc))
@@ -397,14 +400,15 @@ class Attention:
 
     def _launch(self, dk: _DeviceKernels, lib: str, sh: int, q: Any, qi: ArrayInfo, k: Any,
                 v: Any, out: Any, scale: Any, return_lse: bool, cu_seqlens: Any, max_len: Any,
-                params: Mapping[str, Any], plan: Plan | None = None) -> Any:
+                params: Mapping[str, Any], plan: Plan | None = None,
+                alloc: int | None = None) -> Any:
         device = dk.device
         infos = [self._resolve(describe(x, n, sh), device) for n, x in (("k", k), ("v", v))]
         ki, vi = infos
         oi = None if out is None else self._resolve(describe(out, "out", sh), device)
         if plan is not None:
             return self._launch_planned(dk, lib, sh, q, qi, ki, vi, out, oi, scale,
-                                        return_lse, plan)
+                                        return_lse, plan, alloc)
         packed = packed_layout(qi, cu_seqlens)
         geo = check_tensors(qi, ki, vi, oi, packed=packed, variants=list(dk.kernels))
         for a in (qi, ki, vi, oi):  # CAI v3: order after the producer's stream
@@ -418,10 +422,10 @@ class Attention:
             refuse_host_values_in_capture(packed_params, uploads)
         kern = dk.kernels[(geo.dtype, geo.head_dim)]
         if out is None:
-            out = _empty_like_q(q, qi, lib, sh)
+            out = _empty_like_q(q, qi, lib, alloc)
             oi = describe(out, "out", sh)
             geo = replace(geo, strides={**geo.strides, "out": kernel_strides("out", oi, packed)})
-        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens, sh) if return_lse else None
+        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens, alloc) if return_lse else None
         lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
         assert oi is not None
         if not packed:
@@ -472,7 +476,8 @@ class Attention:
 
     def _launch_planned(self, dk: _DeviceKernels, lib: str, sh: int, q: Any, qi: ArrayInfo,
                         ki: ArrayInfo, vi: ArrayInfo, out: Any, oi: ArrayInfo | None,
-                        scale: Any, return_lse: bool, plan: Plan) -> Any:
+                        scale: Any, return_lse: bool, plan: Plan,
+                        alloc: int | None = None) -> Any:
         self._check_plan(plan, dk.device, qi)
         geo = check_tensors(qi, ki, vi, oi, packed=plan.packed, variants=list(dk.kernels))
         for a in (qi, ki, vi, oi):
@@ -483,12 +488,12 @@ class Attention:
         kern = dk.kernels[(geo.dtype, geo.head_dim)]
         fresh_out = out is None
         if out is None:
-            out = _empty_like_q(q, qi, lib, sh)
+            out = _empty_like_q(q, qi, lib, alloc)
             oi = describe(out, "out", sh)
             geo = replace(geo, strides={**geo.strides,
                                         "out": kernel_strides("out", oi, plan.packed)})
         assert oi is not None
-        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens, sh) if return_lse else None
+        lse = _empty_lse(q, qi, lib, geo.heads_q, geo.tokens, alloc) if return_lse else None
         lse_ptr = describe(lse, "lse", sh).ptr if lse is not None else 0
         if geo.tokens and plan.batch and geo.heads_q and plan.max_len:
             rec = self._run(kern, dk, plan.packed, sh, geo, qi, ki, vi, oi, lse_ptr,
