@@ -13,6 +13,7 @@ import itertools
 import math
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +170,18 @@ def run_case(attn: Any, mask: Any, c: Case, seed: int, mask_fns=None) -> float:
     err = compare(torch, o, lse, ref_o, ref_lse)
     assert err < TOL, f"{c.describe()}: relative error {err:.3g}"
     return err
+
+
+def run_cases(attn: Any, mask: Any, cases: list[Case], seed: Callable[[int], int]) -> list[str]:
+    """run_case on every case (case i with seed(i)); the failures, one line each, so that a
+    test reports all of them at once."""
+    failures = []
+    for i, c in enumerate(cases):
+        try:
+            run_case(attn, mask, c, seed=seed(i))
+        except AssertionError as e:
+            failures.append(f"{c.describe()}: {e}")
+    return failures
 
 
 def record(worst: dict, name: str, err: float, c: Case) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
-from .test_gpu_correctness import Case, run_case
+from .test_gpu_correctness import Case, run_cases
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -80,16 +80,11 @@ def test_grid_at_any_origin_matches_reference(path: str, defines: dict[str, int]
         min_len = tilings[0]["min_len"] if tilings else 0
         attn = load(art)
         mask = load_mask(ROOT / path, defines)
-        failures: list[str] = []
         cases: list[Case] = []
         for i, n in enumerate(_lengths(origin, min_len)):
             dt, hd = [("bf16", 128), ("fp16", 64), ("bf16", 64), ("fp16", 128)][i % 4]
             cases.append(Case([n, n], False, dt, hd, 4, 2 if i % 2 else 4, variant=i))
         cases.append(Case([origin - 1, origin + 50, 9000, 130, origin], True, "bf16", 128,
                           variant=99, note="packed"))
-        for i, c in enumerate(cases):
-            try:
-                run_case(attn, mask, c, seed=7 * i + 1)
-            except AssertionError as e:
-                failures.append(f"{c.describe()}: {e}")
+        failures = run_cases(attn, mask, cases, lambda i: 7 * i + 1)
         assert not failures, "\n".join(failures)

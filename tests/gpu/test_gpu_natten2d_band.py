@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
-from .test_gpu_correctness import Case, run_case
+from .test_gpu_correctness import Case, run_cases
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -61,10 +61,5 @@ def test_natten2d_band_masks_match_reference():
                 cases.append(Case([n], False, dt, hd, hq, hkv, variant=4 * i + j))
         cases.append(Case([640, 448, 4196, 639, 700], True, "bf16", 128, variant=99,
                           note="packed"))
-        failures: list[str] = []
-        for i, c in enumerate(cases):
-            try:
-                run_case(attn, mask, c, seed=13 * i + 5)
-            except AssertionError as e:
-                failures.append(f"{c.describe()}: {e}")
+        failures = run_cases(attn, mask, cases, lambda i: 13 * i + 5)
         assert not failures, "\n".join(failures)

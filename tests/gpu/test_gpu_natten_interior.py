@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
-from .test_gpu_correctness import Case, run_case
+from .test_gpu_correctness import Case, run_cases
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -69,10 +69,5 @@ def test_natten_interior_masks_match_reference(defines: dict[str, int]):
             cases.append(Case([n], False, dt, hd, 4, 2 if i % 2 else 4, variant=i))
         cases.append(Case([first + 50, min_len + 1, first - 1, 1000], True, "bf16", 128,
                           variant=99, note="packed"))
-        failures: list[str] = []
-        for i, c in enumerate(cases):
-            try:
-                run_case(attn, mask, c, seed=11 * i + 3)
-            except AssertionError as e:
-                failures.append(f"{c.describe()}: {e}")
+        failures = run_cases(attn, mask, cases, lambda i: 11 * i + 3)
         assert not failures, "\n".join(failures)

@@ -78,10 +78,5 @@ def test_offset_masks_match_reference(name, masks_dir):
         assert sm90 and all(k["tiling"]["offset_masks"] for k in sm90), "no tile masks"
     attn = load(art)
     mask = load_mask(paths[name])
-    failures = []
-    for i, c in enumerate(_cases()):
-        try:
-            corr.run_case(attn, mask, c, seed=7000 + 31 * i)
-        except AssertionError as e:
-            failures.append(f"{c.describe()}: {e}")
+    failures = corr.run_cases(attn, mask, _cases(), lambda i: 7000 + 31 * i)
     assert not failures, "\n".join(failures)
