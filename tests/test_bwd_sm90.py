@@ -159,6 +159,7 @@ def test_cli_bwd_kernel_option(tmp_path):
     ("clear", {}, "bf16", (128,)),  # a grid family: many (transposed) terms in the plans
     ("clear", {}, "fp16", (64,)),  # both kinds on the forward's patches (kv_patch, dq_patch)
     ("hstu", {}, "fp16", (64,)),  # per-sequence parameters in the hooks, the other dtype
+    ("hstu", {}, "bf16", (128,)),  # kv spilled 8 bytes here before wg_index (2026-12-05)
 ])
 def test_sm90_kinds_build_without_spills_or_wgmma_notes(name, defines, dtype, head_dims):
     """Through the real pipeline (emit with bwd_kernel "auto", cmc.build): a wgmma pipeline

@@ -245,6 +245,14 @@ CMC_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\
 CMC_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 CMC_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> CMC_DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// The warpgroup index tid / 128, broadcast from lane 0 so that the compiler knows it is
+// warp-uniform (the CUTLASS idiom): values derived from it alone (this warpgroup's K, V rows
+// as wgmma A descriptors, kA / vA) then live in uniform registers. With tid >> 7, ptxas kept
+// the 16 loop-invariant descriptor words of the S^T / dP^T GEMMs (D = 128) in ordinary
+// registers and moved each to a uniform one before its wgmma (R2UR); kv at D = 128 ran at
+// 255 registers and spilled 8-24 bytes on 8 masks (NVRTC 13.0, 2026-12-05, docs/kernel-notes.md
+// "Spills as built"). All 32 lanes must be active (the kernels' first line).
+CMC_DEV int wg_index(int tid) { return __shfl_sync(0xffffffffu, tid >> 7, 0); }
 // Keeps registers (wgmma A operands) alive and unmoved up to this point.
 template <int N> CMC_DEV void fence_regs(unsigned* r) {
 #pragma unroll
@@ -585,7 +593,7 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
   unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
   const unsigned base = smem_u32(smem);
-  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, wg = wg_index(tid), wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
   const int hkv = blockIdx.y, b = blockIdx.z;
   const int k0 = blockIdx.x * kBN;
   const typename HT::seq_t seqt = HT::seq(desc, b);
@@ -773,7 +781,7 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
   unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
   const unsigned base = smem_u32(smem);
-  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, wg = wg_index(tid), wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
   const int hkv = blockIdx.y, b = blockIdx.z, kt = blockIdx.x;
   const typename HT::seq_t seqt = HT::seq(desc, b);
   const int len = seqt.len;
