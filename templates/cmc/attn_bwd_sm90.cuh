@@ -246,12 +246,12 @@ CMC_DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory
 CMC_DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> CMC_DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // The warpgroup index tid / 128, broadcast from lane 0 so that the compiler knows it is
-// warp-uniform (the CUTLASS idiom): values derived from it alone (this warpgroup's K, V rows
-// as wgmma A descriptors, kA / vA) then live in uniform registers. With tid >> 7, ptxas kept
-// the 16 loop-invariant descriptor words of the S^T / dP^T GEMMs (D = 128) in ordinary
-// registers and moved each to a uniform one before its wgmma (R2UR); kv at D = 128 ran at
-// 255 registers and spilled 8-24 bytes on 8 masks (NVRTC 13.0, 2026-12-05, docs/kernel-notes.md
-// "Spills as built"). All 32 lanes must be active (the kernels' first line).
+// warp-uniform (the CUTLASS idiom): the wgmma descriptors derived from it (this warpgroup's
+// K, V rows kA / vA as A of S^T / dP^T, dQ's operands) then live in uniform registers. With
+// tid >> 7, ptxas kept those loop-invariant descriptor words in ordinary registers across
+// the item loop and moved each to a uniform one before its wgmma (R2UR); kv at D = 128 ran
+// at 255 registers and spilled 8-24 bytes on 8 masks (NVRTC 13.0, 2026-12-05,
+// docs/kernel-notes.md "Spills as built"). All 32 lanes must be active (kv's first lines).
 CMC_DEV int wg_index(int tid) { return __shfl_sync(0xffffffffu, tid >> 7, 0); }
 // Keeps registers (wgmma A operands) alive and unmoved up to this point.
 template <int N> CMC_DEV void fence_regs(unsigned* r) {
