@@ -201,8 +201,14 @@ template <int D> struct Cfg {
   };
 };
 // The atomic dQ's path: 0 (shipped) red.global.add.v2.f32 from registers; 1 (experiment,
-// tools/bwd_ablate.py bulkdq: not validated) the partial staged in shared memory and added
-// by one cp.reduce.async.bulk per row, asynchronous. Shared memory grows only with 1.
+// tools/bwd_ablate.py bulkdq: not faster, 2026-12-05) the partial staged in shared memory and
+// added by one cp.reduce.async.bulk per row, asynchronous; 2 (experiment, bwd_ablate tiledq:
+// timing only, its workspace layout is not the post kernel's) linear items stage the partial
+// in fragment order (each warpgroup's 64 x 64 block as 16 KB: float4 chunk jj of thread t at
+// jj 512 + 4 t floats) in one of two buffers (item parity), and one thread per warpgroup adds
+// the block to a contiguous 16 KB of the workspace with one cp.reduce.async.bulk, waiting for
+// the read of the buffer's previous use (wait_group.read 1) before the item's dS^T barrier.
+// Shared memory grows only with 1 or 2.
 #ifndef CMC_BWD_DQ_BULK
 #define CMC_BWD_DQ_BULK 0
 #endif
@@ -213,7 +219,7 @@ template <int D> struct DqStage {
   enum : int {
     kRow = D * 4 + 32,
     kParts = D == 128 ? 1 : 2,
-    kBytes = CMC_BWD_DQ_BULK ? kParts * 64 * kRow : 0
+    kBytes = CMC_BWD_DQ_BULK == 2 ? 2 * 2 * 4096 * 4 : CMC_BWD_DQ_BULK ? kParts * 64 * kRow : 0
   };
 };
 template <int D> struct SmemKV {
@@ -279,6 +285,8 @@ CMC_DEV void bulk_reduce_add_f32(float* g, unsigned src, unsigned bytes) {
 CMC_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's bulk groups have read their shared memory (the staging may be rewritten).
 CMC_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// ... all but the most recent one.
+CMC_DEV void bulk_wait_read1() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
 
 // D[64 x 64] (+)= A[64 x 16] (shared) * B[16 x 64] (shared); TA / TB: 1 = MN-major.
 #define CMC_BWD_SS_N64(TY) \
@@ -506,10 +514,11 @@ CMC_DEV void kv_dv_ds_dk(float* s, float* dp, const float* dsum_b, int cq, float
 // row 8 below), dQ by wgmma (DQ<D>), each of the thread's query rows 16 warp + lane / 4 + 8 i
 // of the item added to dq_accum at its token tok(row) (-1: none). Otherwise the item's wgmmas
 // are waited for.
-template <bool BF16, int D, class Tok>
+template <bool BF16, int D, bool TILE = false, class Tok>
 CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* pa, const unsigned* dsa,
                            int lr, int wg, int warp, int lane, unsigned dqA, unsigned dqB, int dqCol,
-                           const Tok& tok, float* acc, cmc_i64 tok0, int heads_q, int hq) {
+                           const Tok& tok, float* acc, cmc_i64 tok0, int heads_q, int hq,
+                           cmc_i64 tile = 0, int par = 0) {
   constexpr int kDQ = DQ<D>::kRegs;
   if (!atomic_dq) {
     wg_wait<0>();
@@ -518,7 +527,9 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
     return;
   }
   const unsigned off = (unsigned)((lane & 3) * 4);
-#if CMC_BWD_DQ_BULK
+#if CMC_BWD_DQ_BULK == 2
+  if (TILE && warp == 0 && lane == 0) bulk_wait_read1();  // this parity's buffer was read
+#elif CMC_BWD_DQ_BULK
   bulk_wait_read();  // the last item's rows have left the staging (the barrier below publishes it)
 #endif
 #pragma unroll
@@ -543,7 +554,33 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
   fence_regs<16>(const_cast<unsigned*>(dsa));
   fence_regs<kDQ>(dq);
   // dq[4 jj + 2 i + e] is (query row 16 warp + lane / 4 + 8 i, column dqCol + 8 jj + 2 (lane % 4) + e).
-#if CMC_BWD_DQ_BULK
+#if CMC_BWD_DQ_BULK == 2
+  if constexpr (TILE) {
+    float* stg = reinterpret_cast<float*>(sds + (SmemKV<D>::kStg - SmemKV<D>::kDS)) + par * 8192 + wg * 4096;
+    const int t = 32 * warp + lane;
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+      *reinterpret_cast<float4*>(stg + jj * 512 + 4 * t) =
+          make_float4(dq[4 * jj], dq[4 * jj + 1], dq[4 * jj + 2], dq[4 * jj + 3]);
+    fence_proxy_async();
+    if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    if (t == 0) {
+      // The address is made here from opaque copies, not hoisted and kept across the loop
+      // (which spilled at D = 128).
+      // timing experiment: the batch layout's tile of 64 rows (tok0 = b len, len = max_len a
+      // multiple of 128: len / 64 = 2 gridDim.x)
+      cmc_i64 tl = tile + (cmc_i64)blockIdx.z * (2 * gridDim.x);
+      int hqo = hq, hqs = heads_q;
+      asm volatile("" : "+l"(tl), "+r"(hqo), "+r"(hqs));
+      bulk_reduce_add_f32(acc + (tl * hqs + hqo) * (64 * D) + (D == 128 ? wg * 4096 : 0), smem_u32(stg),
+                          16384u);
+      bulk_commit();
+    }
+    return;
+  }
+#endif
+#if CMC_BWD_DQ_BULK == 1
   // Stage the partial (D = 128: this warpgroup's column half of the one partial; D = 64: its
   // own partial), publish it to the async proxy, then one thread per row adds the row.
   unsigned char* stg = sds + (SmemKV<D>::kStg - SmemKV<D>::kDS) +
@@ -643,6 +680,9 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   if (nrun > 0) kv_issue<typename H::desc_t, D>(base, 0, desc, args, tok0, len, hkv * group, j, tid);
   cp_commit();
   int buf = 0, f = 0;
+#if CMC_BWD_DQ_BULK == 2
+  int nitem = 0;
+#endif
   while (nrun > 0) {
     int gn = g, rn = r, jn;
     if (j + 1 < run[2 * r + 1]) {
@@ -709,10 +749,14 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     }
     unsigned pa[16], dsa[16];
     kv_dv_ds_dk<BF16, D>(s, dp, dsum_b, cq, dv, dk, doB, qB, pa, dsa);
-    kv_dq_or_wait<BF16, D>(atomic_dq, smem + SmemKV<D>::kDS, pa, dsa, 64 * wg + 16 * warp + (lane >> 2),
+    kv_dq_or_wait<BF16, D, CMC_BWD_DQ_BULK == 2>(atomic_dq, smem + SmemKV<D>::kDS, pa, dsa, 64 * wg + 16 * warp + (lane >> 2),
                            wg, warp, lane, dqA, dqB, dqCol,
                            [&](int r) { return qbase + r < len ? qbase + r : -1; },
-                           reinterpret_cast<float*>(args.dq_accum), tok0, desc.heads_q, hkv * group + g);
+                           reinterpret_cast<float*>(args.dq_accum), tok0, desc.heads_q, hkv * group + g
+#if CMC_BWD_DQ_BULK == 2
+                           , j, buf
+#endif
+                           );
 
     buf ^= 1;
     if (jn < 0) break;
