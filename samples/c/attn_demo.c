@@ -359,6 +359,8 @@ static int run_sequence(const char *mode, const enum role *seq, int n,
 
 int main(int argc, char **argv)
 {
+  /* Line-buffered even into a pipe (a test's capture): a crash still shows how far it got. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   const char *dir = argc > 1 ? argv[1] : ".";
   const char *cubin_name = NULL;
   const char *symbol = NULL;
