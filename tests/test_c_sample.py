@@ -2,12 +2,14 @@
 and without the backward) and the CUDA headers of the pip wheel, without libcuda (it dlopens
 the driver at run time). No GPU here: run against a fake libcuda.so.1
 (tests/fake_cuda/fake_libcuda.c), the demo's launches (kernels, order, grids, shared memory)
-and its cmc_bwd_args are checked against the manifest. One mask, arch, dtype and head dim."""
+and its cmc_bwd_args are checked against the manifest, and the versions at which it asks for
+the driver's entry points against cudaTypedefs.h. One mask, arch, dtype and head dim."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -132,7 +134,32 @@ def run_on_fake_driver(art: Path, tmp_path: Path, args_bytes: int) -> tuple[str,
     # the fake computes nothing: the outputs stay NaN and the demo says so
     assert run.returncode == 1 and run.stdout.rstrip().endswith("FAIL"), \
         run.stdout + run.stderr
-    return run.stdout, log.read_text().splitlines()
+    lines = log.read_text().splitlines()
+    check_entry_point_versions(lines, inc)
+    return run.stdout, lines
+
+
+def abi_versions(inc: Path) -> dict[str, set[int]]:
+    """Each driver entry point's ABI versions, from cudaTypedefs.h's PFN_<name>_v<version>."""
+    text = (inc / "cudaTypedefs.h").read_text()
+    out: dict[str, set[int]] = {}
+    for name, version in re.findall(r"\bPFN_(cu\w+?)_v(\d+)\b", text):
+        out.setdefault(name, set()).add(int(version))
+    return out
+
+
+def check_entry_point_versions(log: list[str], inc: Path) -> None:
+    """The demo asks cuGetProcAddress for each entry point at one of its ABI versions (the
+    version of the PFN type it declares), never at CUDA_VERSION: on a CUDA 13 driver that
+    hands out cuCtxSynchronize_v2(CUcontext), which the old prototype calls with whatever is
+    in a register as the context (SIGSEGV on the H200). The fake, like that driver, hands
+    out the _v2 ABIs from 13000 on and logs `badctx` when one gets a context that is none."""
+    abi = abi_versions(inc)
+    asked = [ln.split()[1:] for ln in log if ln.startswith("getproc")]
+    assert asked, log
+    wrong = [(n, v) for n, v in asked if int(v) not in abi.get(n, set())]
+    assert not wrong, f"asked at a version that is no ABI of the name: {wrong}"
+    assert not [ln for ln in log if ln.startswith("badctx")], log
 
 
 def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
@@ -184,3 +211,60 @@ def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
         assert len({a[n] for n in ("dout", "dq", "dk", "dv", "dq_accum", "dsum")}) == 6, a
         for n, rule in bwd["workspace"].items():
             assert allocs.get(a[n]) == _eval(rule["bytes"], sizes), (n, rule, allocs.get(a[n]))
+
+
+FAKE_PROBE = r"""
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
+                                CUdriverProcAddressQueryResult *);
+int main(int argc, char **argv)
+{
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+  get_proc_fn get_proc;
+  CUresult (*sync_v2)(CUcontext);
+  CUresult (*sync_v1)(void);
+  CUdriverProcAddressQueryResult st;
+  int version = atoi(argv[1]);
+  (void)argc;
+  if (!lib) return 3;
+  *(void **)&get_proc = dlsym(lib, "cuGetProcAddress_v2");
+  if (get_proc("cuCtxSynchronize", (void **)&sync_v2, version, 0, &st)) return 4;
+  *(void **)&sync_v1 = *(void **)&sync_v2;
+  /* version 13000: the _v2 ABI, called here with a context that is none */
+  printf("%d\n", version >= 13000 ? (int)sync_v2((CUcontext)0x10) : (int)sync_v1());
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("version,result,badctx", [(2000, 0, False), (13000, 201, True)])
+def test_fake_driver_hands_out_the_cuda13_abi(tmp_path, version, result, badctx):
+    """The fake's cuGetProcAddress_v2 picks the ABI by the version asked for, as a CUDA 13
+    driver does: cuCtxSynchronize at 13000 is cuCtxSynchronize_v2(CUcontext), and a context
+    that is none is reported (CUDA_ERROR_INVALID_CONTEXT, `badctx` in the log)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fake driver is a Linux shared library")
+    cc, inc = _cc_and_include()
+    lib = tmp_path / "fake"
+    lib.mkdir()
+    r = subprocess.run([cc, "-O1", "-std=c11", "-shared", "-fPIC", f"-I{inc}",
+                        "-o", str(lib / "libcuda.so.1"), str(FAKE)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "probe.c").write_text(FAKE_PROBE)
+    r = subprocess.run([cc, "-std=c11", f"-I{inc}", "-o", str(tmp_path / "probe"),
+                        str(tmp_path / "probe.c"), "-ldl"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "fake.log"
+    run = subprocess.run([str(tmp_path / "probe"), str(version)], capture_output=True,
+                         text=True, timeout=60,
+                         env={**os.environ, "LD_LIBRARY_PATH": str(lib),
+                              "FAKE_CUDA_LOG": str(log)})
+    assert run.returncode == 0 and run.stdout.split() == [str(result)], run
+    lines = log.read_text().splitlines()
+    assert f"getproc cuCtxSynchronize {version}" in lines, lines
+    assert any(ln.startswith("badctx cuCtxSynchronize_v2") for ln in lines) == badctx, lines

@@ -16,8 +16,9 @@
  *             and checks that the two deterministic runs are bitwise equal.
  * Prints the errors and PASS or FAIL; the exit code is 0 only on PASS (2: no GPU/driver).
  *
- * libcuda is opened with dlopen and every entry point fetched through cuGetProcAddress, so
- * the program links without the driver and runs on any machine that has one. The header's
+ * libcuda is opened with dlopen and every entry point fetched through cuGetProcAddress, at
+ * the ABI version of the prototype it is called with (CMC_DRIVER_ENTRY_POINTS), so the
+ * program links without the driver and runs on any machine that has one. The header's
  * driver-API helpers call cuLaunchKernel and friends by name: below, before the header is
  * included, those names are defined to the fetched entry points.
  *
@@ -28,6 +29,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -43,27 +45,35 @@
 
 /* ------------------------------------------------------------------ driver entry points */
 
-#define CMC_DECL(name) static __typeof__(&name) p_##name
-CMC_DECL(cuInit);
-CMC_DECL(cuGetErrorName);
-CMC_DECL(cuDeviceGet);
-CMC_DECL(cuDeviceGetAttribute);
-CMC_DECL(cuDevicePrimaryCtxRetain);
-CMC_DECL(cuDevicePrimaryCtxRelease);
-CMC_DECL(cuCtxSetCurrent);
-CMC_DECL(cuCtxGetDevice);
-CMC_DECL(cuCtxSynchronize);
-CMC_DECL(cuModuleLoadData);
-CMC_DECL(cuModuleUnload);
-CMC_DECL(cuModuleGetFunction);
-CMC_DECL(cuFuncSetAttribute);
-CMC_DECL(cuMemAlloc);
-CMC_DECL(cuMemFree);
-CMC_DECL(cuMemcpyHtoD);
-CMC_DECL(cuMemcpyDtoH);
-CMC_DECL(cuMemsetD8);
-CMC_DECL(cuLaunchKernel);
-CMC_DECL(cuTensorMapEncodeTiled);
+/* Each entry point with the ABI version it is declared with: its pointer has the type
+   PFN_<name>_v<version> (cudaTypedefs.h) and load_driver asks cuGetProcAddress for that
+   version, as cuda-python does. Asking for CUDA_VERSION instead hands out the newest ABI of
+   each name: with cuda.h 13.0 and a CUDA 13 driver (580) that is cuCtxSynchronize_v2(CUcontext)
+   and cuCtxGetDevice_v2(CUdevice *, CUcontext), which a caller with the old prototypes hands
+   whatever its registers hold as the context (a crash, or CUDA_ERROR_INVALID_CONTEXT). */
+#define CMC_DRIVER_ENTRY_POINTS(X)                                                          \
+  X(cuInit, 2000)                                                                           \
+  X(cuGetErrorName, 6000)                                                                   \
+  X(cuDeviceGet, 2000)                                                                      \
+  X(cuDeviceGetAttribute, 2000)                                                             \
+  X(cuDevicePrimaryCtxRetain, 7000)                                                         \
+  X(cuDevicePrimaryCtxRelease, 11000)                                                       \
+  X(cuCtxSetCurrent, 4000)                                                                  \
+  X(cuCtxGetDevice, 2000)                                                                   \
+  X(cuCtxSynchronize, 2000)                                                                 \
+  X(cuModuleLoadData, 2000)                                                                 \
+  X(cuModuleUnload, 2000)                                                                   \
+  X(cuModuleGetFunction, 2000)                                                              \
+  X(cuFuncSetAttribute, 9000)                                                               \
+  X(cuMemAlloc, 3020)                                                                       \
+  X(cuMemFree, 3020)                                                                        \
+  X(cuMemcpyHtoD, 3020)                                                                     \
+  X(cuMemcpyDtoH, 3020)                                                                     \
+  X(cuMemsetD8, 3020)                                                                       \
+  X(cuLaunchKernel, 4000)                                                                   \
+  X(cuTensorMapEncodeTiled, 12000)
+#define CMC_DECL(name, version) static PFN_##name##_v##version p_##name;
+CMC_DRIVER_ENTRY_POINTS(CMC_DECL)
 
 /* The header's CMC_WITH_DRIVER_API helpers (cmc_causal_launch_*, cmc_causal_tensor_maps)
    call the driver by name; these names now mean the entry points that load_driver fetches,
@@ -85,19 +95,20 @@ typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
 static get_proc_fn get_proc;
 
-static int load_sym(const char *name, void **slot)
+static int load_sym(const char *name, int version, void **slot)
 {
   CUdriverProcAddressQueryResult status;
-  CUresult r = get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  CUresult r = get_proc(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
   if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || *slot == NULL) {
-    fprintf(stderr, "attn_demo: the driver has no %s (CUresult %d)\n", name, (int)r);
+    fprintf(stderr, "attn_demo: the driver has no %s (version %d, CUresult %d)\n", name,
+            version, (int)r);
     return -1;
   }
   return 0;
 }
 
-#define CMC_LOAD(name) \
-  if (load_sym(#name, (void **)&p_##name)) return -1
+#define CMC_LOAD(name, version) \
+  if (load_sym(#name, version, (void **)&p_##name)) return -1;
 
 static int load_driver(void)
 {
@@ -111,26 +122,7 @@ static int load_driver(void)
     fprintf(stderr, "attn_demo: libcuda has no cuGetProcAddress_v2 (driver older than 12.0)\n");
     return -1;
   }
-  CMC_LOAD(cuInit);
-  CMC_LOAD(cuGetErrorName);
-  CMC_LOAD(cuDeviceGet);
-  CMC_LOAD(cuDeviceGetAttribute);
-  CMC_LOAD(cuDevicePrimaryCtxRetain);
-  CMC_LOAD(cuDevicePrimaryCtxRelease);
-  CMC_LOAD(cuCtxSetCurrent);
-  CMC_LOAD(cuCtxGetDevice);
-  CMC_LOAD(cuCtxSynchronize);
-  CMC_LOAD(cuModuleLoadData);
-  CMC_LOAD(cuModuleUnload);
-  CMC_LOAD(cuModuleGetFunction);
-  CMC_LOAD(cuFuncSetAttribute);
-  CMC_LOAD(cuMemAlloc);
-  CMC_LOAD(cuMemFree);
-  CMC_LOAD(cuMemcpyHtoD);
-  CMC_LOAD(cuMemcpyDtoH);
-  CMC_LOAD(cuMemsetD8);
-  CMC_LOAD(cuLaunchKernel);
-  CMC_LOAD(cuTensorMapEncodeTiled);
+  CMC_DRIVER_ENTRY_POINTS(CMC_LOAD)
   return 0;
 }
 
@@ -359,6 +351,8 @@ static int run_sequence(const char *mode, const enum role *seq, int n,
 
 int main(int argc, char **argv)
 {
+  /* Line-buffered even into a pipe (a test's capture): a crash still shows how far it got. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   const char *dir = argc > 1 ? argv[1] : ".";
   const char *cubin_name = NULL;
   const char *symbol = NULL;

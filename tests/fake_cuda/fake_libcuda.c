@@ -7,6 +7,13 @@
  * expects. The device is an sm_90 with 132 SMs. A module keeps a copy of its ELF image and
  * cuModuleGetFunction finds only names that occur in it (the right cubin per kernel).
  *
+ * Like a CUDA 13 driver (580), cuGetProcAddress_v2 hands out the newest ABI of a name at or
+ * below the version asked for: from 13000 on, "cuCtxSynchronize" and "cuCtxGetDevice" are
+ * cuCtxSynchronize_v2(CUcontext) and cuCtxGetDevice_v2(CUdevice *, CUcontext), whose
+ * context must be NULL (the current one) or a context; a caller that declares the old
+ * prototype passes whatever its register holds (the real driver may crash on it). Below a
+ * name's oldest ABI here (cuMemAlloc and friends: 3020, the 64-bit sizes) it is missing.
+ *
  * Log (to $FAKE_CUDA_LOG, else stderr), one line per event:
  *   alloc PTR BYTES
  *   attr SYMBOL ATTRIBUTE VALUE                 (cuFuncSetAttribute)
@@ -14,6 +21,9 @@
  *                                                of the second kernel parameter, for
  *                                                symbols with "_bwd_" in their name)
  *   missing NAME                                (an entry point this fake does not have)
+ *   getproc NAME VERSION                        (each cuGetProcAddress_v2 call)
+ *   badctx NAME PTR                             (a _v2 entry point got a context that is
+ *                                                none: the caller's prototype is the old one)
  *
  *   cc -shared -fPIC -I<cuda include> -o DIR/libcuda.so.1 fake_libcuda.c
  *   LD_LIBRARY_PATH=DIR FAKE_CUDA_LOG=log ./attn_demo ARTIFACT
@@ -100,6 +110,26 @@ static CUresult f_cuCtxSynchronize(void) { return CUDA_SUCCESS; }
 
 static CUresult f_cuCtxGetDevice(CUdevice *d)
 {
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+
+/* The CUDA 13 ABIs (PFN_cuCtxSynchronize_v13000, PFN_cuCtxGetDevice_v13000). */
+static int bad_context(const char *name, CUcontext c)
+{
+  if (c == NULL || c == (CUcontext)&the_context) return 0;
+  fprintf(log_file(), "badctx %s %p\n", name, (void *)c);
+  return 1;
+}
+
+static CUresult f_cuCtxSynchronize_v2(CUcontext c)
+{
+  return bad_context("cuCtxSynchronize_v2", c) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+static CUresult f_cuCtxGetDevice_v2(CUdevice *d, CUcontext c)
+{
+  if (bad_context("cuCtxGetDevice_v2", c)) return CUDA_ERROR_INVALID_CONTEXT;
   *d = 0;
   return CUDA_SUCCESS;
 }
@@ -209,29 +239,37 @@ static CUresult f_cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType t
 
 static const struct {
   const char *name;
+  int version; /* the ABI's version (cudaTypedefs.h: PFN_<name>_v<version>) */
   void *fn;
 } table[] = {
-#define E(n) {#n, (void *)f_##n}
-    E(cuInit), E(cuGetErrorName), E(cuDeviceGet), E(cuDeviceGetAttribute),
-    E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxRelease), E(cuCtxSetCurrent),
-    E(cuCtxGetDevice), E(cuCtxSynchronize), E(cuModuleLoadData), E(cuModuleUnload),
-    E(cuModuleGetFunction), E(cuFuncSetAttribute), E(cuMemAlloc), E(cuMemFree),
-    E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemsetD8), E(cuLaunchKernel),
-    E(cuTensorMapEncodeTiled),
+#define E(n, v) {#n, v, (void *)f_##n}
+    E(cuInit, 2000), E(cuGetErrorName, 6000), E(cuDeviceGet, 2000),
+    E(cuDeviceGetAttribute, 2000), E(cuDevicePrimaryCtxRetain, 7000),
+    E(cuDevicePrimaryCtxRelease, 11000), E(cuCtxSetCurrent, 4000), E(cuCtxGetDevice, 2000),
+    {"cuCtxGetDevice", 13000, (void *)f_cuCtxGetDevice_v2}, E(cuCtxSynchronize, 2000),
+    {"cuCtxSynchronize", 13000, (void *)f_cuCtxSynchronize_v2}, E(cuModuleLoadData, 2000),
+    E(cuModuleUnload, 2000), E(cuModuleGetFunction, 2000), E(cuFuncSetAttribute, 9000),
+    E(cuMemAlloc, 3020), E(cuMemFree, 3020), E(cuMemcpyHtoD, 3020), E(cuMemcpyDtoH, 3020),
+    E(cuMemsetD8, 3020), E(cuLaunchKernel, 4000), E(cuTensorMapEncodeTiled, 12000),
 #undef E
 };
 
+/* The newest ABI of symbol at or below version, as the driver picks it. */
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status)
 {
-  (void)version;
+  int best = -1;
   (void)flags;
+  fprintf(log_file(), "getproc %s %d\n", symbol, version);
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (strcmp(symbol, table[i].name) == 0) {
-      *pfn = table[i].fn;
-      if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
-      return CUDA_SUCCESS;
-    }
+    if (strcmp(symbol, table[i].name) == 0 && table[i].version <= version &&
+        (best < 0 || table[i].version > table[best].version))
+      best = (int)i;
+  if (best >= 0) {
+    *pfn = table[best].fn;
+    if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
   fprintf(log_file(), "missing %s\n", symbol);
   *pfn = NULL;
   if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;

@@ -561,4 +561,7 @@ def test_c_demo_passes_on_the_gpu(tmp_path):
     assert r.returncode == 0, r.stderr
     run = subprocess.run([str(tmp_path / "attn_demo"), str(art)], capture_output=True,
                          text=True, timeout=120)
-    assert run.returncode == 0 and "PASS" in run.stdout, run.stdout + run.stderr
+    # rc < 0: killed by that signal; the demo's stdout is line-buffered, so it shows how far
+    # it got
+    assert run.returncode == 0 and "PASS" in run.stdout, \
+        f"rc {run.returncode}\n{run.stdout}{run.stderr}"
