@@ -66,13 +66,6 @@ LATTICE_MAX_LEN = 1 << 18
 # at every longer one counted) to be used there. Measured (kernel notes, stage 4): at 2K,
 # CLEAR+text computes 9 % fewer pairs with patches and runs 12 % slower.
 SHORT_GAIN = 0.25
-# Patches without tile masks (more offsets than MAX_MASK_CLASSES, or no proof) evaluate every
-# grid span on each partial tile (16 for a 16x8 patch, about 2 for a linear tile), so they
-# must compute this much less than linear tiles at the reference length. Measured (H200,
-# benchmark run 12): g_grid77_w96_r40 on 16x8 patches without masks computes 9 % fewer
-# pairs than linear tiles at 16K and ran at 104 effective TFLOP/s, against 245 on linear
-# tiles at 4K; g_grid333_w80_r24 on 8x16 patches with masks, 20 % fewer, ran 277 vs 224.
-UNMASKED_GAIN = 0.25
 
 
 
@@ -851,11 +844,6 @@ def _choose_shape(table: IntervalTable) -> Tiling:
                 inner, why_inner = interior_patch_masks(table, best)
                 masks, why = inner, (why_inner if inner is not None
                                      else f"{why}; no interior masks: {why_inner}")
-            if masks is None and n > (1 - UNMASKED_GAIN) * base:
-                return Tiling("linear", reason="; ".join(notes) + f": linear tiles ("
-                              f"{best.patch_rows}x{best.patch_cols} patches have no tile masks, "
-                              f"{why}, and compute {1 - n / base:.0%} fewer pairs, under "
-                              f"the {UNMASKED_GAIN:.0%} that unmasked patches need)")
             min_len, short = patch_min_len(table, best)
             reason = ("; ".join(notes) + f": {best.patch_rows}x{best.patch_cols} patches, "
                       + short + "; " + (why if masks is not None else f"no tile masks: {why}"))

@@ -128,17 +128,17 @@ def test_grid_origin_cases_get_their_tilings():
         assert "computed pairs" in tiling.reason
 
 
-def test_unmasked_patches_need_the_larger_gain():
-    """Patches without tile masks (77 offsets, over MAX_MASK_CLASSES) must compute
-    UNMASKED_GAIN fewer pairs: 20 % at width 96, radius 40 is not enough (linear, and the
-    reason says why); 45 % at width 160 is, and those patches run without masks."""
-    from cmc.tiling import UNMASKED_GAIN
-
+def test_unmasked_patches_keep_the_common_gain():
+    """Patches without tile masks (77 offsets, over MAX_MASK_CLASSES) are chosen on the common
+    10 % gain: width 96, radius 40 gets 16x8 patches (20 % fewer pairs at the reference
+    length) with linear tiles below their minimum length. A 25 % rule for unmasked patches
+    (2026-12-05) sent it to the linear kernel, measured 2.2 x slower at 4K on the same tiles
+    (H200, 111 against 245 TFLOP/s; docs/kernel-notes.md, "Unmasked patches: the rule
+    withdrawn")."""
     grid = ROOT / "benchmarks" / "generality" / "grid_text.mask"
     t = choose_tiling(front(grid, {"TEXT": 77, "W": 96, "R": 40}))
-    assert t.kind == "linear" and t.masks is None
-    assert (f"16x8 patches have no tile masks, 77 patch offsets, more than 64, and compute "
-            f"20% fewer pairs, under the {UNMASKED_GAIN:.0%}") in t.reason
+    assert (t.kind, t.patch_rows, t.patch_cols, t.masks) == ("patch", 16, 8, None)
+    assert "no tile masks: 77 patch offsets" in t.reason
     t = choose_tiling(front(grid, {"TEXT": 77, "W": 160, "R": 40}))
     assert (t.kind, t.patch_rows, t.patch_cols, t.masks) == ("patch", 16, 8, None)
     assert "no tile masks: 77 patch offsets" in t.reason
