@@ -97,6 +97,8 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
     "tiledq": ("linear items' dQ staged in fragment order, one 16 KB cp.reduce.async.bulk per "
                "warpgroup and item (CMC_BWD_DQ_BULK 2; timing only: not post's layout)",
                _with_macro(2, _tile_stage_bytes), _tile_stage_bytes),
+    "red4": ("the atomic dQ by red.global.add.v4.f32, lane pairs swapping a row's pair (half "
+             "the requests; CMC_BWD_DQ_BULK 3)", _with_macro(3, lambda d: 0), lambda d: 0),
 }
 # Alternatives whose gradients are not checkable (their workspace layout is not post's).
 UNCHECKED = {"tiledq"}

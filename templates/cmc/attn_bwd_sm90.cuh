@@ -208,7 +208,8 @@ template <int D> struct Cfg {
 // jj 512 + 4 t floats) in one of two buffers (item parity), and one thread per warpgroup adds
 // the block to a contiguous 16 KB of the workspace with one cp.reduce.async.bulk, waiting for
 // the read of the buffer's previous use (wait_group.read 1) before the item's dS^T barrier.
-// Shared memory grows only with 1 or 2.
+// 3 (experiment, bwd_ablate red4): red.global.add.v4.f32, lane pairs swapping one row's pair
+// (8 requests per thread and item instead of 16). Shared memory grows only with 1 or 2.
 #ifndef CMC_BWD_DQ_BULK
 #define CMC_BWD_DQ_BULK 0
 #endif
@@ -219,7 +220,7 @@ template <int D> struct DqStage {
   enum : int {
     kRow = D * 4 + 32,
     kParts = D == 128 ? 1 : 2,
-    kBytes = CMC_BWD_DQ_BULK == 2 ? 2 * 2 * 4096 * 4 : CMC_BWD_DQ_BULK ? kParts * 64 * kRow : 0
+    kBytes = CMC_BWD_DQ_BULK == 2 ? 2 * 2 * 4096 * 4 : CMC_BWD_DQ_BULK == 1 ? kParts * 64 * kRow : 0
   };
 };
 template <int D> struct SmemKV {
@@ -276,6 +277,10 @@ CMC_DEV unsigned long long gdesc(unsigned saddr, unsigned lbo, unsigned sbo) {
 }
 CMC_DEV void red_add_v2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+CMC_DEV void red_add_v4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
 }
 // One row of the dQ partial added into global memory by the bulk-copy unit (bulk group).
 CMC_DEV void bulk_reduce_add_f32(float* g, unsigned src, unsigned bytes) {
@@ -529,7 +534,7 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
   const unsigned off = (unsigned)((lane & 3) * 4);
 #if CMC_BWD_DQ_BULK == 2
   if (TILE && warp == 0 && lane == 0) bulk_wait_read1();  // this parity's buffer was read
-#elif CMC_BWD_DQ_BULK
+#elif CMC_BWD_DQ_BULK == 1
   bulk_wait_read();  // the last item's rows have left the staging (the barrier below publishes it)
 #endif
 #pragma unroll
@@ -604,6 +609,24 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
       bulk_reduce_add_f32(acc + ((tok0 + q) * heads_q + hq) * D,
                           smem_u32(stg + r * DqStage<D>::kRow), (unsigned)(D * 4));
       bulk_commit();
+    }
+  }
+#elif CMC_BWD_DQ_BULK == 3
+  // Lane pairs swap one row's pair: the even lane adds 4 columns of row i = 0, the odd lane
+  // 4 columns of row i = 1 (one red.global.add.v4.f32 each per jj: half the requests).
+  {
+    const int odd = lane & 1;
+    const int qr = tok(16 * warp + (lane >> 2) + 8 * odd);
+    float* row4 = acc + ((tok0 + (qr >= 0 ? qr : 0)) * heads_q + hq) * D + dqCol + 2 * (lane & 2);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const float s0 = dq[4 * jj + 2 * (odd ^ 1)], s1 = dq[4 * jj + 2 * (odd ^ 1) + 1];
+      const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      const float m0 = dq[4 * jj + 2 * odd], m1 = dq[4 * jj + 2 * odd + 1];
+      if (qr >= 0) {
+        if (odd) red_add_v4(row4 + 8 * jj, r0, r1, m0, m1);
+        else red_add_v4(row4 + 8 * jj, m0, m1, r0, r1);
+      }
     }
   }
 #else
@@ -766,7 +789,7 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     j = jn;
   }
   cp_wait<0>();
-#if CMC_BWD_DQ_BULK
+#if CMC_BWD_DQ_BULK == 1 || CMC_BWD_DQ_BULK == 2
   bulk_wait_read();  // the staging stays valid until the bulk unit has read it
 #endif
   fence_regs<kAcc>(dk);
@@ -960,7 +983,7 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     hh = hn;
   }
   cp_wait<0>();
-#if CMC_BWD_DQ_BULK
+#if CMC_BWD_DQ_BULK == 1 || CMC_BWD_DQ_BULK == 2
   bulk_wait_read();  // the staging stays valid until the bulk unit has read it
 #endif
   fence_regs<kAcc>(dk);
