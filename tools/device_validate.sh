@@ -3,7 +3,7 @@
 # important evidence first; each part under its own `timeout`, all inside one deadline, so a
 # hang costs that part only and the summary is always written. Usage, on the device, from the
 # repository root, with lark carried in .whl (README.md, "GPU validation"):
-#   bash tools/device_validate.sh            # logs in $OUT (7 files), summary in $OUT/summary.txt
+#   bash tools/device_validate.sh            # logs in $OUT (8 files), summary in $OUT/summary.txt
 # Knobs: BUDGET (seconds from start, 530), NPROC (pytest-xdist workers, 4; 0 = serial),
 # CMC_GPU_ARTIFACTS (prebuilt artifact folder: skips the build), SKIP (parts to leave out,
 # e.g. "sanitizer torch").
@@ -51,7 +51,7 @@ step() {
   [ $rc -ne 0 ] && verdict="FAIL rc=$rc"
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="TIMEOUT after ${limit}s"
   local last
-  last=$(tail -n +$((n0 + 1)) "$log" | grep -E '[0-9]+ (passed|failed|skipped|errors?)|built [0-9]+ of|^loss |^OK$|^FAILED$' | tail -1)
+  last=$(tail -n +$((n0 + 1)) "$log" | grep -E '[0-9]+ (passed|failed|skipped|errors?)|built [0-9]+ of|^loss |^OK$|^FAILED$|TB/s' | tail -1)
   note "[$part] $verdict ${secs}s :: $* :: ${last:0:220}"
   tail -n +$((n0 + 1)) "$log" | grep -E '^(FAILED|ERROR) ' | sed "s/^/    /" | head -15 >>"$S"
 }
@@ -89,4 +89,8 @@ step sanitizer sanitizer.log 200 "${PYTEST[@]}" $T/test_sanitizer.py \
 # 6. the sm_90a kv kernel's ablations and the bulk-dQ alternative (tools/bwd_ablate.py):
 #    where the backward's time goes, and the alternative's correctness and speed
 step ablate ablate.log 200 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py --check
+# 7. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
+#    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
+step probe probe.log 60 python3 tools/red_probe.py
+step probe probe.log 40 python3 tools/red_probe.py red2 bulk --ctas 132 --iters 1024
 note "total $(( $(date +%s) - START ))s of budget ${BUDGET:-530}s"
