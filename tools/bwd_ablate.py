@@ -90,6 +90,57 @@ def _with_macro(value: int, grow_of: Callable[[int], int]) -> Callable[[str], st
     return edit
 
 
+def _tmaload(text: str) -> str:
+    """CMC_BWD_KV_TMA = 1; the kv kernels' shared memory grows by the two mbarriers (16
+    bytes). Their tensor maps are the module global cmc_kv_maps (TmaBwd writes it)."""
+    return _with_macro(1, lambda d: 16)(text).replace("#define CMC_BWD_DQ_BULK 1\n",
+                                                      "#define CMC_BWD_KV_TMA 1\n", 1)
+
+
+def _tma_bwd(bkc):
+    """bwd_kernel_check.Bwd whose kv launches also pass the Q and dO tensor maps (box 64 x 1 x
+    64), made from the descriptor and cmc_bwd_args bytes (TmaBwd.layout: the descriptor's)."""
+    import struct
+
+    from cuda.bindings import driver as cu
+
+    from cmc.abi import CTYPES, bwd_args_layout
+    from cmc.runtime._driver import tensor_map_3d
+
+    def read(layout, data: bytes) -> dict:
+        return {f.name: struct.unpack_from("<" + CTYPES[f.ctype][1], data, f.offset)[0]
+                for f in layout.fields}
+
+    class TmaBwd(bkc.Bwd):
+        layout = None
+        dtype = "bf16"
+        head_dim = 128
+        _written: dict = {}
+
+        def launch_role(self, role, desc, args, max_len, hq, hk, batch):
+            if role != "kv":
+                return super().launch_role(role, desc, args, max_len, hq, hk, batch)
+            dv, av = read(self.layout, desc), read(bwd_args_layout(), args)
+            d = self.head_dim
+            total = av["total_tokens"]
+            maps = b"".join(tensor_map_3d(self.dtype, ptr, (d, hq, total), (2 * sh, 2 * st),
+                                          (64, 1, 64))
+                            for ptr, st, sh in ((dv["q"], dv["q_stride_tok"], dv["q_stride_head"]),
+                                                (av["dout"], av["dout_stride_tok"],
+                                                 av["dout_stride_head"])))
+            f = self.k[role][0]
+            if self._written.get(f) != maps:  # the global, written only when the maps change
+                mod = bkc.kc._ok(cu.cuFuncGetModule(f), "cuFuncGetModule")
+                ptr, size = bkc.kc._ok(cu.cuModuleGetGlobal(mod, b"cmc_kv_maps"), "global")
+                assert int(size) == len(maps), (int(size), len(maps))
+                bkc.kc._ok(cu.cuCtxSynchronize(), "sync")
+                bkc.kc._ok(cu.cuMemcpyHtoD(ptr, maps, len(maps)), "cuMemcpyHtoD")
+                self._written[f] = maps
+            return super().launch_role(role, desc, args, max_len, hq, hk, batch)
+
+    return TmaBwd
+
+
 # name: (what it changes, edit of the .cu text, extra kv shared memory per head dim)
 ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] = {
     "bulkdq": ("the atomic dQ staged in shared memory, one cp.reduce.async.bulk per row "
@@ -97,6 +148,9 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
     "tiledq": ("linear items' dQ staged in fragment order, one 16 KB cp.reduce.async.bulk per "
                "warpgroup and item (CMC_BWD_DQ_BULK 2; timing only: not post's layout)",
                _with_macro(2, _tile_stage_bytes), _tile_stage_bytes),
+    "tmaload": ("the linear kv's Q and dO copies by TMA from thread 0 into the ring stage, "
+                "completing a stage mbarrier (CMC_BWD_KV_TMA 1; LSE, Dsum stay cp.async)",
+                _tmaload, lambda d: 16),
     "red4": ("the atomic dQ by red.global.add.v4.f32, lane pairs swapping a row's pair (half "
              "the requests; CMC_BWD_DQ_BULK 3)", _with_macro(3, lambda d: 0), lambda d: 0),
 }
@@ -171,20 +225,26 @@ def main() -> int:
     from cmc.abi import descriptor_layout
 
     failed = passed = 0
+    plain_bwd, tma_bwd = bkc.Bwd, _tma_bwd(bkc)
     for n in checked:
         for v in bkc.VARIANTS:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
+            tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = bkc._LAYOUTS[v], v[1], v[2]
+            bkc.Bwd = tma_bwd if n == "tmaload" else plain_bwd  # type: ignore[misc]  # run_case makes its own
             for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0])):
                 failed += 0 if ok else 1
                 passed += 1 if ok else 0
                 print(f"check {n:9s} {v[0]} {v[1]} d{v[2]:<4d} {mode:12s} "
                       f"{'ok' if ok else 'FAIL'} {msg}", flush=True)
+    bkc.Bwd = plain_bwd  # type: ignore[misc]
     table = bkc.table_of("causal")
     lay = descriptor_layout(table.mask)
+    tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = lay, "bf16", 128
     for lb in opts.lengths:
         L, B = (int(x) for x in lb.split("x"))
         for n in variants:
-            for line in bkc.timing(bkc.Bwd(built[(n, "causal", "bf16", 128)][0]), lay, table,
+            cls = tma_bwd if n == "tmaload" else plain_bwd
+            for line in bkc.timing(cls(built[(n, "causal", "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} "):
                 print(line, flush=True)
     if checked:

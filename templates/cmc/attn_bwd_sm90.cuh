@@ -223,6 +223,14 @@ template <int D> struct DqStage {
     kBytes = CMC_BWD_DQ_BULK == 2 ? 2 * 2 * 4096 * 4 : CMC_BWD_DQ_BULK == 1 ? kParts * 64 * kRow : 0
   };
 };
+// The linear kv's Q / dO copies: 0 (shipped) cp.async by all 256 threads; 1 (experiment,
+// tools/bwd_ablate.py tmaload: the tensor maps are a module global the host writes, so only
+// that tool launches it) one TMA box per 64-column block issued by thread 0 into the ring
+// stage, completing the stage's mbarrier (LSE and Dsum stay cp.async). Removes the copies
+// from the consumers' instruction stream (ablation noload: 13 % of the kv time, 2026-12-05).
+#ifndef CMC_BWD_KV_TMA
+#define CMC_BWD_KV_TMA 0
+#endif
 template <int D> struct SmemKV {
   enum : int {
     kK = 0,
@@ -233,7 +241,8 @@ template <int D> struct SmemKV {
     kLse = kDS + kBN * kBM * 2,
     kDsum = kLse + 2 * kBM * 4,
     kStg = kDsum + 2 * kBM * 4,
-    kPlan = kStg + DqStage<D>::kBytes
+    kBar = kStg + DqStage<D>::kBytes,       // CMC_BWD_KV_TMA: the stages' mbarriers
+    kPlan = kBar + (CMC_BWD_KV_TMA ? 16 : 0)
   };
 };
 // +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
@@ -292,6 +301,40 @@ CMC_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "m
 CMC_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // ... all but the most recent one.
 CMC_DEV void bulk_wait_read1() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
+#if CMC_BWD_KV_TMA
+// Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
+// swizzle), in the experiment's module global cmc_kv_maps (written by the host before the
+// launch: the kernel's parameters stay the shipped ones).
+struct alignas(64) KvMap {
+  unsigned long long opaque[16];
+};
+struct KvMaps {
+  KvMap q, dout;
+};
+CMC_DEV void kv_mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+CMC_DEV void kv_mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+CMC_DEV void kv_mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+}  // namespace cmc_bwd_sm90
+__device__ cmc_bwd_sm90::KvMaps cmc_kv_maps;
+namespace cmc_bwd_sm90 {
+// One 64 x 1 x 64 box (columns d0 .., head h, 64 tokens from tok) into dst (1 KiB aligned).
+CMC_DEV void kv_tma(unsigned dst, const KvMap* map, unsigned bar, int d0, int h, int tok) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(d0), "r"(h), "r"(tok)
+      : "memory");
+}
+#endif
 
 // D[64 x 64] (+)= A[64 x 16] (shared) * B[16 x 64] (shared); TA / TB: 1 = MN-major.
 #define CMC_BWD_SS_N64(TY) \
@@ -383,6 +426,37 @@ CMC_DEV void kv_issue(unsigned base, int buf, const Desc& desc, const cmc_bwd_ar
                        src, valid);
   }
 }
+
+#if CMC_BWD_KV_TMA
+// kv_issue with Q and dO by TMA (thread 0; rows past T zero, rows past len the next
+// sequence's: masked as with cp.async's zeros, but a non-finite value there would reach dK,
+// dV as 0 * inf), LSE and Dsum by cp.async as before.
+template <class Desc, int D>
+CMC_DEV void kv_issue_tma(unsigned base, int buf, const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0,
+                          int len, int hq, int qt, int tid, const KvMaps* maps) {
+  const int q0 = qt * kBM;
+  if (tid == 0) {
+    const unsigned bar = base + SmemKV<D>::kBar + 8 * buf;
+    kv_mbar_expect_tx(bar, 2 * Cfg<D>::kTileQ);
+#pragma unroll
+    for (int cb = 0; cb < D / 64; ++cb) {
+      kv_tma(base + SmemKV<D>::kQ + buf * Cfg<D>::kTileQ + cb * (kBM * 128), &maps->q, bar, 64 * cb, hq,
+             (int)(tok0 + q0));
+      kv_tma(base + SmemKV<D>::kDO + buf * Cfg<D>::kTileQ + cb * (kBM * 128), &maps->dout, bar, 64 * cb, hq,
+             (int)(tok0 + q0));
+    }
+  }
+  if (tid < 2 * kBM) {
+    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+    const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
+    const int rr = tid % kBM, q = q0 + rr;
+    const bool valid = q < len;
+    const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
+    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
+                       src, valid);
+  }
+}
+#endif
 
 // S (or S^T) = A B^T and dP = A' B'^T over the head dim, issued as two commit groups (the
 // caller waits for S with wg_wait<1>, after any loads it wants under the GEMMs).
@@ -675,6 +749,15 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   load_tile<D, kBN>(sV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
                             (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, k0, len, tid);
   cp_commit();
+#if CMC_BWD_KV_TMA
+  const KvMaps* maps = &cmc_kv_maps;
+  if (tid == 0) {
+    kv_mbar_init(base + SmemKV<D>::kBar, 1);
+    kv_mbar_init(base + SmemKV<D>::kBar + 8, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // (build_plan's barriers publish the inits before the first TMA waits on them)
+#endif
 
   // Query tiles that see keys [k0, min(k0 + kBN, len) - 1], from the transposed hooks.
   cmc_bwd::build_plan<HT, Cfg<D>::kThreadsKV>(plan, seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
@@ -700,7 +783,12 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
 
   int g = 0, r = 0, j = nrun > 0 ? run[0] : 0;
+#if CMC_BWD_KV_TMA
+  if (nrun > 0) kv_issue_tma<typename H::desc_t, D>(base, 0, desc, args, tok0, len, hkv * group, j, tid, maps);
+  unsigned tma_phase = 0u;  // bit b: the parity stage b's barrier completes next
+#else
   if (nrun > 0) kv_issue<typename H::desc_t, D>(base, 0, desc, args, tok0, len, hkv * group, j, tid);
+#endif
   cp_commit();
   int buf = 0, f = 0;
 #if CMC_BWD_DQ_BULK == 2
@@ -719,9 +807,18 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
       jn = gn < group ? run[0] : -1;
     }
     cp_wait<0>();          // this thread's copies of the item (and K, V) landed
+#if CMC_BWD_KV_TMA
+    kv_mbar_wait(base + SmemKV<D>::kBar + 8 * buf, (tma_phase >> buf) & 1u);  // the item's Q, dO
+    tma_phase ^= 1u << buf;
+#endif
     fence_proxy_async();   // ... visible to wgmma (async proxy)
     __syncthreads();       // everyone's; everyone is done with stage buf ^ 1 and dS^T
+#if CMC_BWD_KV_TMA
+    if (jn >= 0)
+      kv_issue_tma<typename H::desc_t, D>(base, buf ^ 1, desc, args, tok0, len, hkv * group + gn, jn, tid, maps);
+#else
     if (jn >= 0) kv_issue<typename H::desc_t, D>(base, buf ^ 1, desc, args, tok0, len, hkv * group + gn, jn, tid);
+#endif
     cp_commit();
 
     const unsigned qB = sQ + buf * Cfg<D>::kTileQ, doB = sDO + buf * Cfg<D>::kTileQ;
