@@ -682,6 +682,7 @@ class Hooks:
     grid_terms: str = "false"  # C condition on i: instance i is a grid-family instance
     grid_blocks: tuple[str, ...] = ()  # grid_span, one block per grid family
     other_terms: tuple[tuple[int, int], ...] = ()  # (first instance, count) of the others
+    span_grid: tuple[int, int] = (0, 128)  # (origin, width) of the grid grid_span rows are on
 
 
 def _indent(lines: Sequence[str], n: int) -> str:
@@ -830,6 +831,7 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
     others: list[tuple[int, int]] = []
     grid_terms: list[tuple[Term, _Scope, str]] = []
     patch = tiling.kind == "patch"
+    lin_grid = _linear_span_grid(table, counts) if tiling.kind == "linear" else None
     base = 0
     for ti, (term, count) in enumerate(zip(terms, counts, strict=True)):
         tscope = scope
@@ -853,15 +855,20 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         ex.scope = tscope
         spans.append("\n".join(_span_block(term, base, count, ex, comment)))
         fg = term.family.grid if term.family is not None else None
-        if patch and fg is not None and (fg.origin, fg.width) == (tiling.origin, tiling.width):
+        on_grid = fg is not None and (
+            (patch and (fg.origin, fg.width) == (tiling.origin, tiling.width))
+            or (lin_grid is not None and term.residual is None
+                and (fg.origin, fg.width) == lin_grid))
+        if on_grid:
             grid_terms.append((term, tscope, comment))
             grid_ranges.append(f"(i >= {base} && i < {base + count})")
         else:
             others.append((base, count))
         ex.scope = scope
         base += count
-    # grid_span runs only in a patch-tiled kernel, whose launches are refused past
-    # tiling.max_len(): its integers are typed for that bound (int32 where it fits). Last,
+    # grid_span runs in a patch-tiled kernel, whose launches are refused past
+    # tiling.max_len(), or a linear one (no bound): its integers are typed for that bound
+    # (int32 where it fits). Last,
     # so that a row field it adds (typed for the bound) is never used by another hook.
     if grid_terms:
         ex.len_max = tiling.max_len() or I32_MAX
@@ -886,7 +893,29 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         grid_terms=" || ".join(grid_ranges) or "false",
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),
+        span_grid=((tiling.origin, tiling.width) if patch and grid_blocks
+                   else lin_grid if lin_grid is not None and grid_blocks else (0, 128)),
     )
+
+
+def _linear_span_grid(table: IntervalTable, counts: Sequence[int]) -> tuple[int, int] | None:
+    """The grid (origin, width) whose residual-free families a linear tiling's partial tiles
+    OR by grid row (grid_span, as the patch kernel does) instead of by instance, or None:
+    when a 128-key tile meets fewer (grid rows x families) than those families have
+    instances, by a factor of 2: each family's span code is inlined per row, and video3d's
+    three families (15 rows x families against 27 instances) spilled 96 bytes in every
+    register split (2026-12-05). Measured (kernel notes, "Unmasked patches: the rule
+    withdrawn"): per instance, the linear kernel ran g_grid77_w96_r40 (79 instances) 2.2 x
+    slower than per grid row."""
+    grids = {(t.family.grid.origin, t.family.grid.width) for t in table.terms
+             if t.family is not None and t.family.grid is not None}
+    if len(grids) != 1:
+        return None
+    origin, width = next(iter(grids))
+    fams = [c for t, c in zip(table.terms, counts, strict=True)
+            if t.family is not None and t.family.grid is not None and t.residual is None]
+    rows = (TILE - 1) // width + 2  # grid rows one tile of TILE consecutive keys can meet
+    return (origin, width) if fams and 2 * rows * len(fams) < sum(fams) else None
 
 
 # =========================================================================== template
@@ -1107,6 +1136,7 @@ def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str,
         grid_blocks=[_indent(b.split("\n"), 4) for b in hooks.grid_blocks],
         n_other=sum(c for _, c in hooks.other_terms),
         other_term=_other_term_code(hooks.other_terms),
+        span_grid=hooks.span_grid,
     ).rstrip("\n")
 
 

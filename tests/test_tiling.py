@@ -473,3 +473,89 @@ def test_host_patch_plan_video3d(workdir):
     exe = _build(table, tiling, workdir)
     seen = _check(table, tiling, exe, [16 * 5 * 2 + 7, 16 * 5 * 7, 16 * 64])
     assert seen["p"] > 0 and seen["."] > 0
+
+
+# =========================================================================== linear grid spans
+
+LINEAR_GRID_MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+// Per row q: the keys the sm90 linear kernel's partial tiles OR together (MaskLinear with
+// kGridFamilies > 0): grid_span of every family for every grid row of the span grid, and
+// span of every other term. Printed as a 0/1 string of the row's keys.
+int main() {
+  const int ncase = rd();
+  printf("%d %d %d\n", (int)cmc_hooks::kGridFamilies, (int)cmc_hooks::kSpanGridOrigin,
+         (int)cmc_hooks::kSpanGridWidth);
+  for (int c = 0; c < ncase; ++c) {
+    const int len = rd();
+    int cu[3] = {0, 3, 3 + len};
+    DESC d;
+    memset(&d, 0, sizeof d);
+    d.cu_seqlens = (uint64_t)(uintptr_t)cu;
+    const cmc_hooks::seq_t s = cmc_hooks::seq(d, 1);
+    const int O = cmc_hooks::kSpanGridOrigin, W = cmc_hooks::kSpanGridWidth;
+    const int rows = len > O ? (len - O + W - 1) / W : 0;
+    for (int qq = 0; qq < len; ++qq) {
+      const cmc_hooks::row_t r = cmc_hooks::row(s, qq);
+      std::vector<char> seen(len, '0');
+      for (int ky = 0; ky < rows; ++ky)
+        for (int f = 0; f < cmc_hooks::kGridFamilies; ++f) {
+          int lo, hi;
+          cmc_hooks::grid_span(s, r, f, ky, lo, hi);
+          if (hi > lo && (lo < O + ky * W || hi > O + (ky + 1) * W)) {
+            printf("grid span outside its row: q %d ky %d\n", qq, ky); return 2;
+          }
+          for (int kk = lo; kk < hi && kk < len; ++kk) seen[kk] = '1';
+        }
+      for (int n = 0; n < cmc_hooks::kOtherTerms; ++n) {
+        int lo, hi;
+        if (!cmc_hooks::span(s, r, cmc_hooks::other_term(n), lo, hi)) { printf("residual\n"); return 2; }
+        for (int kk = lo < 0 ? 0 : lo; kk < hi && kk < len; ++kk) seen[kk] = '1';
+      }
+      for (int kk = 0; kk < len; ++kk) putchar(seen[kk]);
+      putchar('\n');
+    }
+  }
+  return 0;
+}
+"""
+
+
+@needs_gxx
+@pytest.mark.parametrize(("mask", "defines", "lengths"), [
+    ("samples/natten2d.mask", {}, [64 * 3 + 5, 64 * 9, 64 * 20 + 17]),
+    ("benchmarks/generality/grid_text.mask", {}, [60, 77 + 48 * 4 + 7, 77 + 48 * 25]),
+])
+def test_linear_tiles_or_grid_spans_by_grid_row(mask, defines, lengths, workdir):
+    """A linear tiling of a grid mask with many instances per family gets grid_span (one span
+    per grid row a tile meets, as the patch kernel's linear tiles): the spans of every grid
+    row and other term, ORed, are each row of the dense mask."""
+    table = front(ROOT / mask, defines)
+    assert choose_tiling(table).kind == "linear"
+    src = emit(table, archs=("sm_90a",))
+    exe = host_build(src.text, LINEAR_GRID_MAIN.replace("DESC", src.layout.struct_name),
+                     workdir / "lingrid")
+    r = subprocess.run([str(exe)], input=" ".join(map(str, [len(lengths), *lengths])),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    lines = r.stdout.split("\n")
+    fams, origin, width = (int(x) for x in lines[0].split())
+    grid = {(t.family.grid.origin, t.family.grid.width) for t in table.terms
+            if t.family is not None and t.family.grid is not None}
+    assert fams == 1 and grid == {(origin, width)}
+    pos = 1
+    for n in lengths:
+        vis = _dense(table, n)
+        for q in range(n):
+            got = np.frombuffer(lines[pos].encode(), dtype=np.uint8) == ord("1")
+            assert (got == vis[q]).all(), f"len {n} row {q}"
+            pos += 1
+
+
+def test_linear_grid_spans_only_where_rows_are_fewer():
+    """video3d's three families (15 rows x families per tile, 27 instances) and masks without
+    a grid keep the per-instance loop: no grid_span blocks in a linear tiling."""
+    for path in ("benchmarks/generality/video3d.mask", "samples/causal.mask"):
+        src = emit(front(ROOT / path, {}), archs=("sm_90a",))
+        assert "kGridFamilies = 0," in src.text, path

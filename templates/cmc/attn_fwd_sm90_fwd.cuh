@@ -321,14 +321,15 @@ struct MaskLinear {
         bits1 |= cmc_colmask32(lo - k0, hi - k0, off);
       }
     };
-    if constexpr (kPatch) {
+    if constexpr (kPatch || H::kGridFamilies > 0) {
       // the grid families give one span per key grid row the tile meets (a grid row
       // per tile when the grid width is 128 and the origin tile-aligned), instead of
-      // one per instance; the other terms as below
-      const int k1 = (k0 + kBN < len ? k0 + kBN : len) - 1 - H::kGridOrigin;
+      // one per instance; the other terms as below. A linear tiling has grid families
+      // when the emitter found fewer grid rows than instances (emit._linear_span_grid).
+      const int k1 = (k0 + kBN < len ? k0 + kBN : len) - 1 - H::kSpanGridOrigin;
       if (k1 >= 0) {
-        const int ky0 = k0 > H::kGridOrigin ? (k0 - H::kGridOrigin) / H::kGridWidth : 0;
-        for (int ky = ky0; ky <= k1 / H::kGridWidth; ++ky) {
+        const int ky0 = k0 > H::kSpanGridOrigin ? (k0 - H::kSpanGridOrigin) / H::kSpanGridWidth : 0;
+        for (int ky = ky0; ky <= k1 / H::kSpanGridWidth; ++ky) {
 #pragma unroll
           for (int fm = 0; fm < H::kGridFamilies; ++fm) {
             int lo, hi;
