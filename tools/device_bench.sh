@@ -25,6 +25,16 @@ if [ -e /tmp/site/.fa4 ] && [ -d .cudnnfe ] && [ ! -e /tmp/site/.cudnnfe ]; then
     && touch /tmp/site/.cudnnfe
 fi
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
+# The peers this call has: a benchmark without FA4 and cuDNN flex compares cmc with
+# Flex-Triton only (run 13's generality call ran so on a fresh machine, unnoticed until its
+# table came back), so their absence stops the call unless ALLOW_MISSING_PEERS=1.
+missing=""
+[ -e /tmp/site/.fa4 ] || missing="FA4 and Flex-FA4 (no /tmp/fa4_part_aa on this machine, or .fa4c/.fa4b not carried)"
+[ -e /tmp/site/.cudnnfe ] || missing="${missing:+$missing; }cuDNN flex (.cudnnfe not carried, or no FA4 bundle)"
+if [ -n "$missing" ] && [ $# -gt 0 ]; then
+  echo "device_bench: PEERS MISSING: $missing. On a fresh machine run first: cp .fa4a/part_aa /tmp/fa4_part_aa && cp -r .cudnnfe /tmp/cudnnfe (carry .fa4a, .cudnnfe), or set ALLOW_MISSING_PEERS=1."
+  [ "${ALLOW_MISSING_PEERS:-0}" = 1 ] || exit 3
+fi
 if [ -z "${NO_SM90_CHECK:-}" ]; then
   timeout ${T_SM90:-150} python3 tools/sm90_check.py ${SM90_ARGS:-} 2>&1 | tee "$out/sm90.log" | tail -12
 fi
