@@ -59,6 +59,10 @@ MIN_GAIN = 0.10  # a patch tiling must compute this much less than the linear on
 TIE = 0.02  # computed pairs this close count as equal
 REF_ROWS = 64  # grid rows of the reference sequence (a multiple of every patch height)
 MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB each)
+# Patch offsets may have more: g_grid77_w96_r40's 16x8 patches have 77, and without
+# masks each partial patch tile evaluated 16 grid spans per row (104 TFLOP/s at 16K,
+# run 12), where one 8-byte load does (kernel notes, "Patch masks past 64 classes").
+MAX_PATCH_MASK_CLASSES = 128
 # lattice_offset_masks enumerates the queries of one sequence this long (the kernel selects
 # no mask above it)
 LATTICE_MAX_LEN = 1 << 18
@@ -154,8 +158,8 @@ def _patch_classes(found: dict[tuple[int, int], np.ndarray]
     dys, dxs = [k[0] for k in found], [k[1] for k in found]
     box = (min(dys), max(dys) + 1, min(dxs), max(dxs) + 1)
     n = (box[1] - box[0]) * (box[3] - box[2])
-    if n > MAX_MASK_CLASSES:
-        return f"{n} patch offsets, more than {MAX_MASK_CLASSES}"
+    if n > MAX_PATCH_MASK_CLASSES:
+        return f"{n} patch offsets, more than {MAX_PATCH_MASK_CLASSES}"
     empty = np.zeros((TILE, TILE), dtype=bool)
     return box, _row_words([found.get((dpy, dpx), empty) for dpy in range(box[0], box[1])
                             for dpx in range(box[2], box[3])])

@@ -128,20 +128,24 @@ def test_grid_origin_cases_get_their_tilings():
         assert "computed pairs" in tiling.reason
 
 
-def test_unmasked_patches_keep_the_common_gain():
-    """Patches without tile masks (77 offsets, over MAX_MASK_CLASSES) are chosen on the common
-    10 % gain: width 96, radius 40 gets 16x8 patches (20 % fewer pairs at the reference
-    length) with linear tiles below their minimum length. A 25 % rule for unmasked patches
-    (2026-12-05) sent it to the linear kernel, measured 2.2 x slower at 4K on the same tiles
-    (H200, 111 against 245 TFLOP/s; docs/kernel-notes.md, "Unmasked patches: the rule
-    withdrawn")."""
+def test_patches_keep_the_common_gain_and_masks_past_64_classes():
+    """Width 96, radius 40: 16x8 patches (20 % fewer pairs at the reference length) with
+    their 77 patch-offset tile masks (MAX_PATCH_MASK_CLASSES: run 12 ran them unmasked, 16
+    grid spans per row of a partial tile). A 25 % rule for unmasked patches (2026-12-05)
+    sent it to the linear kernel, measured 2.2 x slower at 4K on the same tiles (H200, 111
+    against 245 TFLOP/s; docs/kernel-notes.md, "Unmasked patches: the rule withdrawn").
+    Width 160, radius 64 keeps 16x8 patches without masks (the GPU tier's unmasked case)."""
+    from cmc.tiling import MAX_MASK_CLASSES, MAX_PATCH_MASK_CLASSES
+
     grid = ROOT / "benchmarks" / "generality" / "grid_text.mask"
     t = choose_tiling(front(grid, {"TEXT": 77, "W": 96, "R": 40}))
+    assert (t.kind, t.patch_rows, t.patch_cols) == ("patch", 16, 8)
+    m = t.masks
+    assert m is not None
+    assert MAX_MASK_CLASSES < (m.dpy_hi - m.dpy_lo) * (m.dpx_hi - m.dpx_lo) == 77 \
+        <= MAX_PATCH_MASK_CLASSES
+    t = choose_tiling(front(grid, {"TEXT": 77, "W": 160, "R": 64}))
     assert (t.kind, t.patch_rows, t.patch_cols, t.masks) == ("patch", 16, 8, None)
-    assert "no tile masks: 77 patch offsets" in t.reason
-    t = choose_tiling(front(grid, {"TEXT": 77, "W": 160, "R": 40}))
-    assert (t.kind, t.patch_rows, t.patch_cols, t.masks) == ("patch", 16, 8, None)
-    assert "no tile masks: 77 patch offsets" in t.reason
 
 
 def test_computed_pairs_counts_tiles():
