@@ -72,6 +72,13 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
     CMC_PROBE(6, mbar_wait(sm.bar_slot(x), use ^ 1u));  // consumers done with its last item
     CMC_PROBE_MARK(pr_build_);
     Item it;
+    if constexpr (kPatch) {
+      // h and b set on every path: Sched::tile's -1 path leaves them as they were, and
+      // ptxas, not seeing that qt >= 0 implies tile set them, held the last item's h and b
+      // across the build (clear D 128 spilled n; kernel notes, "Spills as built")
+      it.h = 0;
+      it.b = 0;
+    }
     int qa = 0, qb = 0;
     bool found = false, fresh = false;  // fresh: item[3] was written by next() (patch)
     typename H::seq_t seq;
