@@ -176,6 +176,21 @@ CMC_DEV void cmc_bwd_plan_step(int step, const typename HH::seq_t& s, const cmc_
 // Ints of a patch plan (kernels.py _bwd_patch_plan_ints).
 template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * kBwdPatchWords; }
 
+#ifndef CMC_BWD_KV_TMA
+#define CMC_BWD_KV_TMA 0
+#endif
+#if !defined(CMC_HOST) && CMC_BWD_KV_TMA
+// Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
+// swizzle) for the experiment CMC_BWD_KV_TMA, in a module global the host writes before the
+// launch (tools/bwd_ablate.py tmaload): the kernel's parameters stay the shipped ones.
+struct alignas(64) cmc_kv_map {
+  unsigned long long opaque[16];
+};
+struct cmc_kv_maps_t {
+  cmc_kv_map q, dout;
+};
+__device__ cmc_kv_maps_t cmc_kv_maps;
+#endif
 #if !defined(CMC_HOST)
 namespace cmc_bwd_sm90 {
 
@@ -223,14 +238,12 @@ template <int D> struct DqStage {
     kBytes = CMC_BWD_DQ_BULK == 2 ? 2 * 2 * 4096 * 4 : CMC_BWD_DQ_BULK == 1 ? kParts * 64 * kRow : 0
   };
 };
-// The linear kv's Q / dO copies: 0 (shipped) cp.async by all 256 threads; 1 (experiment,
+// The linear kv's Q / dO copies (CMC_BWD_KV_TMA, defined before the namespace): 0 (shipped)
+// cp.async by all 256 threads; 1 (experiment,
 // tools/bwd_ablate.py tmaload: the tensor maps are a module global the host writes, so only
 // that tool launches it) one TMA box per 64-column block issued by thread 0 into the ring
 // stage, completing the stage's mbarrier (LSE and Dsum stay cp.async). Removes the copies
 // from the consumers' instruction stream (ablation noload: 13 % of the kv time, 2026-12-05).
-#ifndef CMC_BWD_KV_TMA
-#define CMC_BWD_KV_TMA 0
-#endif
 template <int D> struct SmemKV {
   enum : int {
     kK = 0,
@@ -302,15 +315,8 @@ CMC_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n
 // ... all but the most recent one.
 CMC_DEV void bulk_wait_read1() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
 #if CMC_BWD_KV_TMA
-// Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
-// swizzle), in the experiment's module global cmc_kv_maps (written by the host before the
-// launch: the kernel's parameters stay the shipped ones).
-struct alignas(64) KvMap {
-  unsigned long long opaque[16];
-};
-struct KvMaps {
-  KvMap q, dout;
-};
+using KvMap = cmc_kv_map;
+using KvMaps = cmc_kv_maps_t;
 CMC_DEV void kv_mbar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -323,9 +329,6 @@ CMC_DEV void kv_mbar_wait(unsigned bar, unsigned parity) {
       "r"(parity)
       : "memory");
 }
-}  // namespace cmc_bwd_sm90
-__device__ cmc_bwd_sm90::KvMaps cmc_kv_maps;
-namespace cmc_bwd_sm90 {
 // One 64 x 1 x 64 box (columns d0 .., head h, 64 tokens from tok) into dst (1 KiB aligned).
 CMC_DEV void kv_tma(unsigned dst, const KvMap* map, unsigned bar, int d0, int h, int tok) {
   asm volatile(
