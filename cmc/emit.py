@@ -1033,6 +1033,15 @@ KV_MASK_SYMBOL = "cmc_patch_mask_words_t"
 KV_OFFSET_MASK_SYMBOL = "cmc_offset_mask_words_t"
 
 
+def _mask_guard(variants: Sequence[KernelVariant], kinds: Sequence[KernelKind]) -> str:
+    """The preprocessor condition under which a tile mask table is compiled: the host build
+    and the variants of `kinds`, which read it. Every other cubin of NAME.cu leaves the table
+    out (77 classes are 154 KiB per table) and its hooks leave out the accessor, so a variant
+    that did read it would not compile."""
+    return " || ".join(["defined(CMC_HOST)", *(f"defined({v.define})" for v in variants
+                                                if v.kernel in kinds)])
+
+
 def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
                     struct_name: str, tiling: Tiling = LINEAR) -> dict[str, object]:
     """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant.
@@ -1051,6 +1060,7 @@ def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
             _mask_table(tiling.masks, KV_MASK_SYMBOL, kv=True) if kv_masks else "",
             _mask_table(tiling.offset_masks, KV_OFFSET_MASK_SYMBOL, kv=True) if kv_offset else "",
         ) if t),
+        "mask_guard": _mask_guard(variants, (KernelKind.BWD_KV_SM90,)),
         "hooks": render_hooks(hooks_t, struct_name, "cmc_hooks_t",
                               KV_MASK_SYMBOL if kv_masks else None,
                               KV_OFFSET_MASK_SYMBOL if kv_offset else None),
@@ -1093,6 +1103,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         n_terms=hooks.n_terms,
         tables=list(hooks.tables),
         mask_table=_mask_tables(hooks.tiling),
+        mask_guard=_mask_guard(variants, (SM90.kind, KernelKind.BWD_DQ_SM90)),
         hooks=render_hooks(hooks, check_identifier(layout.struct_name), "cmc_hooks"),
         backward=(_backward_parts(bwd, hooks_t, check_identifier(layout.struct_name),
                                   hooks.tiling)
