@@ -408,6 +408,22 @@ CMC_DEV void load_tile(unsigned dst, const unsigned short* g, cmc_i64 stride, in
   }
 }
 
+// The LSE and Dsum of query rows q0 .. q0 + kBM - 1 (zero past len: those rows are masked)
+// into ring stage `buf`, by cp.async of threads tid < 2 kBM.
+template <class Desc, int D>
+CMC_DEV void kv_issue_stats(unsigned base, int buf, const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0,
+                            int len, int hq, int q0, int tid) {
+  if (tid < 2 * kBM) {
+    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+    const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
+    const int rr = tid % kBM, q = q0 + rr;
+    const bool valid = q < len;
+    const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
+    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
+                       src, valid);
+  }
+}
+
 // Copies of one (query head hq, query tile qt) item into ring stage `buf`.
 template <class Desc, int D>
 CMC_DEV void kv_issue(unsigned base, int buf, const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0,
@@ -419,15 +435,7 @@ CMC_DEV void kv_issue(unsigned base, int buf, const Desc& desc, const cmc_bwd_ar
   load_tile<D, kBM>(base + SmemKV<D>::kDO + buf * Cfg<D>::kTileQ,
                     reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
                         (cmc_i64)hq * args.dout_stride_head, args.dout_stride_tok, q0, len, tid);
-  if (tid < 2 * kBM) {
-    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
-    const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
-    const int rr = tid % kBM, q = q0 + rr;
-    const bool valid = q < len;
-    const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
-    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
-                       src, valid);
-  }
+  kv_issue_stats<Desc, D>(base, buf, desc, args, tok0, len, hq, q0, tid);
 }
 
 #if CMC_BWD_KV_TMA
@@ -449,15 +457,7 @@ CMC_DEV void kv_issue_tma(unsigned base, int buf, const Desc& desc, const cmc_bw
              (int)(tok0 + q0));
     }
   }
-  if (tid < 2 * kBM) {
-    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
-    const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
-    const int rr = tid % kBM, q = q0 + rr;
-    const bool valid = q < len;
-    const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
-    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
-                       src, valid);
-  }
+  kv_issue_stats<Desc, D>(base, buf, desc, args, tok0, len, hq, q0, tid);
 }
 #endif
 
