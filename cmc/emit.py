@@ -84,6 +84,7 @@ from .ranges import (
     mul_range,
 )
 from .resources import jinja_env, read_text
+from .tiling import grid_of
 
 TEMPLATE = "kernel.cu.j2"
 HOOKS_TEMPLATE = "hooks.cu.j2"
@@ -893,8 +894,8 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         grid_terms=" || ".join(grid_ranges) or "false",
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),
-        span_grid=((tiling.origin, tiling.width) if patch and grid_blocks
-                   else lin_grid if lin_grid is not None and grid_blocks else (0, 128)),
+        span_grid=(((tiling.origin, tiling.width) if patch else lin_grid or (0, 128))
+                   if grid_blocks else (0, 128)),
     )
 
 
@@ -907,15 +908,13 @@ def _linear_span_grid(table: IntervalTable, counts: Sequence[int]) -> tuple[int,
     register split (2026-12-05). Measured (kernel notes, "Unmasked patches: the rule
     withdrawn"): per instance, the linear kernel ran g_grid77_w96_r40 (79 instances) 2.2 x
     slower than per grid row."""
-    grids = {(t.family.grid.origin, t.family.grid.width) for t in table.terms
-             if t.family is not None and t.family.grid is not None}
-    if len(grids) != 1:
+    grid = grid_of(table)
+    if grid is None:
         return None
-    origin, width = next(iter(grids))
     fams = [c for t, c in zip(table.terms, counts, strict=True)
             if t.family is not None and t.family.grid is not None and t.residual is None]
-    rows = (TILE - 1) // width + 2  # grid rows one tile of TILE consecutive keys can meet
-    return (origin, width) if fams and 2 * rows * len(fams) < sum(fams) else None
+    rows = (TILE - 1) // grid.width + 2  # grid rows one tile of TILE consecutive keys meets
+    return (grid.origin, grid.width) if fams and 2 * rows * len(fams) < sum(fams) else None
 
 
 # =========================================================================== template

@@ -108,35 +108,33 @@ def _mismatches(vis: np.ndarray, rows: list, swap: int, kv: bool) -> tuple[int, 
     return pairs, bad
 
 
+def _check_decoded(path: Path, n: int, workdir: Path, kv: bool, min_pairs: int) -> list:
+    """Decode the kinds' masks at length n: more than min_pairs classed pairs, none wrong, and
+    wrong ones once the halves are swapped (the check can fail). Returns the decoded rows."""
+    vis, rows = _decode(path, {}, n, workdir, kv=kv)
+    pairs, bad = _mismatches(vis, rows, 0, kv)
+    assert pairs > min_pairs and bad == 0, (pairs, bad)
+    assert _mismatches(vis, rows, 1, kv)[1] > 0  # halves swapped: the check can fail
+    return rows
+
+
 @needs_gxx
 def test_dilated_band_offset_masks_decode_in_both_kinds(workdir):
-    path = ROOT / "benchmarks" / "generality" / "dilated_band.mask"
-    n = 128 * 9 + 53
-    vis, rows = _decode(path, {}, n, workdir, kv=True)
-    pairs, bad = _mismatches(vis, rows, 0, True)
-    assert pairs > 10 and bad == 0, (pairs, bad)
-    assert _mismatches(vis, rows, 1, True)[1] > 0  # halves swapped: the check can fail
+    _check_decoded(ROOT / "benchmarks" / "generality" / "dilated_band.mask", 128 * 9 + 53,
+                   workdir, kv=True, min_pairs=10)
 
 
 @needs_gxx
 def test_natten2d_band_masks_decode_in_dq(workdir):
-    path = ROOT / "samples" / "natten2d.mask"
-    n = 128 * 14 + 37
-    vis, rows = _decode(path, {}, n, workdir, kv=False)
-    pairs, bad = _mismatches(vis, rows, 0, False)
-    assert pairs > 5 and bad == 0, (pairs, bad)
-    assert _mismatches(vis, rows, 1, False)[1] > 0
+    _check_decoded(ROOT / "samples" / "natten2d.mask", 128 * 14 + 37, workdir, kv=False,
+                   min_pairs=5)
 
 
 @needs_gxx
 def test_grid_text_phase_masks_decode_in_dq(workdir):
-    path = ROOT / "benchmarks" / "generality" / "grid_text.mask"
-    n = 128 * 16 + 21
-    vis, rows = _decode(path, {}, n, workdir, kv=False)
-    pairs, bad = _mismatches(vis, rows, 0, False)
-    assert pairs > 10 and bad == 0, (pairs, bad)
+    rows = _check_decoded(ROOT / "benchmarks" / "generality" / "grid_text.mask",
+                          128 * 16 + 21, workdir, kv=False, min_pairs=10)
     assert all(kt >= 1 for _, _, kt, _, _ in rows)  # key tile 0 holds text: no class
-    assert _mismatches(vis, rows, 1, False)[1] > 0
 
 
 @pytest.fixture
