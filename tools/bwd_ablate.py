@@ -66,11 +66,12 @@ def _tile_stage_bytes(d: int) -> int:
     return 2 * 2 * 4096 * 4
 
 
-def _with_macro(value: int, grow_of: Callable[[int], int]) -> Callable[[str], str]:
-    """CMC_BWD_DQ_BULK = value, and each bwd_kv_sm90 block's shared-memory assertion grown by
+def _with_macro(value: int, grow_of: Callable[[int], int],
+                macro: str = "CMC_BWD_DQ_BULK") -> Callable[[str], str]:
+    """`macro` = value, and each bwd_kv_sm90 block's shared-memory assertion grown by
     grow_of(head dim)."""
     def edit(text: str) -> str:
-        out, pos = [f"#define CMC_BWD_DQ_BULK {value}\n"], 0
+        out, pos = [f"#define {macro} {value}\n"], 0
         for m in re.finditer(r"#if defined\(CMC_VARIANT_bwd_kv_sm90_\w+_d(\d+)\)\n", text):
             end = text.index("#endif", m.end())
             grow = grow_of(int(m.group(1)))
@@ -80,7 +81,7 @@ def _with_macro(value: int, grow_of: Callable[[int], int]) -> Callable[[str], st
 
             block, n = re.subn(r'== (\d+), "dynamic shared memory"', grown, text[m.end():end])
             if n != 1:
-                raise SystemExit(f"CMC_BWD_DQ_BULK {value}: {n} shared-memory assertions in "
+                raise SystemExit(f"{macro} {value}: {n} shared-memory assertions in "
                                  f"{m.group(0)!r}")
             out += [text[pos:m.end()], block]
             pos = end
@@ -93,8 +94,7 @@ def _with_macro(value: int, grow_of: Callable[[int], int]) -> Callable[[str], st
 def _tmaload(text: str) -> str:
     """CMC_BWD_KV_TMA = 1; the kv kernels' shared memory grows by the two mbarriers (16
     bytes). Their tensor maps are the module global cmc_kv_maps (TmaBwd writes it)."""
-    return _with_macro(1, lambda d: 16)(text).replace("#define CMC_BWD_DQ_BULK 1\n",
-                                                      "#define CMC_BWD_KV_TMA 1\n", 1)
+    return _with_macro(1, lambda d: 16, "CMC_BWD_KV_TMA")(text)
 
 
 def _tma_bwd(bkc):
