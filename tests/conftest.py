@@ -17,6 +17,14 @@ needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host cross
 HOST_HEAD = ("#include <cstdio>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
              "#include <vector>\n#define CMC_HOST 1\n")
 
+# A host main()'s one sequence of `len` tokens, batch entry 1 of cu_seqlens {0, 3, 3 + len}:
+# the descriptor d (DESC: the mask's struct, replaced by the test) and its seq_t s.
+ONE_SEQUENCE = """    int cu[3] = {0, 3, 3 + len};
+    DESC d;
+    memset(&d, 0, sizeof d);
+    d.cu_seqlens = (uint64_t)(uintptr_t)cu;
+    const cmc_hooks::seq_t s = cmc_hooks::seq(d, 1);
+"""
 
 def host_build(source: str, main: str, exe: Path, defines: str = "",
                sanitize: bool = True) -> Path:

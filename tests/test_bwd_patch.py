@@ -25,7 +25,7 @@ from cmc.driver import front
 from cmc.ir import Tiling
 from cmc.tiling import computed_pairs, tile_ids
 
-from .conftest import ROOT, host_build, needs_gxx
+from .conftest import ONE_SEQUENCE, ROOT, host_build, needs_gxx
 from .conftest import emit_tiled as emit
 from .test_tiling import _dense
 
@@ -49,12 +49,7 @@ int main() {
   const int ncase = rd();
   for (int c = 0; c < ncase; ++c) {
     const int len = rd();
-    int cu[3] = {0, 3, 3 + len};
-    DESC d;
-    memset(&d, 0, sizeof d);
-    d.cu_seqlens = (uint64_t)(uintptr_t)cu;
-    const cmc_hooks::seq_t s = cmc_hooks::seq(d, 1);
-    const cmc_hooks_t::seq_t st = cmc_hooks_t::seq(d, 1);
+""" + ONE_SEQUENCE + r"""    const cmc_hooks_t::seq_t st = cmc_hooks_t::seq(d, 1);
     const cmc_patch_geo g = cmc_bwd_geo<cmc_hooks>(len);
     printf("%d\n", g.nqt);
     for (int t = 0; t < g.nqt; ++t) {

@@ -24,7 +24,7 @@ from cmc.evaluate import Env, eval_pred
 from cmc.ir import LINEAR, Tiling
 from cmc.tiling import choose_tiling, computed_pairs, patch_masks, tile_ids
 
-from .conftest import ROOT, host_build, needs_gxx
+from .conftest import ONE_SEQUENCE, ROOT, host_build, needs_gxx
 from .conftest import emit_tiled as emit
 
 
@@ -181,12 +181,7 @@ int main() {
   const int ncase = rd();
   for (int c = 0; c < ncase; ++c) {
     const int len = rd(), O = rd(), W = rd(), PH = rd(), PW = rd();
-    int cu[3] = {0, 3, 3 + len};
-    DESC d;
-    memset(&d, 0, sizeof d);
-    d.cu_seqlens = (uint64_t)(uintptr_t)cu;
-    const cmc_hooks::seq_t s = cmc_hooks::seq(d, 1);
-    const cmc_patch_geo g = cmc_patch_geo_of(len, O, W, PH, PW);
+""" + ONE_SEQUENCE + r"""    const cmc_patch_geo g = cmc_patch_geo_of(len, O, W, PH, PW);
     printf("%d\n", g.nqt);
     const int nt = cmc_hooks::kTerms;
     std::vector<int> p(4 * nt);
@@ -493,12 +488,7 @@ int main() {
          (int)cmc_hooks::kSpanGridWidth);
   for (int c = 0; c < ncase; ++c) {
     const int len = rd();
-    int cu[3] = {0, 3, 3 + len};
-    DESC d;
-    memset(&d, 0, sizeof d);
-    d.cu_seqlens = (uint64_t)(uintptr_t)cu;
-    const cmc_hooks::seq_t s = cmc_hooks::seq(d, 1);
-    const int O = cmc_hooks::kSpanGridOrigin, W = cmc_hooks::kSpanGridWidth;
+""" + ONE_SEQUENCE + r"""    const int O = cmc_hooks::kSpanGridOrigin, W = cmc_hooks::kSpanGridWidth;
     const int rows = len > O ? (len - O + W - 1) / W : 0;
     for (int qq = 0; qq < len; ++qq) {
       const cmc_hooks::row_t r = cmc_hooks::row(s, qq);
