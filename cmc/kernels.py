@@ -396,7 +396,8 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     tiled=True,
     plan_ints=_bwd_sm90_plan_ints,
     grid=("{query_tiles}", "heads_kv", "batch"),
-    headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh"),  # reuses cmc_bwd's helpers
+    headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh",
+             "cmc/attn_bwd_sm90_ws.cuh"),  # reuses cmc_bwd's helpers; _ws: an experiment, off
     archs=("sm_90a",),
     threads={64: BWD_SM90_THREADS, 128: BWD_SM90_THREADS},
     block_m=BWD_SM90_BN,  # keys per CTA: the grid's x counts key tiles
@@ -435,7 +436,7 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
     plan_ints=_bwd_sm90_plan_ints,
     grid=("{query_tiles}", "heads_q", "batch"),
     headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh",
-             "cmc/attn_bwd_sm90_dq.cuh"),  # reuses cmc_bwd's and cmc_bwd_sm90's helpers
+             "cmc/attn_bwd_sm90_ws.cuh", "cmc/attn_bwd_sm90_dq.cuh"),  # reuses cmc_bwd's and cmc_bwd_sm90's helpers
     archs=("sm_90a",),
     threads={64: BWD_SM90_THREADS, 128: BWD_SM90_THREADS},
     block_m=BWD_SM90_DQ_ROWS,  # query rows per CTA: the grid's x counts 128-row tiles

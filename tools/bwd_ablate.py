@@ -141,6 +141,48 @@ def _tma_bwd(bkc):
     return TmaBwd
 
 
+# attn_bwd_sm90.cuh SmemWS<D>::kPlan - SmemKV<D>::kPlan (the macros off): a second dS^T
+# buffer, two dQ stagings of 64 rows x (256 + 32) bytes, the item slots and four mbarriers.
+WS_SMEM_GROWTH = 128 * 64 * 2 + 2 * 64 * (64 * 4 + 32) + 2 * 16 + 16 + 16 + 16
+WS_THREADS = 384
+
+
+def _ws(text: str) -> str:
+    """CMC_BWD_KV_WS = 1 (attn_bwd_sm90_ws.cuh) with the mbarrier watchdog; the kv kernels'
+    shared memory grows by WS_SMEM_GROWTH and their asserted threads become 384."""
+    text = _with_macro(1, lambda d: WS_SMEM_GROWTH, "CMC_BWD_KV_WS")(text)
+    # only in the kv variants' compiles (the dq kind shares load_tile, whose stride it sets)
+    kv = sorted(set(re.findall(r"defined\((CMC_VARIANT_bwd_kv_sm90_\w+)\)", text)))
+    cond = " || ".join(f"defined({v})" for v in kv)
+    text = text.replace("#define CMC_BWD_KV_WS 1\n", f"#if {cond}\n#define CMC_BWD_KV_WS 1\n#endif\n", 1)
+    text, n = re.subn(r"(static_assert\(cmc_bwd_sm90::Cfg<\d+>::kThreadsKV == )"
+                      + str(256) + r'(, "threads"\);)', rf"\g<1>{WS_THREADS}\2", text)
+    if n == 0:
+        raise SystemExit("ws: no bwd_kv_sm90 threads assertion in the source")
+    return "#define CMC_SM90_WATCHDOG 1\n" + text
+
+
+def _watchdogs_fired(bkc, funcs) -> int:
+    """How many of the launched kv functions' modules have cmc_ws_watchdog set (ws builds
+    define it, attn_bwd_sm90_ws.cuh ws_wait)."""
+    import numpy as np
+    from cuda.bindings import driver as cu
+
+    fired = 0
+    for f in funcs:
+        mod = bkc.kc._ok(cu.cuFuncGetModule(f), "cuFuncGetModule")
+        err, ptr, size = cu.cuModuleGetGlobal(mod, b"cmc_ws_watchdog")
+        if err != cu.CUresult.CUDA_SUCCESS:
+            continue
+        bkc.kc._ok(cu.cuCtxSynchronize(), "sync")
+        host = np.zeros(1, np.uint32)
+        (err,) = cu.cuMemcpyDtoH(host.ctypes.data, ptr, host.nbytes)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemcpyDtoH of cmc_ws_watchdog: {err}")
+        fired += int(host[0] != 0)
+    return fired
+
+
 # name: (what it changes, edit of the .cu text, extra kv shared memory per head dim)
 ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] = {
     "bulkdq": ("the atomic dQ staged in shared memory, one cp.reduce.async.bulk per row "
@@ -153,9 +195,17 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
                 _tmaload, lambda d: 16),
     "red4": ("the atomic dQ by red.global.add.v4.f32, lane pairs swapping a row's pair (half "
              "the requests; CMC_BWD_DQ_BULK 3)", _with_macro(3, lambda d: 0), lambda d: 0),
+    "ws": ("warp-specialised kv: a loader warp (TMA Q, dO; cp.async LSE, Dsum; mbarrier ring), "
+           "dQ before dK, dQ bulk-added by writer warps (CMC_BWD_KV_WS 1; 384 threads)",
+           _ws, lambda d: WS_SMEM_GROWTH),
 }
 # Alternatives whose gradients are not checkable (their workspace layout is not post's).
 UNCHECKED = {"tiledq"}
+# Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
+TMA = {"tmaload", "ws"}
+# Alternatives built for linear tilings only (patch-tiled masks keep the shipped kv).
+LINEAR_ONLY = {"ws"}
+THREADS = {"ws": WS_THREADS}
 
 
 def apply(text: str, edits: list[tuple[str, str, int]]) -> str:
@@ -176,7 +226,7 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
         _, edit, extra = ALTERNATIVES[name]
         kernels, res = bkc.build_variant(mask, dtype, d, arch, True, edit=edit)
         cub, sym, threads, smem, bm, heads = kernels["kv"]
-        kernels["kv"] = (cub, sym, threads, smem + extra(d), bm, heads)
+        kernels["kv"] = (cub, sym, THREADS.get(name, threads), smem + extra(d), bm, heads)
         return kernels, res
     edits = ABLATIONS[name][1] if name != "base" else []
     return bkc.build_variant(mask, dtype, d, arch, True,
@@ -210,8 +260,13 @@ def main() -> int:
     variants = ["base", *names]
     import bwd_kernel_check as bkc
 
+    from cmc.tiling import choose_tiling
+
+    patch = {v[0] for v in bkc.VARIANTS if choose_tiling(bkc.table_of(v[0])).kind == "patch"}
+    cases = {n: [v for v in bkc.VARIANTS if n not in LINEAR_ONLY or v[0] not in patch]
+             for n in checked}
     jobs = [(n, "causal", "bf16", 128) for n in variants]
-    jobs += [(n, *v) for n in checked for v in bkc.VARIANTS if (n, *v) not in jobs]
+    jobs += [(n, *v) for n in checked for v in cases[n] if (n, *v) not in jobs]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         futs = {j: pool.submit(_build, j[0], arch, *j[1:]) for j in jobs}
         built = {j: f.result() for j, f in futs.items()}
@@ -227,10 +282,14 @@ def main() -> int:
     failed = passed = 0
     plain_bwd, tma_bwd = bkc.Bwd, _tma_bwd(bkc)
     for n in checked:
-        for v in bkc.VARIANTS:
+        skipped = [v[0] for v in bkc.VARIANTS if v not in cases[n]]
+        if skipped:
+            print(f"check {n:9s} skips {', '.join(sorted(set(skipped)))}: patch tilings keep the "
+                  "shipped kv", flush=True)
+        for v in cases[n]:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
             tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = bkc._LAYOUTS[v], v[1], v[2]
-            bkc.Bwd = tma_bwd if n == "tmaload" else plain_bwd  # type: ignore[misc]  # run_case makes its own
+            bkc.Bwd = tma_bwd if n in TMA else plain_bwd  # type: ignore[misc]  # run_case makes its own
             for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0])):
                 failed += 0 if ok else 1
                 passed += 1 if ok else 0
@@ -243,10 +302,15 @@ def main() -> int:
     for lb in opts.lengths:
         L, B = (int(x) for x in lb.split("x"))
         for n in variants:
-            cls = tma_bwd if n == "tmaload" else plain_bwd
+            cls = tma_bwd if n in TMA else plain_bwd
             for line in bkc.timing(cls(built[(n, "causal", "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} "):
                 print(line, flush=True)
+    fired = _watchdogs_fired(bkc, tma_bwd._written)
+    if fired:
+        print(f"WATCHDOG FIRED in {fired} kv module(s): an mbarrier wait gave up (the ws "
+              "kernel's protocol), so its gradients and times above are void", flush=True)
+        failed += 1
     if checked:
         print(f"{passed} passed, {failed} failed (checks of {', '.join(checked)})")
     return 1 if failed else 0

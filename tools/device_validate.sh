@@ -3,7 +3,7 @@
 # important evidence first; each part under its own `timeout`, all inside one deadline, so a
 # hang costs that part only and the summary is always written. Usage, on the device, from the
 # repository root, with lark carried in .whl (README.md, "GPU validation"):
-#   bash tools/device_validate.sh            # logs in $OUT (8 files), summary in $OUT/summary.txt
+#   bash tools/device_validate.sh            # a log per part in $OUT, summary in $OUT/summary.txt
 # Knobs: BUDGET (seconds from start, 530), NPROC (pytest-xdist workers, 4; 0 = serial),
 # CMC_GPU_ARTIFACTS (prebuilt artifact folder: skips the build), SKIP (parts to leave out,
 # e.g. "sanitizer torch").
@@ -51,46 +51,48 @@ step() {
   [ $rc -ne 0 ] && verdict="FAIL rc=$rc"
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="TIMEOUT after ${limit}s"
   local last
-  last=$(tail -n +$((n0 + 1)) "$log" | grep -E '[0-9]+ (passed|failed|skipped|errors?)|built [0-9]+ of|^loss |^OK$|^FAILED$|TB/s' | tail -1)
+  last=$(tail -n +$((n0 + 1)) "$log" | grep -E '[0-9]+ (passed|failed|skipped|errors?)|built [0-9]+ of|^loss |^OK$|^FAILED$|TB/s|WATCHDOG' | tail -1)
   note "[$part] $verdict ${secs}s :: $* :: ${last:0:220}"
   tail -n +$((n0 + 1)) "$log" | grep -E '^(FAILED|ERROR) ' | sed "s/^/    /" | head -15 >>"$S"
 }
 
-# 0. every artifact the tier loads, once, on every core (tools/gpu_artifacts.py)
+# 1. the sm_90a kv alternatives, the decision first and before the artifact build (they build
+#    their own; tools/bwd_ablate.py): the warp-specialised kv (ws), TMA loads (tmaload) and
+#    red.v4 adds (red4), each checked on bwd_kernel_check's cases (ws: the linear ones) and
+#    timed beside the shipped kernel at causal 4K x 8 and 16K x 2
+step ws ws.log 170 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws tmaload red4 --check
+# 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
+#    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
+step probe probe.log 60 python3 tools/red_probe.py
+# (then) every artifact the tier loads, once, on every core (tools/gpu_artifacts.py)
 if [ -z "${CMC_GPU_ARTIFACTS:-}" ]; then
   step build build.log 170 python3 tools/gpu_artifacts.py /tmp/gpuart --jobs "$(nproc)"
   export CMC_GPU_ARTIFACTS=/tmp/gpuart
 fi
 T=tests/gpu
-# 1. forward: every sample (incl. hstu, hstu_context: int32 params since their last GPU run),
-#    the generality masks, the artifact/C-header tier
+# 3. forward: every sample, the generality masks, the artifact/C-header tier (the C demo's
+#    CUDA 13 entry points), then the forward features of 2026-12-05 (each test compiles its own
+#    masks): grids at any origin, NATTEN interior tile masks, linear offset tile masks
 step fwd fwd.log 150 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_correctness.py \
   $T/test_artifacts_gpu.py $T/test_generality_gpu.py -k "not backward"
-# 2. backward, portable kernels (--bwd-kernel portable; the shipped pipeline's cubins), then the
-#    runtime path
-step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
-step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
-  -k "(matches_reference or generality_backward) and portable"
-# 2b. the forward features of 2026-12-05 (each test compiles its own masks): grids at any
-#    origin, NATTEN interior tile masks, linear offset tile masks (dilated band, natten2d)
 step fwdnew fwd.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_grid_origin.py \
   $T/test_gpu_natten_interior.py $T/test_offset_masks_gpu.py $T/test_gpu_natten2d_band.py
-# 3. the sm_90a kinds, the default there (bwd_kv_sm90, bwd_dq_sm90, both on patch tilings)
+# 4. the sm_90a kinds, the default there (bwd_kv_sm90, bwd_dq_sm90, both on patch tilings)
 step sm90 sm90.log 75 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
 step sm90 sm90.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
   $T/test_backward_patch_gpu.py -k "(matches_reference or generality_backward) and sm90 or patch_backward"
-# 4. torch (the default build): autograd Function, custom op under torch.compile, CUDA graph of
+# 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
+step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
+step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
+  -k "(matches_reference or generality_backward) and portable"
+# 6. torch (the default build): autograd Function, custom op under torch.compile, CUDA graph of
 #    fwd+bwd, training
 step torch torch.log 120 "${PYTEST[@]}" $T/test_backward_gpu.py -k "autograd or compile or graph"
 step torch torch.log 90 python3 examples/train_tiny.py --out "$CMC_GPU_ARTIFACTS"
-# 5. compute-sanitizer memcheck, forward then backward (skips without compute-sanitizer)
+# 7. compute-sanitizer memcheck, forward then backward (skips without compute-sanitizer)
 step sanitizer sanitizer.log 200 "${PYTEST[@]}" $T/test_sanitizer.py \
   $T/test_backward_gpu.py::test_backward_memcheck
-# 6. the sm_90a kv kernel's ablations and the bulk-dQ alternative (tools/bwd_ablate.py):
-#    where the backward's time goes, and the alternative's correctness and speed
-step ablate ablate.log 200 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py --check
-# 7. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
-#    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
-step probe probe.log 60 python3 tools/red_probe.py
+# 8. the kv kernel's ablations (timing only) and the other dQ alternatives
+step ablate ablate.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py nored noload nosync tiledq bulkdq
 step probe probe.log 40 python3 tools/red_probe.py red2 bulk --ctas 132 --iters 1024
 note "total $(( $(date +%s) - START ))s of budget ${BUDGET:-530}s"

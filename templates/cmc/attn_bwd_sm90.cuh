@@ -179,10 +179,14 @@ template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * 
 #ifndef CMC_BWD_KV_TMA
 #define CMC_BWD_KV_TMA 0
 #endif
-#if !defined(CMC_HOST) && CMC_BWD_KV_TMA
+// The warp-specialised kv of attn_bwd_sm90_ws.cuh (experiment, tools/bwd_ablate.py ws).
+#ifndef CMC_BWD_KV_WS
+#define CMC_BWD_KV_WS 0
+#endif
+#if !defined(CMC_HOST) && (CMC_BWD_KV_TMA || CMC_BWD_KV_WS)
 // Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
-// swizzle) for the experiment CMC_BWD_KV_TMA, in a module global the host writes before the
-// launch (tools/bwd_ablate.py tmaload): the kernel's parameters stay the shipped ones.
+// swizzle) for the experiments CMC_BWD_KV_TMA and CMC_BWD_KV_WS, in a module global the host
+// writes before the launch (tools/bwd_ablate.py): the kernel's parameters stay the shipped ones.
 struct alignas(64) cmc_kv_map {
   unsigned long long opaque[16];
 };
@@ -210,7 +214,7 @@ enum : int {
 template <int D> struct Cfg {
   static_assert(D == 64 || D == 128, "head dim");
   enum : int {
-    kThreadsKV = 128 * kWG,
+    kThreadsKV = 128 * (kWG + CMC_BWD_KV_WS),  // CMC_BWD_KV_WS: + the producer warpgroup
     kTileQ = kBM * D * 2,
     kTileK = kBN * D * 2
   };
@@ -258,9 +262,34 @@ template <int D> struct SmemKV {
     kPlan = kBar + (CMC_BWD_KV_TMA ? 16 : 0)
   };
 };
+// The warp-specialised kv (attn_bwd_sm90_ws.cuh)'s shared memory (1 KiB aligned base): K | V | Q x2 | dO x2 | dS^T x2 | dQ staging x2 (one per
+// consumer warpgroup: 64 rows of 64 fp32 + 32 B pad, rows 8 banks apart for the fragment
+// stores, 16-byte aligned for the bulk adds) | LSE x2 | Dsum x2 | item x2 (int4: query tile,
+// head of the group, full, -1 = end) | mbarriers full x2, empty x2 | the staging's row
+// addresses' item (int2 per warpgroup: query head, first row; -1 = end) | plan.
+template <int D> struct SmemWS {
+  enum : int {
+    kStgRow = 64 * 4 + 32,
+    kK = 0,
+    kV = Cfg<D>::kTileK,
+    kQ = 2 * Cfg<D>::kTileK,
+    kDO = kQ + 2 * Cfg<D>::kTileQ,
+    kDS = kDO + 2 * Cfg<D>::kTileQ,
+    kStg = kDS + 2 * kBN * kBM * 2,
+    kLse = kStg + 2 * 64 * kStgRow,
+    kDsum = kLse + 2 * kBM * 4,
+    kItem = kDsum + 2 * kBM * 4,
+    kFull = kItem + 2 * 16,
+    kEmpty = kFull + 16,
+    kDqItem = kEmpty + 16,
+    kPlan = kDqItem + 16
+  };
+};
+
 // +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
 template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv() {
-  return (SmemKV<D>::kPlan + (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4 + 15) / 16 * 16 +
+  return ((CMC_BWD_KV_WS ? SmemWS<D>::kPlan : SmemKV<D>::kPlan) +
+          (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4 + 15) / 16 * 16 +
          1024;
 }
 
@@ -314,7 +343,7 @@ CMC_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "m
 CMC_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // ... all but the most recent one.
 CMC_DEV void bulk_wait_read1() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
-#if CMC_BWD_KV_TMA
+#if CMC_BWD_KV_TMA || CMC_BWD_KV_WS
 using KvMap = cmc_kv_map;
 using KvMaps = cmc_kv_maps_t;
 CMC_DEV void kv_mbar_init(unsigned bar, unsigned count) {
@@ -559,13 +588,15 @@ CMC_DEV bool tile_bit(const unsigned* bits, int j) { return (bits[j >> 5] >> (j 
 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
 
-// One kv item after P^T (kv and kv_patch): P^T packed as dV's A operand, dV += P^T dO
-// issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed; dK += dS^T Q issued (scaled at
-// the end). pa, dsa: the packed operands, live until the caller's last wgmma wait.
+// One kv item after P^T (kv, kv_patch, kv_ws): P^T packed as dV's A operand, dV += P^T dO
+// issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed into dsa. pa, dsa: the packed
+// operands, live until the caller's last wgmma wait.
 template <bool BF16, int D>
-CMC_DEV void kv_dv_ds_dk(float* s, float* dp, const float* dsum_b, int cq, float* dv, float* dk,
-                         unsigned doB, unsigned qB, unsigned* pa, unsigned* dsa) {
+CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* dv, unsigned doB, unsigned* pa,
+                      unsigned* dsa) {
 #pragma unroll
   for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
   wg_fence();
@@ -585,10 +616,20 @@ CMC_DEV void kv_dv_ds_dk(float* s, float* dp, const float* dsum_b, int cq, float
   }
 #pragma unroll
   for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
+}
+// dK += dS^T Q issued as one commit group (scaled at the end).
+template <bool BF16, int D> CMC_DEV void kv_dk(float* dk, const unsigned* dsa, unsigned qB) {
   wg_fence();
 #pragma unroll
   for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc(qB + kk * 2048, kBM * 128, 1024));
   wg_commit();
+}
+// kv_dv_ds, then kv_dk (kv, kv_patch).
+template <bool BF16, int D>
+CMC_DEV void kv_dv_ds_dk(float* s, float* dp, const float* dsum_b, int cq, float* dv, float* dk,
+                         unsigned doB, unsigned qB, unsigned* pa, unsigned* dsa) {
+  kv_dv_ds<BF16, D>(s, dp, dsum_b, cq, dv, doB, pa, dsa);
+  kv_dk<BF16, D>(dk, dsa, qB);
 }
 
 // The end of a kv item (kv and kv_patch). Atomic mode: dS^T rows of this warpgroup into the
@@ -719,10 +760,59 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
 #endif
 }
 
+// The forward's linear offset mask of the pair (query tile j / 2, key tile of k0) where the
+// tile stage proved one (cmc_bwd_offset_class), transposed to the key rows of kv thread ctid
+// (0 .. 255; HT::offset_masks_t, cmc/emit.py sm90_kv_mask_words): the word of query half
+// j % 2 into mw, loaded under the GEMMs; false where there is none. Keys and queries past len
+// stay the caller's to cut. Not for band masks (H::kOffsetBand: natten2d): with the spans
+// kept for the other tiles, D = 128 spilled 12 / 16 bytes (ptxas, 2026-12-05); those keep
+// the spans everywhere in the kv kind.
+template <class H, class HT>
+CMC_DEV bool kv_offset_word(bool is_full, int j, int k0, int len, int ctid, unsigned& mw) {
+  if constexpr (H::kOffsetMasks != 0 && H::kOffsetBand == 0) {
+    const int cls = is_full ? -1 : cmc_bwd_offset_class<H>(j >> 1, k0 / kBN, len);
+    if (cls >= 0) mw = __ldg(reinterpret_cast<const unsigned*>(HT::offset_masks_t() + cls * 256 + ctid) + (j & 1));
+    return cls >= 0;
+  } else {
+    return false;
+  }
+}
+
+// P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
+// s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
+// the key rows' transposed rows, and cut at len on both sides.
+template <class HT>
+CMC_DEV void kv_p_linear(float* s, const float* lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
+                         const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
+                         const typename HT::row_t& krow1, int kr, int qbase, int len) {
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 8 * jj + cq + e;
+      const float off = cmc_bwd::lse_offset(lse_b[c]);
+      float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
+      if (!is_full) {  // (mw_ok implies a partial tile)
+        const int q = qbase + c;
+        const bool qin = q < len;
+        const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u : HT::visible(seqt, krow0, q);
+        const bool v1 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u) != 0u : HT::visible(seqt, krow1, q);
+        if (!(qin && kr < len && v0)) p0 = 0.f;
+        if (!(qin && kr + 8 < len && v1)) p1 = 0.f;
+      }
+      s[4 * jj + e] = p0;
+      s[4 * jj + 2 + e] = p1;
+    }
+  }
+}
+
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   if constexpr (H::kTiling == 1) {
     kv_patch<H, HT, BF16, D>(desc, args);
+    return;
+  } else if constexpr (CMC_BWD_KV_WS != 0) {
+    kv_ws<H, HT, BF16, D>(desc, args);
     return;
   }
   constexpr int NTT = HT::kTerms;
@@ -834,42 +924,11 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     // S^T and dP^T (two commit groups).
     float s[32], dp[32];
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
-    // The forward's linear offset mask of the pair (query tile j / 2, key tile of k0) where
-    // the tile stage proved one (cmc_bwd_offset_class), transposed to this thread's key rows
-    // (HT::offset_masks_t, cmc/emit.py sm90_kv_mask_words): the word of query half j % 2,
-    // loaded under the GEMMs. Keys and queries past len stay cut below. Not for band masks
-    // (H::kOffsetBand: natten2d): with the spans kept for the other tiles, D = 128 spilled
-    // 12 / 16 bytes (ptxas, 2026-12-05); those keep the spans everywhere here.
     unsigned mw = 0u;
-    bool mw_ok = false;
-    if constexpr (H::kOffsetMasks != 0 && H::kOffsetBand == 0) {
-      const int cls = is_full ? -1 : cmc_bwd_offset_class<H>(j >> 1, k0 / kBN, len);
-      mw_ok = cls >= 0;
-      if (mw_ok) mw = __ldg(reinterpret_cast<const unsigned*>(HT::offset_masks_t() + cls * 256 + tid) + (j & 1));
-    }
+    const bool mw_ok = kv_offset_word<H, HT>(is_full, j, k0, len, tid, mw);
     wg_wait<1>();
     fence_regs<32>(s);
-
-    // P^T: element (key kr + 8 i, query qbase + 8 jj + cq + e) is s[4 jj + 2 i + e].
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = 8 * jj + cq + e;
-        const float off = cmc_bwd::lse_offset(lse_b[c]);
-        float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
-        if (!is_full) {  // (mw_ok implies a partial tile)
-          const int q = qbase + c;
-          const bool qin = q < len;
-          const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u : HT::visible(seqt, krow0, q);
-          const bool v1 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u) != 0u : HT::visible(seqt, krow1, q);
-          if (!(qin && kr < len && v0)) p0 = 0.f;
-          if (!(qin && kr + 8 < len && v1)) p1 = 0.f;
-        }
-        s[4 * jj + e] = p0;
-        s[4 * jj + 2 + e] = p1;
-      }
-    }
+    kv_p_linear<HT>(s, lse_b, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, kr, qbase, len);
     unsigned pa[16], dsa[16];
     kv_dv_ds_dk<BF16, D>(s, dp, dsum_b, cq, dv, dk, doB, qB, pa, dsa);
     kv_dq_or_wait<BF16, D, CMC_BWD_DQ_BULK == 2>(atomic_dq, smem + SmemKV<D>::kDS, pa, dsa, 64 * wg + 16 * warp + (lane >> 2),
@@ -943,6 +1002,7 @@ CMC_DEV void kv_issue_rows(unsigned base, int buf, const Desc& desc, const cmc_b
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kBN, "patch halves of 64 rows");
+  static_assert(H::kTiling == 1 && CMC_BWD_KV_WS == 0, "the warp-specialised kv is for linear tilings only");
   constexpr int NTT = HT::kTerms;
   constexpr int kAcc = D / 2;
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];

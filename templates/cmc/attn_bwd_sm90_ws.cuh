@@ -1,0 +1,364 @@
+// ===========================================================================================
+// cmc sm_90a backward: the warp-specialised dK / dV kernel (experiment, CMC_BWD_KV_WS 1;
+// tools/bwd_ablate.py ws). Hand-written. Placed after attn_bwd_sm90.cuh, whose kv() calls
+// kv_ws for linear tilings when the macro is on; with it off this part compiles to nothing.
+// Same ABI and semantics as kv; Q and dO by TMA, whose maps are the module global
+// cmc_kv_maps the host writes (as CMC_BWD_KV_TMA), so only bwd_ablate launches it.
+//
+// Why (docs/kernel-notes.md, "The warp-specialised kv"): kv's item loop runs both warpgroups
+// in lockstep behind one CTA barrier per item, issues the next item's copies from the
+// compute warps (noload: 13 % of the kernel) and waits for all of an item's GEMMs before its
+// dQ adds, so the adds (nored: 27 %) never overlap a GEMM. This is FA3's layout of the same
+// GEMMs:
+//   WG0 (setmaxnreg 24): warp 0 walks the transposed plan and loads each item into a ring
+//        of 2 stages: Q, dO by TMA (thread 0), LSE and Dsum by cp.async (32 lanes, whose
+//        completion arrives on the stage's full barrier: cp.async.mbarrier.arrive.noinc);
+//        warps 1, 2 add the dQ partials of consumer warpgroups 0, 1 to dq_accum, one
+//        cp.reduce.async.bulk per query row, from a staging buffer in shared memory.
+//   WG1, WG2 (setmaxnreg 240): kv's item per warpgroup, reordered: S^T, dP^T; P^T; dV;
+//        dS^T; dS^T to shared memory (2 buffers) and one barrier of the 256 consumers; then
+//        dQ before dK, so the dQ partial's trip to the staging runs under the dK GEMM; the
+//        stage is released (empty barrier, one arrival per warp) after dK.
+// Barriers: 0 = __syncthreads (before the roles split); 1, 2 = a consumer warpgroup's own
+// (store_acc; D = 64's dS^T); 3 = both consumer warpgroups (dS^T at D = 128, the end);
+// 4 + w / 6 + w = staging w full / empty (consumer warpgroup w's 128 threads + its writer
+// warp's 32).
+// ===========================================================================================
+#if !defined(CMC_HOST) && CMC_BWD_KV_WS
+namespace cmc_bwd_sm90 {
+
+CMC_DEV void ws_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+CMC_DEV void ws_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+CMC_DEV void ws_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on bar once this thread's earlier cp.async copies have landed (the barrier's count
+// includes it: .noinc).
+CMC_DEV void ws_cp_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+CMC_DEV unsigned ws_try_wait(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+      : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  return ok;
+}
+#if defined(CMC_SM90_WATCHDOG)
+// Set when a wait gave up (tools/bwd_ablate.py reads it after its runs).
+__device__ unsigned cmc_ws_watchdog;
+#endif
+// Blocks until the phase of the given parity has completed; true. With CMC_SM90_WATCHDOG
+// (bwd_ablate defines it) a wait of more than 2^22 polls gives up instead: false, and
+// cmc_ws_watchdog is set; the roles then wind down (the loader stops, the consumers take it
+// for the end item), so a protocol error ends the kernel with wrong results, not a hung GPU.
+// (A trap there, as the forward's watchdog does, made ptxas ignore the consumers' setmaxnreg:
+// 168 registers, 990 bytes of spills, the wgmmas serialised; NVRTC 13.0, 2026-12-05.)
+CMC_DEV bool ws_wait(unsigned bar, unsigned parity) {
+#if defined(CMC_SM90_WATCHDOG)
+  unsigned n = 0;
+  for (; !ws_try_wait(bar, parity) && n < (1u << 22); ++n) {
+  }
+  if (n < (1u << 22)) return true;
+  cmc_ws_watchdog = 1u;
+  return false;
+#else
+  while (!ws_try_wait(bar, parity)) {
+  }
+  return true;
+#endif
+}
+template <int N> CMC_DEV void ws_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> CMC_DEV void ws_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// 384 x 168 registers (__launch_bounds__(384, 1)) = 128 x 24 + 256 x 240.
+#ifndef CMC_WS_REGS_CONSUMER
+#define CMC_WS_REGS_CONSUMER 240
+#endif
+#ifndef CMC_WS_REGS_PRODUCER
+#define CMC_WS_REGS_PRODUCER 24
+#endif
+enum : int { kWsProducerRegs = CMC_WS_REGS_PRODUCER, kWsConsumerRegs = CMC_WS_REGS_CONSUMER };
+
+// The loader (warp 0 of WG0): item n goes to stage n % 2 once the consumers have released
+// the stage's previous item (empty barrier, phase n / 2 - 1), with its Q, dO, LSE and Dsum
+// arriving on the stage's full barrier (33 arrivals: thread 0's, with the TMA bytes, and one
+// per lane's cp.async copies); after the last item an end item (-1), with no copies. Q and
+// dO come by TMA, except in a tile that crosses len (cp.async, zero-filled).
+template <class H, class HT, int D>
+CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_t& desc, const cmc_bwd_args& args,
+                     const int* plan, cmc_i64 tok0, int len, int k0, int hq0, int group, int lane) {
+  constexpr int NTT = HT::kTerms;
+  const int* run = plan + 4 * NTT;
+  const int* full = plan + 6 * NTT;
+  const int nrun = plan[8 * NTT], nfull = plan[8 * NTT + 1];
+  const KvMaps* maps = &cmc_kv_maps;
+  int n = 0;
+  // One push: j < 0 is the end item.
+  auto push = [&](int j, int g, bool is_full) {
+    const int st = n & 1;
+    const unsigned fullb = base + SmemWS<D>::kFull + 8 * st;
+    if (!ws_wait(base + SmemWS<D>::kEmpty + 8 * st, ((n >> 1) & 1) ^ 1)) return false;
+    if (j >= 0) {
+      const int hq = hq0 + g, q0 = j * kBM;
+      const unsigned sq = base + SmemWS<D>::kQ + st * Cfg<D>::kTileQ, sdo = base + SmemWS<D>::kDO + st * Cfg<D>::kTileQ;
+      if (q0 + kBM <= len) {
+        if (lane == 0) {
+          *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, is_full ? 1 : 0, 0);
+          kv_mbar_expect_tx(fullb, 2 * Cfg<D>::kTileQ);
+#pragma unroll
+          for (int cb = 0; cb < D / 64; ++cb) {
+            kv_tma(sq + cb * (kBM * 128), &maps->q, fullb, 64 * cb, hq, (int)(tok0 + q0));
+            kv_tma(sdo + cb * (kBM * 128), &maps->dout, fullb, 64 * cb, hq, (int)(tok0 + q0));
+          }
+        }
+      } else {
+        // The tile crosses len: cp.async with zeros past len, as kv does (a TMA box would bring
+        // the next sequence's rows, or a batch layout's padding, whose non-finite values
+        // would reach dK and dV as 0 x inf).
+        if (lane == 0) {
+          *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, is_full ? 1 : 0, 0);
+          ws_arrive(fullb);
+        }
+        const unsigned short* qg = reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
+                                   (cmc_i64)hq * desc.q_stride_head;
+        const unsigned short* dg = reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
+                                   (cmc_i64)hq * args.dout_stride_head;
+#pragma unroll 1
+        for (int c = lane; c < kBM * (D / 8); c += 32) {
+          const int r = c / (D / 8), ch = c % (D / 8), q = q0 + r;
+          const bool valid = q < len;
+          cp_async16(sq + swz<kBM>(r, ch), qg + (cmc_i64)(valid ? q : 0) * desc.q_stride_tok + ch * 8, valid);
+          cp_async16(sdo + swz<kBM>(r, ch), dg + (cmc_i64)(valid ? q : 0) * args.dout_stride_tok + ch * 8, valid);
+        }
+      }
+      const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+      const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rr = lane + 32 * h, q = q0 + rr;
+        const bool valid = q < len;
+        cmc_bwd::cp_async4(base + SmemWS<D>::kLse + (st * kBM + rr) * 4, lse + (valid ? q : 0), valid);
+        cmc_bwd::cp_async4(base + SmemWS<D>::kDsum + (st * kBM + rr) * 4, dsum + (valid ? q : 0), valid);
+      }
+    } else if (lane == 0) {
+      *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(-1, 0, 0, 0);
+      ws_arrive(fullb);
+    }
+    ws_cp_arrive(fullb);
+    ++n;
+    return true;
+  };
+#pragma unroll 1
+  for (int g = 0; g < group; ++g) {
+    int f = 0;
+#pragma unroll 1
+    for (int r = 0; r < nrun; ++r) {
+#pragma unroll 1
+      for (int j = run[2 * r]; j < run[2 * r + 1]; ++j) {
+        while (f < nfull && full[2 * f + 1] <= j) ++f;
+        if (!push(j, g, f < nfull && full[2 * f] <= j && k0 + kBN <= len)) return;
+      }
+    }
+  }
+  push(-1, 0, false);
+}
+
+// A dQ writer (warps 1, 2 of WG0, for consumer warpgroup w): per item, once the staging is
+// full (barrier 4 + w), one cp.reduce.async.bulk of each row below len (256 bytes: the
+// warpgroup's 64 columns at D = 128, the whole row of its key half's partial at D = 64), then
+// the staging is released (barrier 6 + w) once the bulk unit has read it.
+template <int D>
+CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, cmc_i64 tok0, int len, int heads_q, int w, int lane) {
+  const int2* item = reinterpret_cast<const int2*>(smem + SmemWS<D>::kDqItem) + w;
+  const unsigned stg = smem_u32(smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow);
+  const int col = DQ<D>::kSplitN ? 64 * w : 0;
+  ws_bar_arrive(6 + w, 160);
+#pragma unroll 1
+  for (;;) {
+    ws_bar_sync(4 + w, 160);
+    const int2 it = *item;
+    if (it.x < 0) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lane + 32 * h, q = it.y + r;
+      if (q < len)
+        bulk_reduce_add_f32(acc + ((tok0 + q) * heads_q + it.x) * D + col, stg + r * SmemWS<D>::kStgRow, 256u);
+    }
+    bulk_commit();
+    bulk_wait_read();
+    ws_bar_arrive(6 + w, 160);
+  }
+}
+
+// The dQ partial of consumer warpgroup w (dq[4 jj + 2 i + e]: row 16 warp + lane / 4 + 8 i,
+// column 8 jj + 2 (lane % 4) + e of its 64 x 64 block) into its staging, once the writer has
+// read the last one; then the writer is told (query head hq, first row q0; hq < 0: the end).
+template <int D>
+CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, int q0) {
+  const int warp = wtid >> 5, lane = wtid & 31;
+  ws_bar_sync(6 + w, 160);
+  if (dq != nullptr) {
+    unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float* row = reinterpret_cast<float*>(stg + (16 * warp + (lane >> 2) + 8 * i) * SmemWS<D>::kStgRow) +
+                   2 * (lane & 3);
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj)
+        *reinterpret_cast<float2*>(row + 8 * jj) = make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
+    }
+  }
+  if (wtid == 0) *(reinterpret_cast<int2*>(smem + SmemWS<D>::kDqItem) + w) = make_int2(hq, q0);
+  fence_proxy_async();  // the staging, to the bulk unit
+  ws_bar_arrive(4 + w, 160);
+}
+
+// A consumer warpgroup (WG1, WG2: keys 64 (wg - 1) ..): the items of the ring until the end
+// item, then dK, dV.
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void ws_consume(const typename H::desc_t& desc, const cmc_bwd_args& args, unsigned char* smem, unsigned base,
+                        const typename HT::seq_t& seqt, cmc_i64 tok0, int len, int k0, int hkv, int group,
+                        bool atomic_dq, int tid) {
+  constexpr int kAcc = D / 2;
+  using L = SmemWS<D>;
+  const int wg = wg_index(tid) - 1, ctid = tid - 128, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const unsigned sK = base + L::kK, sV = base + L::kV;
+  const float* lse_s = reinterpret_cast<const float*>(smem + L::kLse);
+  const float* dsum_s = reinterpret_cast<const float*>(smem + L::kDsum);
+
+  // This thread's key rows (wgmma accumulator layout): kr and kr + 8.
+  const int kr = k0 + 64 * wg + 16 * warp + (lane >> 2);
+  const typename HT::row_t krow0 = HT::row(seqt, kr), krow1 = HT::row(seqt, kr + 8);
+  const float sl2 = desc.scale_log2;
+  const int cq = 2 * (lane & 3);
+  const unsigned kA = sK + wg * 64 * 128, vA = sV + wg * 64 * 128;
+  const unsigned dqB = sK + wg * (DQ<D>::kSplitN ? kBN * 128 : 64 * 128);
+
+  float dk[kAcc], dv[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
+
+#pragma unroll 1
+  for (int n = 0;; ++n) {
+    const int st = n & 1;
+    if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
+    fence_proxy_async();  // an edge tile's cp.async rows (generic proxy), to wgmma
+    const int4 item = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
+    if (item.x < 0) break;
+    const int j = item.x, hq = hkv * group + item.y, qbase = j * kBM;
+    const bool is_full = item.z != 0;
+    const unsigned qB = base + L::kQ + st * Cfg<D>::kTileQ, doB = base + L::kDO + st * Cfg<D>::kTileQ;
+
+    float s[32], dp[32];
+    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
+    unsigned mw = 0u;
+    const bool mw_ok = kv_offset_word<H, HT>(is_full, j, k0, len, ctid, mw);
+    wg_wait<1>();
+    fence_regs<32>(s);
+    kv_p_linear<HT>(s, lse_s + st * kBM, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, kr, qbase, len);
+    unsigned pa[16], dsa[16];
+    kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
+    if (atomic_dq) {
+      // dS^T rows of this warpgroup into buffer n % 2 ([kBN keys][kBM queries]), then dQ
+      // (DQ<D>) ahead of dK, so that dK runs under the partial's staging.
+      unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
+      const int lr = 64 * wg + 16 * warp + (lane >> 2);
+      const unsigned off = (unsigned)((lane & 3) * 4);
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
+        *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
+      }
+      fence_proxy_async();
+      if constexpr (DQ<D>::kSplitN) ws_bar_sync(3, 256);
+      else ws_bar_sync(1 + wg, 128);
+      const unsigned dqA = smem_u32(sds) + (DQ<D>::kSplitN ? 0 : wg * 64 * 128);
+      float dq[DQ<D>::kRegs];
+#pragma unroll
+      for (int i = 0; i < DQ<D>::kRegs; ++i) dq[i] = 0.f;
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
+        ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024),
+                           kk);
+      wg_commit();
+      kv_dk<BF16, D>(dk, dsa, qB);
+      wg_wait<1>();  // dV and dQ done; dK runs on
+      fence_regs<DQ<D>::kRegs>(dq);
+      fence_regs<16>(pa);
+      ws_stage_dq<D>(smem, dq, wg, wtid, hq, qbase);
+    } else {
+      kv_dk<BF16, D>(dk, dsa, qB);
+    }
+    wg_wait<0>();
+    fence_regs<16>(pa);
+    fence_regs<16>(dsa);
+    __syncwarp();
+    if (lane == 0) ws_arrive(base + L::kEmpty + 8 * st);  // stage st is free (8 warps)
+  }
+  if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, 0);  // the writer's end
+  fence_regs<kAcc>(dk);
+  fence_regs<kAcc>(dv);
+  ws_bar_sync(3, 256);  // K, V no longer read (dQ reads both halves of K): they stage dK, dV
+
+  const float scale = sl2 * 0.6931471805599453f;
+  store_acc<BF16, D>(smem + L::kK, dk, scale, 64 * wg,
+                     reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                         (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, k0, len, wtid, wg);
+  store_acc<BF16, D>(smem + L::kV, dv, 1.f, 64 * wg,
+                     reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                         (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid, wg);
+}
+
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+  static_assert(Cfg<D>::kThreadsKV == 384, "kv_ws: producer + 2 consumer warpgroups");
+  using L = SmemWS<D>;
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+  unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
+  const unsigned base = smem_u32(smem);
+  const int tid = threadIdx.x;
+  const int hkv = blockIdx.y, b = blockIdx.z;
+  const int k0 = blockIdx.x * kBN;
+  const typename HT::seq_t seqt = HT::seq(desc, b);
+  const int len = seqt.len;
+  if (k0 >= len) return;
+  const cmc_i64 tok0 = seqt.tok0;
+  const int group = desc.heads_q / desc.heads_kv;
+  const bool atomic_dq = (args.flags & 1) == 0;
+  int* plan = reinterpret_cast<int*>(smem + L::kPlan);
+
+  load_tile<D, kBN>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+                                     (cmc_i64)hkv * desc.k_stride_head, desc.k_stride_tok, k0, len, tid);
+  load_tile<D, kBN>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+                                     (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, k0, len, tid);
+  cp_commit();
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < 2; ++st) {
+      kv_mbar_init(base + L::kFull + 8 * st, 33);
+      kv_mbar_init(base + L::kEmpty + 8 * st, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cmc_bwd::build_plan<HT, Cfg<D>::kThreadsKV>(plan, seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
+  cp_wait<0>();
+  fence_proxy_async();
+  __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
+
+  const int role = wg_index(tid);
+  if (role == 0) {
+    ws_setmaxnreg_dec<kWsProducerRegs>();
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+    if (warp == 0)
+      ws_load<H, HT, D>(base, smem, desc, args, plan, tok0, len, k0, hkv * group, group, lane);
+    else if (warp <= 2 && atomic_dq)
+      ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), tok0, len, desc.heads_q, warp - 1, lane);
+  } else {
+    ws_setmaxnreg_inc<kWsConsumerRegs>();
+    ws_consume<H, HT, BF16, D>(desc, args, smem, base, seqt, tok0, len, k0, hkv, group, atomic_dq, tid);
+  }
+}
+
+}  // namespace cmc_bwd_sm90
+#endif  // !CMC_HOST && CMC_BWD_KV_WS
