@@ -94,5 +94,5 @@ step sanitizer sanitizer.log 200 "${PYTEST[@]}" $T/test_sanitizer.py \
   $T/test_backward_gpu.py::test_backward_memcheck
 # 8. the kv kernel's ablations (timing only) and the other dQ alternatives
 step ablate ablate.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py nored noload nosync tiledq bulkdq
-step probe probe.log 40 python3 tools/red_probe.py red2 bulk --ctas 132 --iters 1024
+step probe probe.log 40 python3 tools/red_probe.py red2 bulk rows --ctas 132 --iters 1024
 note "total $(( $(date +%s) - START ))s of budget ${BUDGET:-530}s"

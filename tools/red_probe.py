@@ -10,6 +10,9 @@ way consecutive key tiles walk consecutive query tiles. Paths:
   red4   8 red.global.add.v4.f32 per thread and block
   bulk   the block staged once in shared memory, 2 x 16 KB cp.reduce.async.bulk .add.f32 per
          block (bwd_ablate tiledq's), at most 4 groups in flight per issuing thread
+  rows   the block staged once, 128 cp.reduce.async.bulk .add.f32 of 256 bytes (one row of a
+         warpgroup's dQ partial, bwd_ablate ws's writer warps) by the 32 lanes of one warp,
+         at most 4 groups in flight per lane
   store  16 st.global.v2.f32 per thread and block (plain write bandwidth, not an add)
 Run on the GPU machine from the repository root (torch for buffers and events):
 
@@ -51,16 +54,28 @@ extern "C" __global__ void __launch_bounds__(256) probe(float* buf, long long bl
                      ::"l"(b + 4096 * t), "r"(src) : "memory");
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
+    } else if (mode == 4) {
+      if (t < 32) {
+        asm volatile("cp.async.bulk.wait_group.read 3;\n" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = t + 32 * i;
+          const unsigned src = (unsigned)__cvta_generic_to_shared(stage + 64 * r);
+          asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 256;\n"
+                       ::"l"(b + 64 * r), "r"(src) : "memory");
+        }
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < 16; ++i) *reinterpret_cast<float2*>(b + 512 * i + 2 * t) = make_float2(1.f, 1.f);
     }
   }
-  if (mode == 2 && t < 2) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if ((mode == 2 && t < 2) || (mode == 4 && t < 32)) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 """
 
-MODES = {"red2": 0, "red4": 1, "bulk": 2, "store": 3}
+MODES = {"red2": 0, "red4": 1, "bulk": 2, "rows": 4, "store": 3}
 
 
 def build(arch: str) -> bytes:

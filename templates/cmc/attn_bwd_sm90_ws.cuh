@@ -114,7 +114,7 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
       } else {
         // The tile crosses len: cp.async with zeros past len, as kv does (a TMA box would bring
         // the next sequence's rows, or a batch layout's padding, whose non-finite values
-        // would reach dK and dV as 0 x inf).
+        // would reach dK and dV as 0 x inf). Its lanes arrive once their copies landed (below).
         if (lane == 0) {
           *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, is_full ? 1 : 0, 0);
           ws_arrive(fullb);
@@ -144,7 +144,15 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
       *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(-1, 0, 0, 0);
       ws_arrive(fullb);
     }
-    ws_cp_arrive(fullb);
+    if (j >= 0 && j * kBM + kBM > len) {
+      // An edge tile's Q and dO are generic-proxy writes that wgmma reads: each lane waits
+      // for its copies and fences them to the async proxy before it arrives.
+      cp_wait<0>();
+      fence_proxy_async();
+      ws_arrive(fullb);
+    } else {
+      ws_cp_arrive(fullb);
+    }
     ++n;
     return true;
   };
@@ -242,7 +250,6 @@ CMC_DEV void ws_consume(const typename H::desc_t& desc, const cmc_bwd_args& args
   for (int n = 0;; ++n) {
     const int st = n & 1;
     if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
-    fence_proxy_async();  // an edge tile's cp.async rows (generic proxy), to wgmma
     const int4 item = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
     if (item.x < 0) break;
     const int j = item.x, hq = hkv * group + item.y, qbase = j * kBM;
