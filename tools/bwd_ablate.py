@@ -198,14 +198,17 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
     "ws": ("warp-specialised kv: a loader warp (TMA Q, dO; cp.async LSE, Dsum; mbarrier ring), "
            "dQ before dK, dQ bulk-added by writer warps (CMC_BWD_KV_WS 1; 384 threads)",
            _ws, lambda d: WS_SMEM_GROWTH),
+    "wsred": ("ws with the writer warps adding dQ by red.global.add.v4.f32 from the staging "
+              "(CMC_WS_DQ_RED 1)", lambda t: "#define CMC_WS_DQ_RED 1\n" + _ws(t),
+              lambda d: WS_SMEM_GROWTH),
 }
 # Alternatives whose gradients are not checkable (their workspace layout is not post's).
 UNCHECKED = {"tiledq"}
 # Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
-TMA = {"tmaload", "ws"}
+TMA = {"tmaload", "ws", "wsred"}
 # Alternatives built for linear tilings only (patch-tiled masks keep the shipped kv).
-LINEAR_ONLY = {"ws"}
-THREADS = {"ws": WS_THREADS}
+LINEAR_ONLY = {"ws", "wsred"}
+THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS}
 
 
 def apply(text: str, edits: list[tuple[str, str, int]]) -> str:

@@ -25,6 +25,9 @@
 // warp's 32).
 // ===========================================================================================
 #if !defined(CMC_HOST) && CMC_BWD_KV_WS
+#ifndef CMC_WS_DQ_RED
+#define CMC_WS_DQ_RED 0  // 1: the dQ writers add by red.global.add.v4.f32 (bwd_ablate wsred)
+#endif
 namespace cmc_bwd_sm90 {
 
 CMC_DEV void ws_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -186,6 +189,17 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, cmc_i64 tok0, int len,
     ws_bar_sync(4 + w, 160);
     const int2 it = *item;
     if (it.x < 0) break;
+#if CMC_WS_DQ_RED
+    // (experiment, bwd_ablate wsred) red.global.add.v4.f32 from the staging: a row's 64 floats
+    // by 16 lanes, two rows per pass
+    const float* sf = reinterpret_cast<const float*>(smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow);
+#pragma unroll 4
+    for (int p = 0; p < 32; ++p) {
+      const int r = 2 * p + (lane >> 4), q = it.y + r, c = 4 * (lane & 15);
+      const float4 v = *reinterpret_cast<const float4*>(sf + r * (SmemWS<D>::kStgRow / 4) + c);
+      if (q < len) red_add_v4(acc + ((tok0 + q) * heads_q + it.x) * D + col + c, v.x, v.y, v.z, v.w);
+    }
+#else
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h, q = it.y + r;
@@ -194,6 +208,7 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, cmc_i64 tok0, int len,
     }
     bulk_commit();
     bulk_wait_read();
+#endif
     ws_bar_arrive(6 + w, 160);
   }
 }
