@@ -13,6 +13,8 @@ removing X's cost could give. Run on the GPU machine from the repository root:
     CMC_ARCH=sm_90a python3 tools/bwd_ablate.py                 # every ablation and alternative
     CMC_ARCH=sm_90a python3 tools/bwd_ablate.py nored nodqgemm  # some
     CMC_ARCH=sm_90a python3 tools/bwd_ablate.py bulkdq --check  # also bwd_kernel_check's cases
+    ncu --clock-control none --kernel-name regex:bwd_kv_sm90 --section SpeedOfLight \\
+        env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws --once --lengths 4096x8
 
 Alternatives (ALTERNATIVES) switch on a variant the kernel header keeps behind a macro, and
 grow the kv kernel's dynamic shared memory as the header does: its static_assert in the .cu
@@ -250,6 +252,9 @@ def main() -> int:
                     help="also run bwd_kernel_check's cases on the alternatives")
     ap.add_argument("--lengths", nargs="*", default=["4096x8", "16384x2"],
                     help="LxB pairs to time (default 4096x8 16384x2)")
+    ap.add_argument("--once", action="store_true",
+                    help="run each variant's atomic sequence once per length, untimed, for a "
+                         "profiler: ncu --kernel-name regex:bwd_kv_sm90 captures base first")
     opts = ap.parse_args()
     names = opts.names or known
     for n in names:
@@ -307,7 +312,7 @@ def main() -> int:
         for n in variants:
             cls = tma_bwd if n in TMA else plain_bwd
             for line in bkc.timing(cls(built[(n, "causal", "bf16", 128)][0]), lay, table,
-                                   "bf16", L, B, label=f"{n:9s} "):
+                                   "bf16", L, B, label=f"{n:9s} ", once=opts.once):
                 print(line, flush=True)
     fired = _watchdogs_fired(bkc, tma_bwd._written)
     if fired:

@@ -265,8 +265,10 @@ _LAYOUTS: dict = {}  # (mask, dtype, head dim) -> the descriptor layout (cmc.abi
 
 
 def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
-           label: str = "") -> list[str]:
-    """Causal L, B, H=16, D=128: backward TFLOP/s (2.5 x forward effective FLOPs)."""
+           label: str = "", once: bool = False) -> list[str]:
+    """Causal L, B, H=16, D=128: backward TFLOP/s (2.5 x forward effective FLOPs). once: one
+    atomic-mode sequence and no timing, for a profiler that captures the first launches
+    (ncu --launch-count)."""
     H, D = 16, 128
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
     pb = kc.Problem([L] * B, H, H, D, tdt, pad=0)
@@ -283,6 +285,10 @@ def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
     acc = torch.empty(total, H, D, device="cuda", dtype=torch.float32)
     dsum = torch.empty(H, total, device="cuda", dtype=torch.float32)
     flops = 2.5 * 4 * B * H * D * (L * (L + 1) // 2)
+    if once:
+        bwd.run(desc, pack_args(do, dq, dk, dv, acc, dsum, total, False), L, H, H, B, False)
+        torch.cuda.synchronize()
+        return [f"{label}causal bwd L={L} B={B} H={H} D={D} {dtype} atomic dQ: ran once"]
     out = []
     for det in (False, True):
         args = pack_args(do, dq, dk, dv, acc, dsum, total, det)

@@ -64,6 +64,13 @@ step ws ws.log 200 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsred tmal
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
 step probe probe.log 60 python3 tools/red_probe.py
+# 2b. hardware counters of the shipped and the ws kv kernel, one atomic run each at causal
+#    4K x 8 (ncu reads them on Firecracker machines; KINDS.md): tensor-pipe and L2 use, stalls
+if command -v ncu >/dev/null; then
+  step ncu ncu.log 150 ncu --clock-control none --target-processes all --kernel-name regex:bwd_kv_sm90 \
+    --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section ComputeWorkloadAnalysis env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws --once --lengths 4096x8
+fi
 # (then) every artifact the tier loads, once, on every core (tools/gpu_artifacts.py)
 if [ -z "${CMC_GPU_ARTIFACTS:-}" ]; then
   step build build.log 170 python3 tools/gpu_artifacts.py /tmp/gpuart --jobs "$(nproc)"
