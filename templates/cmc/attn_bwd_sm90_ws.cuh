@@ -150,6 +150,7 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
     if (j >= 0 && j * kBM + kBM > len) {
       // An edge tile's Q and dO are generic-proxy writes that wgmma reads: each lane waits
       // for its copies and fences them to the async proxy before it arrives.
+      cp_commit();
       cp_wait<0>();
       fence_proxy_async();
       ws_arrive(fullb);
