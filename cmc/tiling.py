@@ -63,6 +63,10 @@ MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB ea
 # masks each partial patch tile evaluated 16 grid spans per row (104 TFLOP/s at 16K,
 # run 12), where one 8-byte load does (kernel notes, "Patch masks past 64 classes").
 MAX_PATCH_MASK_CLASSES = 128
+# Lattice masks (lattice_offset_masks): phases x tile offsets. A video's frames make the
+# phases many (video3d: 15 x 19 = 285, 570 KiB per table); the bound keeps one table of a
+# cubin under 1 MiB.
+MAX_LATTICE_MASK_CLASSES = 512
 # lattice_offset_masks enumerates the queries of one sequence this long (the kernel selects
 # no mask above it)
 LATTICE_MAX_LEN = 1 << 18
@@ -635,6 +639,29 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
                    f"offsets ({masks.lo}..{masks.hi - 1})")
 
 
+def _lattice_period(p: Any, width: int) -> int:
+    """The token period of a grid mask's lattice: the lcm of the grid width and of every
+    constant the predicate divides or reduces by (x / c, x % c). Shifting q and k together by
+    it leaves every such quotient difference and remainder as it was, so interior tiles of
+    one phase (tile index mod period / gcd(128, period)) are translates. A plain 2D grid
+    gives its width; a video's frames (q / (FH FW), q % (FH FW) / FW) give FH FW."""
+    period = width
+
+    def walk(x: Any) -> None:
+        nonlocal period
+        if isinstance(x, BinOp) and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value > 1:
+            period = math.lcm(period, x.b.value)
+        if isinstance(x, tuple):
+            for y in x:
+                walk(y)
+        elif hasattr(x, "__dataclass_fields__"):
+            for f in x.__dataclass_fields__:
+                walk(getattr(x, f))
+
+    walk(p)
+    return period
+
+
 def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
                          ) -> tuple[OffsetMasks | None, str]:
     """Per-offset tile masks of LINEAR tiles for the query tiles of an interior band of a
@@ -671,7 +698,8 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     o, w = grid.origin, grid.width
     if w <= 0 or o < 0:
         return None, f"grid width {w} (origin {o})"
-    phases = w // math.gcd(TILE, w)
+    period = _lattice_period(table.mask.predicate, w)
+    phases = period // math.gcd(TILE, period)
     kt0 = -(-o // TILE)  # the first key tile wholly in the grid
     big = max_len // TILE * TILE
     nqt = big // TILE
@@ -740,9 +768,9 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
             vis[ph] |= (okc[None, :, None] & (loc[None, :, None] <= d) & (d < hic[None, :, None]))
     seen = np.nonzero(vis.any(axis=(0, 2, 3)))[0]
     a, b = int(seen[0]), int(seen[-1]) + 1
-    if phases * (b - a) > MAX_MASK_CLASSES:
-        return None, (f"{phases} phases x {b - a} tile offsets, more than {MAX_MASK_CLASSES} "
-                      "classes")
+    if phases * (b - a) > MAX_LATTICE_MASK_CLASSES:
+        return None, (f"{phases} phases x {b - a} tile offsets, more than "
+                      f"{MAX_LATTICE_MASK_CLASSES} classes")
     band = LinearBand(t_top, tiles_below, big, kt0)
     masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1,
                         _row_words([vis[ph, c] for ph in range(phases) for c in range(a, b)]),
@@ -750,7 +778,10 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     what = (f"{masks.offsets} tile offsets ({masks.lo}..{masks.hi - 1})" if phases == 1 else
             f"{masks.classes} classes, {phases} tile phases x {masks.offsets} tile offsets "
             f"({masks.lo}..{masks.hi - 1}), key tiles from {kt0}")
-    rows = "whole grid rows per tile" if phases == 1 else f"whole grid rows per {phases} tiles"
+    rows = ("whole grid rows per tile" if phases == 1 else
+            f"whole grid rows per {phases} tiles" if period == w else
+            f"a period of {period} tokens (the lcm of the grid width and the mask's divisors) "
+            f"per {phases} tiles")
     return masks, (f"tile masks of {what} for interior query tiles (from tile {t_top}, with "
                    f"{tiles_below} tiles below them at len, len <= {big}): {rows}, "
                    f"checked over len to {big}")

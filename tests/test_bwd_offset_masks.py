@@ -137,6 +137,13 @@ def test_grid_text_phase_masks_decode_in_dq(workdir):
     assert all(kt >= 1 for _, _, kt, _, _ in rows)  # key tile 0 holds text: no class
 
 
+@needs_gxx
+def test_video3d_frame_phase_masks_decode_in_dq(workdir):
+    """15 tile phases (frames of 960 tokens): dq decodes every classed pair as the dense mask."""
+    _check_decoded(ROOT / "benchmarks" / "generality" / "video3d.mask", 128 * 24 + 45, workdir,
+                   kv=False, min_pairs=30)
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path

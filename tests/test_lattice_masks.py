@@ -172,7 +172,8 @@ def test_phases_and_text_before_the_grid():
 
 
 @pytest.mark.parametrize("path", ["samples/natten2d.mask",
-                                  "benchmarks/generality/grid_text.mask"])
+                                  "benchmarks/generality/grid_text.mask",
+                                  "benchmarks/generality/video3d.mask"])
 def test_band_manifests_pass_the_schema(tmp_path, path):
     """The manifest's tiling.offset_masks with a band (and phases, key_tile_lo) conforms to
     schema/manifest.schema.json: `cmc inspect` refused natten2d's band until 2026-12-05."""
@@ -186,14 +187,39 @@ def test_band_manifests_pass_the_schema(tmp_path, path):
     m = json.loads((art / "manifest.json").read_text())
     om = [k["tiling"]["offset_masks"] for k in m["kernels"] if k["kernel"] == "sm90"]
     assert om and om[0] and "band" in om[0]
-    assert ("phases" in om[0]) == path.endswith("grid_text.mask")
+    assert ("phases" in om[0]) == (not path.endswith("natten2d.mask"))
     assert schema_problems(m) == []
 
 
-def test_too_many_classes_are_refused():
+VIDEO = """doc "3D neighbourhood: frames of FH x FW tokens"
+const FH = {fh}
+const FW = {fw}
+let qy = q % (FH * FW) / FW
+let ky = k % (FH * FW) / FW
+allow abs(q / (FH * FW) - k / (FH * FW)) <= 1 and abs(qy - ky) <= 2 and abs(q % FW - k % FW) <= 3"""
+
+
+def test_a_video_repeats_by_frames():
+    """video3d (frames of 24 x 40 tokens): the lattice's period is the frame, 960 tokens, so 15
+    tile phases (5, the grid width's, would be wrong at frame borders); the decoded classes
+    equal the dense mask on every band pair, and with the grid width's 5 phases they would
+    not."""
     table = front(ROOT / "benchmarks" / "generality" / "video3d.mask", {})
     masks, why = lattice_offset_masks(table, max_len=1 << 14)
-    assert masks is None and "phases x" in why and "more than 64 classes" in why, why
+    assert masks is not None and masks.band is not None, why
+    assert (masks.phases, masks.offsets) == (15, 19) and "a period of 960 tokens" in why, why
+    lengths = _lengths(masks.band) + [2880, 1920 * 3 + 17, 8192]
+    assert _mismatches(table, masks, masks.band, lengths) == []
+    five = replace(masks, phases=5, rows=masks.rows[:5 * masks.offsets * TILE])
+    assert _mismatches(table, five, masks.band, lengths)
+
+
+def test_too_many_classes_are_refused(tmp_path):
+    """Frames of 23 x 52 tokens repeat every 1196 tokens: 299 phases x 11 tile offsets."""
+    path = tmp_path / "v.mask"
+    path.write_text("mask v\n" + VIDEO.format(fh=23, fw=52) + "\n")
+    masks, why = lattice_offset_masks(front(path, {}))
+    assert masks is None and "299 phases x" in why and "more than 512 classes" in why, why
 
 
 def test_show_says_what_was_proved():
@@ -272,15 +298,15 @@ def _host_selected(table, workdir: Path, lengths: list[int]) -> dict[tuple[int, 
 
 
 @needs_gxx
-@pytest.mark.parametrize("w,k", [(64, 7), (32, 5), (48, 5), (0, 0)])
-def test_host_band_selection_equals_the_dense_mask(w, k):
-    """(0, 0): benchmarks/generality/grid_text.mask (width 48: 3 phases; 77 text tokens: key
-    tile 0 keeps the spans)."""
+@pytest.mark.parametrize("case", ["natten2d", (32, 5), (48, 5), "grid_text", "video3d"])
+def test_host_band_selection_equals_the_dense_mask(case):
+    """grid_text: width 48, 3 phases; 77 text tokens: key tile 0 keeps the spans. video3d:
+    frames of 960 tokens, 15 phases (285 classes)."""
     with tempfile.TemporaryDirectory(prefix="cmc-lattice-") as d:
         workdir = Path(d)
-        table = (front(ROOT / "samples" / "natten2d.mask", {}) if (w, k) == (64, 7) else
-                 front(ROOT / "benchmarks" / "generality" / "grid_text.mask", {})
-                 if (w, k) == (0, 0) else _natten(workdir, w, k))
+        table = (front(ROOT / "samples" / "natten2d.mask", {}) if case == "natten2d" else
+                 front(ROOT / "benchmarks" / "generality" / f"{case}.mask", {})
+                 if isinstance(case, str) else _natten(workdir, *case))
         band = choose_tiling(table).offset_masks.band  # type: ignore[union-attr]
         assert band is not None
         lengths = _lengths(band)
