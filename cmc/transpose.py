@@ -22,6 +22,11 @@ row bound is k < len. The grid rows that k < len (or k < e) allows, ky < (len - 
 + 1, then bound the family, len / W - 3 + t for t in [0, 4) in NATTEN 7 x 7: exact (every
 instance is clipped to [0, len) as any other), where it was 8 residual terms of 16.
 
+The split is for the lowering only: the transposed table's `mask` keeps the swapped
+predicate, the same function, because the hooks' `visible` evaluates `mask.predicate` per
+element on the kv kernel's partial tiles, where NATTEN's 16 split conjunctions of fdiv, fmod
+and comparisons cost several times the one window test.
+
 The forward table's monotone bounds are not used as a fallback: every sample's transposed
 table is exact (tests/test_transpose.py, also NATTEN-style windows of any width, size,
 origin and offset), and the inverse of a monotone bound is a search, not an expression the
@@ -130,7 +135,11 @@ def transpose(table: IntervalTable) -> IntervalTable:
     swapped = replace(mask, allows=tuple(swap_pred(a) for a in mask.allows),
                       denies=tuple(swap_pred(d) for d in mask.denies))
     split = split_shared_calls(nnf(swapped.predicate))
-    return lower(replace(swapped, allows=(split,), denies=()))
+    # The table is lowered from the case split; its mask keeps the swapped predicate, the
+    # same function, which the hooks' visible() evaluates per element on partial tiles: for
+    # NATTEN's clamped window the split is 16 conjunctions of 8-10 comparisons, the swapped
+    # predicate one window test.
+    return replace(lower(replace(swapped, allows=(split,), denies=())), mask=swapped)
 
 
 def summary(table: IntervalTable) -> str:

@@ -62,9 +62,10 @@ def test_auto_choice_replaces_kv_and_dq_on_sm90a_only():
     # pre and post stay portable on every arch
     assert all(v.archs == ("sm_80", "sm_90a") for v in _bwd(src)
                if spec(v.kernel).role in ("pre", "post"))
-    # each header part once, in order: portable helpers, wgmma macros, kv (its helpers), dq
+    # each header part once, in order: portable helpers, wgmma macros, kv (its helpers), the
+    # warp-specialised kv experiment (compiled only with CMC_BWD_KV_WS), dq
     namespaces = src.text.split("namespace cmc_bwd_sm90 {")
-    assert len(namespaces) == 3  # the kv part and the dq part
+    assert len(namespaces) == 4  # the kv part, the ws part and the dq part
     bwd_text = src.text[src.text.index("namespace cmc_bwd {"):]  # the forward's sm90 has its own
     assert bwd_text.count("#define CMC_WGMMA_MACROS") == 1
     assert (src.text.index("namespace cmc_bwd {") < src.text.index("CMC_DEV void kv(")
@@ -104,7 +105,9 @@ def test_spec_matches_the_header_constants():
 
     assert SM90_KV.block_m == const("kBN") == 128  # keys per CTA: the grid's x
     assert SM90_KV.block_n == const("kBM") == 64  # query rows per item
-    assert "kThreadsKV = 128 * kWG" in text and SM90_KV.threads == {64: 128 * const("kWG"),
+    # (+ CMC_BWD_KV_WS: the experiment's producer warpgroup, 0 in every shipped build)
+    assert "kThreadsKV = 128 * (kWG + CMC_BWD_KV_WS)" in text
+    assert "#define CMC_BWD_KV_WS 0" in text and SM90_KV.threads == {64: 128 * const("kWG"),
                                                                    128: 128 * const("kWG")}
     assert SM90_KV.grid_rule(TileShape("linear"), SM90_KV.block_m) == ["ceil_div(max_len, 128)",
                                                             "heads_kv", "batch"]

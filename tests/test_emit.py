@@ -806,6 +806,24 @@ def test_host_expressions_and_intervals(workdir):
 
 
 @needs_gxx
+def test_host_hooks_match_evaluate_natten_clamped(workdir):
+    """A clamped 2D window and its transposed table, whose visible() evaluates the swapped
+    predicate (one window test) while its terms come from the case split: both agree with
+    evaluate, borders included."""
+    from cmc.driver import front
+    from cmc.transpose import transpose
+
+    table = front(ROOT / "benchmarks" / "generality" / "natten_clamped.mask", {"W": 8, "K": 3})
+    tt = transpose(table)
+    vis = emit(tt, archs=("sm_90a",)).text.split("static CMC_DEV bool visible(")[1].split("}")[0]
+    assert "cmc_min" in vis and vis.count("&&") < 10, vis  # the window, not 16 cases
+    for t in (table, tt):
+        exe = _build_harness(t, workdir)
+        seen = _check_table(t, exe, random.Random(23), n=30, max_len=80)
+        assert seen["p"] > 0
+
+
+@needs_gxx
 def test_host_hooks_match_evaluate_video3d(workdir):
     """A 3D neighbourhood (product families over frame and row offsets) and its transposed
     table: the generated hooks agree with evaluate at lengths spanning several frames."""
