@@ -1046,13 +1046,12 @@ def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
     """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant.
     With bwd_kv_sm90 and the forward's tile masks also those masks in kv's layout
     (sm90_kv_mask_words): patch masks (`tiling.masks`) as KV_MASK_SYMBOL and
-    `cmc_hooks_t::patch_masks_t()`, linear offset masks without a band (`tiling.offset_masks`)
-    as KV_OFFSET_MASK_SYMBOL and `cmc_hooks_t::offset_masks_t()`."""
+    `cmc_hooks_t::patch_masks_t()`, linear offset masks (`tiling.offset_masks`, with or
+    without a band) as KV_OFFSET_MASK_SYMBOL and `cmc_hooks_t::offset_masks_t()`."""
     headers = dict.fromkeys(h for v in variants for h in SPECS[v.kernel].headers)
     kv = any(v.kernel is KernelKind.BWD_KV_SM90 for v in variants)
     kv_masks = kv and tiling.masks is not None
-    # band masks (natten2d) are not applied by the kv kind (attn_bwd_sm90.cuh: they spill)
-    kv_offset = kv and tiling.offset_masks is not None and tiling.offset_masks.band is None
+    kv_offset = kv and tiling.offset_masks is not None
     return {
         "tables": list(hooks_t.tables),
         "mask_table": "\n\n".join(t for t in (

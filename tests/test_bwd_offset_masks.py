@@ -4,9 +4,9 @@ cmc/emit.py sm90_kv_mask_words). Built for the host with g++ from the emitted so
 class of every linear tile pair and the kernels' own bit helpers decode, for each thread of
 each kind, a mask that equals the dense oracle on every pair that has a class (below len:
 the kernels cut keys and queries at len themselves). A dilated band (q - k residual: offset
-masks for every tile pair) and natten2d (masks for a band of query tiles; the kv kind keeps
-the spans there, so only dq reads them), and grid_text (3 tile phases, text before the
-grid: key tile 0 keeps the spans), in dq.
+masks for every tile pair), natten2d (masks for a band of query tiles), grid_text (3 tile
+phases, text before the grid: key tile 0 keeps the spans) and video3d (15 frame phases), in
+both kinds.
 """
 
 from __future__ import annotations
@@ -125,23 +125,24 @@ def test_dilated_band_offset_masks_decode_in_both_kinds(workdir):
 
 
 @needs_gxx
-def test_natten2d_band_masks_decode_in_dq(workdir):
-    _check_decoded(ROOT / "samples" / "natten2d.mask", 128 * 14 + 37, workdir, kv=False,
+def test_natten2d_band_masks_decode_in_both_kinds(workdir):
+    _check_decoded(ROOT / "samples" / "natten2d.mask", 128 * 14 + 37, workdir, kv=True,
                    min_pairs=5)
 
 
 @needs_gxx
-def test_grid_text_phase_masks_decode_in_dq(workdir):
+def test_grid_text_phase_masks_decode_in_both_kinds(workdir):
     rows = _check_decoded(ROOT / "benchmarks" / "generality" / "grid_text.mask",
-                          128 * 16 + 21, workdir, kv=False, min_pairs=10)
+                          128 * 16 + 21, workdir, kv=True, min_pairs=10)
     assert all(kt >= 1 for _, _, kt, _, _ in rows)  # key tile 0 holds text: no class
 
 
 @needs_gxx
-def test_video3d_frame_phase_masks_decode_in_dq(workdir):
-    """15 tile phases (frames of 960 tokens): dq decodes every classed pair as the dense mask."""
+def test_video3d_frame_phase_masks_decode_in_both_kinds(workdir):
+    """15 tile phases (frames of 960 tokens): both kinds decode every classed pair as the
+    dense mask."""
     _check_decoded(ROOT / "benchmarks" / "generality" / "video3d.mask", 128 * 24 + 45, workdir,
-                   kv=False, min_pairs=30)
+                   kv=True, min_pairs=30)
 
 
 @pytest.fixture

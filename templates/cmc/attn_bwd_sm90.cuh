@@ -764,12 +764,12 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
 // tile stage proved one (cmc_bwd_offset_class), transposed to the key rows of kv thread ctid
 // (0 .. 255; HT::offset_masks_t, cmc/emit.py sm90_kv_mask_words): the word of query half
 // j % 2 into mw, loaded under the GEMMs; false where there is none. Keys and queries past len
-// stay the caller's to cut. Not for band masks (H::kOffsetBand: natten2d): with the spans
-// kept for the other tiles, D = 128 spilled 12 / 16 bytes (ptxas, 2026-12-05); those keep
-// the spans everywhere in the kv kind.
+// stay the caller's to cut. Band masks (H::kOffsetBand: natten2d, lattice phases) too since
+// the transposed visible() became the swapped predicate (cmc/transpose.py): before, natten2d's
+// D = 128 spilled 64 bytes with them (ptxas, 2026-12-05).
 template <class H, class HT>
 CMC_DEV bool kv_offset_word(bool is_full, int j, int k0, int len, int ctid, unsigned& mw) {
-  if constexpr (H::kOffsetMasks != 0 && H::kOffsetBand == 0) {
+  if constexpr (H::kOffsetMasks != 0) {
     const int cls = is_full ? -1 : cmc_bwd_offset_class<H>(j >> 1, k0 / kBN, len);
     if (cls >= 0) mw = __ldg(reinterpret_cast<const unsigned*>(HT::offset_masks_t() + cls * 256 + ctid) + (j & 1));
     return cls >= 0;
