@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: sm90 correctness + timing, then the benchmark over the given lengths.
 # Usage (on the device, repo root): bash tools/device_bench.sh OUTDIR LEN...
-# Needs .whl (lark) and out/bench (python benchmarks/bench.py --compile out/bench); uses FA4
+# Needs .whl (lark) and out/bench (python benchmarks/bench.py --compile out/bench; built here
+# when not carried); uses FA4
 # when an earlier call on this machine copied .fa4a/part_aa to /tmp and .fa4c, .fa4b are
 # carried, and cuDNN flex (cudnn.flex_attention) when .cudnnfe is carried too (it needs the
 # FA4 bundle's cutlass-dsl and tvm-ffi, so it is installed after them).
@@ -37,6 +38,11 @@ if [ -n "$missing" ] && [ $# -gt 0 ]; then
 fi
 if [ -z "${NO_SM90_CHECK:-}" ]; then
   timeout ${T_SM90:-150} python3 tools/sm90_check.py ${SM90_ARGS:-} 2>&1 | tee "$out/sm90.log" | tail -12
+fi
+# out/bench not carried (the carry is 64 MiB with the FA4 parts): build it here, on 16 cores
+if [ $# -gt 0 ] && [ ! -d "${ARTIFACTS:-out/bench}" ]; then
+  echo "device_bench: building ${ARTIFACTS:-out/bench} on this machine"
+  timeout ${T_COMPILE:-240} python3 benchmarks/bench.py --compile "${ARTIFACTS:-out/bench}" 2>&1 | tail -3
 fi
 if [ $# -gt 0 ]; then
   timeout ${T_BENCH:-400} python3 benchmarks/bench.py --artifacts ${ARTIFACTS:-out/bench} --lengths "$@" \
