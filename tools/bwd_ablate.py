@@ -144,8 +144,9 @@ def _tma_bwd(bkc):
 
 
 # attn_bwd_sm90.cuh SmemWS<D>::kPlan - SmemKV<D>::kPlan (the macros off): a second dS^T
-# buffer, two dQ stagings of 64 rows x (256 + 32) bytes, the item slots and four mbarriers.
-WS_SMEM_GROWTH = 128 * 64 * 2 + 2 * 64 * (64 * 4 + 32) + 2 * 16 + 16 + 16 + 16
+# buffer, two dQ stagings of 64 rows x (256 + 32) bytes, the item slots, four mbarriers and
+# the stagings' row tokens.
+WS_SMEM_GROWTH = 128 * 64 * 2 + 2 * 64 * (64 * 4 + 32) + 2 * 16 + 16 + 16 + 2 * (16 + 64 * 4)
 WS_THREADS = 384
 
 
@@ -209,7 +210,7 @@ UNCHECKED = {"tiledq"}
 # Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
 TMA = {"tmaload", "ws", "wsred"}
 # Alternatives built for linear tilings only (patch-tiled masks keep the shipped kv).
-LINEAR_ONLY = {"ws", "wsred"}
+LINEAR_ONLY: set[str] = set()
 THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS}
 
 

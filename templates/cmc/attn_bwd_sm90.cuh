@@ -265,8 +265,9 @@ template <int D> struct SmemKV {
 // The warp-specialised kv (attn_bwd_sm90_ws.cuh)'s shared memory (1 KiB aligned base): K | V | Q x2 | dO x2 | dS^T x2 | dQ staging x2 (one per
 // consumer warpgroup: 64 rows of 64 fp32 + 32 B pad, rows 8 banks apart for the fragment
 // stores, 16-byte aligned for the bulk adds) | LSE x2 | Dsum x2 | item x2 (int4: query tile,
-// head of the group, full, -1 = end) | mbarriers full x2, empty x2 | the staging's row
-// addresses' item (int2 per warpgroup: query head, first row; -1 = end) | plan.
+// head of the group, full or half, -1 = end) | mbarriers full x2, empty x2 | the staging's
+// rows per warpgroup (kDqRows bytes: int query head, -1 = end; 3 ints pad; int token of each
+// of the 64 rows, -1 = none) | plan.
 template <int D> struct SmemWS {
   enum : int {
     kStgRow = 64 * 4 + 32,
@@ -282,7 +283,8 @@ template <int D> struct SmemWS {
     kFull = kItem + 2 * 16,
     kEmpty = kFull + 16,
     kDqItem = kEmpty + 16,
-    kPlan = kDqItem + 16
+    kDqRows = 16 + 64 * 4,
+    kPlan = kDqItem + 2 * kDqRows
   };
 };
 
@@ -590,6 +592,8 @@ template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
 
 // One kv item after P^T (kv, kv_patch, kv_ws): P^T packed as dV's A operand, dV += P^T dO
 // issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed into dsa. pa, dsa: the packed
@@ -808,7 +812,10 @@ CMC_DEV void kv_p_linear(float* s, const float* lse_b, int cq, float sl2, bool i
 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
-  if constexpr (H::kTiling == 1) {
+  if constexpr (H::kTiling == 1 && CMC_BWD_KV_WS != 0) {
+    kv_patch_ws<H, HT, BF16, D>(desc, args);
+    return;
+  } else if constexpr (H::kTiling == 1) {
     kv_patch<H, HT, BF16, D>(desc, args);
     return;
   } else if constexpr (CMC_BWD_KV_WS != 0) {
@@ -987,6 +994,59 @@ CMC_DEV void kv_issue_rows(unsigned base, int buf, const Desc& desc, const cmc_b
   }
 }
 
+// The forward's per-offset tile mask of the pair (query tile j, key tile kt) where the tile
+// stage proved one (H::kPatchMasks; class from the forward geometry and hooks H), transposed
+// to the key rows of kv thread ctid (HT::patch_masks_t, cmc/emit.py sm90_kv_mask_words): the
+// word of half hh into mw, loaded under the S^T / dP^T GEMMs; false where there is none. A
+// class implies the key patch is wholly below len (cmc_patch_mask_class), so every key row
+// has a token; a query row without one may still have its bit set: its Q, dO, LSE and Dsum
+// are zero-filled, so S = 0, P = 1 (clamped to 2 by kv_p_patch), dP = 0 and its dS = P (dP -
+// Dsum) = 0 and P dO = 0 add exactly 0 to dK and dV; its dQ row is never stored.
+template <class H, class HT>
+CMC_DEV bool kv_patch_word(bool is_full, const cmc_patch_geo& geo, int j, int kt, int len, int ctid, int hh,
+                           unsigned& mw) {
+  if constexpr (H::kPatchMasks != 0) {
+    const int c = is_full ? -1 : cmc_patch_class_of<H>(geo, j, kt, len);
+    if (c >= 0) mw = __ldg(reinterpret_cast<const unsigned*>(HT::patch_masks_t() + c * 256 + ctid) + hh);
+    return c >= 0;
+  } else {
+    return false;
+  }
+}
+
+// P^T of a patch item in place (kv_patch, kv_patch_ws): element (key row lr + 8 i, query
+// row r0 + 8 jj + cq + e of the query tile's token map qrows) is s[4 jj + 2 i + e]. A key
+// row without a token (K = V = 0: S = dP = 0) is masked as token 0's row and its P clamped to
+// 2 (a real pair has P <= 1 up to rounding, so the clamp never changes one): its dS = -P Dsum
+// stays finite, adds exactly 0 to dQ (times its zero K row), and its dK, dV are never
+// stored. A per-row token check here instead made D = 128 spill (ptxas, 2026-12-05: 255
+// registers, 4 B spilled).
+template <class HT, class Tok>
+CMC_DEV void kv_p_patch(float* s, const float* lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
+                        const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
+                        const typename HT::row_t& krow1, const Tok& qrows, int r0) {
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 8 * jj + cq + e;
+      const float off = cmc_bwd::lse_offset(lse_b[c]);
+      float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
+      if (mw_ok) {
+        p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;
+        p1 = (mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u ? fminf(p1, 2.f) : 0.f;
+      } else if (!is_full) {
+        const int q = qrows(r0 + c);
+        const bool qin = q >= 0;
+        p0 = qin && HT::visible(seqt, krow0, q) ? fminf(p0, 2.f) : 0.f;
+        p1 = qin && HT::visible(seqt, krow1, q) ? fminf(p1, 2.f) : 0.f;
+      }
+      s[4 * jj + e] = p0;
+      s[4 * jj + 2 + e] = p1;
+    }
+  }
+}
+
 // kv with the forward's patch tiling (H::kTiling == 1; part A above): the CTA's 128 keys are
 // forward tile blockIdx.x (cmc_bwd_tokens_of: a linear tile, possibly the partial one before
 // the grid origin, or a PH x PW patch), grid (nqt of max_len, heads_kv, batch); K, V gathered
@@ -1002,7 +1062,7 @@ CMC_DEV void kv_issue_rows(unsigned base, int buf, const Desc& desc, const cmc_b
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kBN, "patch halves of 64 rows");
-  static_assert(H::kTiling == 1 && CMC_BWD_KV_WS == 0, "the warp-specialised kv is for linear tilings only");
+  static_assert(H::kTiling == 1 && CMC_BWD_KV_WS == 0, "CMC_BWD_KV_WS: kv_patch_ws");
   constexpr int NTT = HT::kTerms;
   constexpr int kAcc = D / 2;
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
@@ -1087,50 +1147,12 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
 
     float s[32], dp[32];
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
-    // The forward's per-offset tile mask of the pair (query tile j, key tile kt) where the
-    // tile stage proved one (H::kPatchMasks; class from the forward geometry and hooks H),
-    // transposed to this thread's key rows (HT::patch_masks_t, cmc/emit.py
-    // sm90_kv_mask_words): the word of half hh, loaded under the S^T / dP^T GEMMs. A class
-    // implies the key patch is wholly below len (cmc_patch_mask_class), so every key row has
-    // a token; a query row without one may still have its bit set: its Q, dO, LSE and Dsum
-    // are zero-filled, so S = 0, P = 1 (clamped to 2 as below), dP = 0 and its dS = P (dP -
-    // Dsum) = 0 and P dO = 0 add exactly 0 to dK and dV; its dQ row is never stored.
     unsigned mw = 0u;
-    bool mw_ok = false;
-    if constexpr (H::kPatchMasks != 0) {
-      const int c = is_full ? -1 : cmc_patch_class_of<H>(geo, j, kt, len);
-      mw_ok = c >= 0;
-      if (mw_ok) mw = __ldg(reinterpret_cast<const unsigned*>(HT::patch_masks_t() + c * 256 + tid) + hh);
-    }
+    const bool mw_ok = kv_patch_word<H, HT>(is_full, geo, j, kt, len, tid, hh, mw);
     wg_wait<1>();
     fence_regs<32>(s);
 
-    // P^T: element (key row lr + 8 i, query row r0 + 8 jj + cq + e of tile j) is s[4 jj + 2 i + e].
-    // A key row without a token (K = V = 0: S = dP = 0) is masked as token 0's row and its P
-    // clamped to 2 (a real pair has P <= 1 up to rounding, so the clamp never changes one):
-    // its dS = -P Dsum stays finite, adds exactly 0 to dQ (times its zero K row), and its dK,
-    // dV are never stored. A per-row token check here instead made D = 128 spill (ptxas,
-    // 2026-12-05: 255 registers, 4 B spilled).
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = 8 * jj + cq + e;
-        const float off = cmc_bwd::lse_offset(lse_b[c]);
-        float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
-        if (mw_ok) {
-          p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;
-          p1 = (mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u ? fminf(p1, 2.f) : 0.f;
-        } else if (!is_full) {
-          const int q = qrows(r0 + c);
-          const bool qin = q >= 0;
-          p0 = qin && HT::visible(seqt, krow0, q) ? fminf(p0, 2.f) : 0.f;
-          p1 = qin && HT::visible(seqt, krow1, q) ? fminf(p1, 2.f) : 0.f;
-        }
-        s[4 * jj + e] = p0;
-        s[4 * jj + 2 + e] = p1;
-      }
-    }
+    kv_p_patch<HT>(s, lse_b, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, qrows, r0);
     unsigned pa[16], dsa[16];
     kv_dv_ds_dk<BF16, D>(s, dp, dsum_b, cq, dv, dk, doB, qB, pa, dsa);
     kv_dq_or_wait<BF16, D>(atomic_dq, smem + SmemKV<D>::kDS, pa, dsa, lr, wg, warp, lane, dqA, dqB, dqCol,

@@ -1,9 +1,11 @@
 // ===========================================================================================
 // cmc sm_90a backward: the warp-specialised dK / dV kernel (experiment, CMC_BWD_KV_WS 1;
 // tools/bwd_ablate.py ws). Hand-written. Placed after attn_bwd_sm90.cuh, whose kv() calls
-// kv_ws for linear tilings when the macro is on; with it off this part compiles to nothing.
-// Same ABI and semantics as kv; Q and dO by TMA, whose maps are the module global
-// cmc_kv_maps the host writes (as CMC_BWD_KV_TMA), so only bwd_ablate launches it.
+// kv_ws for linear tilings and kv_patch_ws for patch tilings when the macro is on; with it off
+// this part compiles to nothing. Same ABI and semantics as kv / kv_patch; kv_ws takes Q and dO
+// by TMA, whose maps are the module global cmc_kv_maps the host writes (as CMC_BWD_KV_TMA),
+// so only bwd_ablate launches it. kv_patch_ws gathers rows by token with cp.async from two
+// loader warps (warps 0 and 3, one per stage).
 //
 // Why (docs/kernel-notes.md, "The warp-specialised kv"): kv's item loop runs both warpgroups
 // in lockstep behind one CTA barrier per item, issues the next item's copies from the
@@ -175,37 +177,97 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
   push(-1, 0, false);
 }
 
+// The patch loader (kv_patch_ws; warp 0 of WG0 loads stage 0, warp 3 stage 1, so each has two
+// items' time for its copies): kv_patch's items (head of the group g, touched query tile j,
+// half hh: query rows 64 hh .. of tile j's token map), each into stage n % 2 as ws_load, all by
+// cp.async with zero fill (rows without a token) from the 32 lanes, which wait for their copies
+// and fence them to the async proxy before they arrive; then the end item.
+template <class H, class HT, int D>
+CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H::desc_t& desc,
+                           const cmc_bwd_args& args, const unsigned* touched, int nw, const cmc_patch_geo& geo,
+                           cmc_i64 tok0, int len, int hq0, int group, int lane, int mine) {
+  int n = 0;
+  auto push = [&](int j, int g, int hh) {
+    const int st = n & 1;
+    ++n;
+    if (st != mine) return true;
+    const unsigned fullb = base + SmemWS<D>::kFull + 8 * st;
+    if (!ws_wait(base + SmemWS<D>::kEmpty + 8 * st, (((n - 1) >> 1) & 1) ^ 1)) return false;
+    if (lane == 0) {
+      *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, hh, 0);
+      ws_arrive(fullb);
+    }
+    if (j >= 0) {
+      const int hq = hq0 + g;
+      const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(geo, j, len);
+      const unsigned sq = base + SmemWS<D>::kQ + st * Cfg<D>::kTileQ, sdo = base + SmemWS<D>::kDO + st * Cfg<D>::kTileQ;
+      const unsigned short* qg = reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
+                                 (cmc_i64)hq * desc.q_stride_head;
+      const unsigned short* dg = reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
+                                 (cmc_i64)hq * args.dout_stride_head;
+#pragma unroll 1
+      for (int c = lane; c < kBM * (D / 8); c += 32) {
+        const int r = c / (D / 8), ch = c % (D / 8), q = rows(64 * hh + r);
+        cp_async16(sq + swz<kBM>(r, ch), qg + (cmc_i64)(q >= 0 ? q : 0) * desc.q_stride_tok + ch * 8, q >= 0);
+        cp_async16(sdo + swz<kBM>(r, ch), dg + (cmc_i64)(q >= 0 ? q : 0) * args.dout_stride_tok + ch * 8, q >= 0);
+      }
+      const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+      const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rr = lane + 32 * h, q = rows(64 * hh + rr);
+        cmc_bwd::cp_async4(base + SmemWS<D>::kLse + (st * kBM + rr) * 4, lse + (q >= 0 ? q : 0), q >= 0);
+        cmc_bwd::cp_async4(base + SmemWS<D>::kDsum + (st * kBM + rr) * 4, dsum + (q >= 0 ? q : 0), q >= 0);
+      }
+      cp_commit();
+      cp_wait<0>();
+      fence_proxy_async();
+    }
+    ws_arrive(fullb);
+    return true;
+  };
+#pragma unroll 1
+  for (int g = 0; g < group; ++g) {
+#pragma unroll 1
+    for (int j = next_tile(touched, nw, 0); j >= 0; j = next_tile(touched, nw, j + 1)) {
+      if (!push(j, g, 0)) return;
+      if (cmc_bwd_tokens_of<H>(geo, j, len)(64) >= 0 && !push(j, g, 1)) return;
+    }
+  }
+  push(-1, 0, 0);
+}
+
 // A dQ writer (warps 1, 2 of WG0, for consumer warpgroup w): per item, once the staging is
-// full (barrier 4 + w), one cp.reduce.async.bulk of each row below len (256 bytes: the
+// full (barrier 4 + w), one cp.reduce.async.bulk of each row that has a token (256 bytes: the
 // warpgroup's 64 columns at D = 128, the whole row of its key half's partial at D = 64), then
 // the staging is released (barrier 6 + w) once the bulk unit has read it.
 template <int D>
-CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, cmc_i64 tok0, int len, int heads_q, int w, int lane) {
-  const int2* item = reinterpret_cast<const int2*>(smem + SmemWS<D>::kDqItem) + w;
+CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, int heads_q, int w, int lane) {
+  const int* rows = reinterpret_cast<const int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   const unsigned stg = smem_u32(smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow);
   const int col = DQ<D>::kSplitN ? 64 * w : 0;
   ws_bar_arrive(6 + w, 160);
 #pragma unroll 1
   for (;;) {
     ws_bar_sync(4 + w, 160);
-    const int2 it = *item;
-    if (it.x < 0) break;
+    const int hq = rows[0];
+    if (hq < 0) break;
 #if CMC_WS_DQ_RED
     // (experiment, bwd_ablate wsred) red.global.add.v4.f32 from the staging: a row's 64 floats
     // by 16 lanes, two rows per pass
     const float* sf = reinterpret_cast<const float*>(smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow);
 #pragma unroll 4
     for (int p = 0; p < 32; ++p) {
-      const int r = 2 * p + (lane >> 4), q = it.y + r, c = 4 * (lane & 15);
+      const int r = 2 * p + (lane >> 4), c = 4 * (lane & 15), tok = rows[4 + r];
       const float4 v = *reinterpret_cast<const float4*>(sf + r * (SmemWS<D>::kStgRow / 4) + c);
-      if (q < len) red_add_v4(acc + ((tok0 + q) * heads_q + it.x) * D + col + c, v.x, v.y, v.z, v.w);
+      if (tok >= 0) red_add_v4(acc + ((cmc_i64)tok * heads_q + hq) * D + col + c, v.x, v.y, v.z, v.w);
     }
 #else
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = lane + 32 * h, q = it.y + r;
-      if (q < len)
-        bulk_reduce_add_f32(acc + ((tok0 + q) * heads_q + it.x) * D + col, stg + r * SmemWS<D>::kStgRow, 256u);
+      const int r = lane + 32 * h, tok = rows[4 + r];
+      if (tok >= 0)
+        bulk_reduce_add_f32(acc + ((cmc_i64)tok * heads_q + hq) * D + col, stg + r * SmemWS<D>::kStgRow, 256u);
     }
     bulk_commit();
     bulk_wait_read();
@@ -216,10 +278,12 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, cmc_i64 tok0, int len,
 
 // The dQ partial of consumer warpgroup w (dq[4 jj + 2 i + e]: row 16 warp + lane / 4 + 8 i,
 // column 8 jj + 2 (lane % 4) + e of its 64 x 64 block) into its staging, once the writer has
-// read the last one; then the writer is told (query head hq, first row q0; hq < 0: the end).
-template <int D>
-CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, int q0) {
+// read the last one; then the writer is told the query head hq (< 0: the end) and each row's
+// token in the workspace, tok(r) (-1: none).
+template <int D, class Tok>
+CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, const Tok& tok) {
   const int warp = wtid >> 5, lane = wtid & 31;
+  int* rows = reinterpret_cast<int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   ws_bar_sync(6 + w, 160);
   if (dq != nullptr) {
     unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
@@ -231,10 +295,57 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
       for (int jj = 0; jj < 8; ++jj)
         *reinterpret_cast<float2*>(row + 8 * jj) = make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
     }
+    if (wtid < 64) rows[4 + wtid] = tok(wtid);
   }
-  if (wtid == 0) *(reinterpret_cast<int2*>(smem + SmemWS<D>::kDqItem) + w) = make_int2(hq, q0);
+  if (wtid == 0) rows[0] = hq;
   fence_proxy_async();  // the staging, to the bulk unit
   ws_bar_arrive(4 + w, 160);
+}
+
+// The end of a ws item, after kv_dv_ds (ws_consume, ws_consume_patch). Atomic mode: dS^T rows
+// of this warpgroup into buffer st ([kBN keys][kBM queries]), one barrier, then dQ (DQ<D>)
+// ahead of dK, so that dK runs under the partial's trip to the staging (tok: each row's
+// workspace token, -1: none). Otherwise dK alone. Then the stage is released (8 warps).
+template <bool BF16, int D, class Tok>
+CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int st, int wg, int wtid, unsigned* pa,
+                         unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq, const Tok& tok) {
+  using L = SmemWS<D>;
+  const int warp = wtid >> 5, lane = wtid & 31;
+  if (atomic_dq) {
+    unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
+    const int lr = 64 * wg + 16 * warp + (lane >> 2);
+    const unsigned off = (unsigned)((lane & 3) * 4);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
+      *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
+    }
+    fence_proxy_async();
+    if constexpr (DQ<D>::kSplitN) ws_bar_sync(3, 256);
+    else ws_bar_sync(1 + wg, 128);
+    const unsigned dqA = smem_u32(sds) + (DQ<D>::kSplitN ? 0 : wg * 64 * 128);
+    float dq[DQ<D>::kRegs];
+#pragma unroll
+    for (int i = 0; i < DQ<D>::kRegs; ++i) dq[i] = 0.f;
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
+      ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024),
+                         kk);
+    wg_commit();
+    kv_dk<BF16, D>(dk, dsa, qB);
+    wg_wait<1>();  // dV and dQ done; dK runs on
+    fence_regs<DQ<D>::kRegs>(dq);
+    fence_regs<16>(pa);
+    ws_stage_dq<D>(smem, dq, wg, wtid, hq, tok);
+  } else {
+    kv_dk<BF16, D>(dk, dsa, qB);
+  }
+  wg_wait<0>();
+  fence_regs<16>(pa);
+  fence_regs<16>(dsa);
+  __syncwarp();
+  if (lane == 0) ws_arrive(base + L::kEmpty + 8 * st);
 }
 
 // A consumer warpgroup (WG1, WG2: keys 64 (wg - 1) ..): the items of the ring until the end
@@ -281,45 +392,10 @@ CMC_DEV void ws_consume(const typename H::desc_t& desc, const cmc_bwd_args& args
     kv_p_linear<HT>(s, lse_s + st * kBM, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, kr, qbase, len);
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
-    if (atomic_dq) {
-      // dS^T rows of this warpgroup into buffer n % 2 ([kBN keys][kBM queries]), then dQ
-      // (DQ<D>) ahead of dK, so that dK runs under the partial's staging.
-      unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
-      const int lr = 64 * wg + 16 * warp + (lane >> 2);
-      const unsigned off = (unsigned)((lane & 3) * 4);
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
-        *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
-      }
-      fence_proxy_async();
-      if constexpr (DQ<D>::kSplitN) ws_bar_sync(3, 256);
-      else ws_bar_sync(1 + wg, 128);
-      const unsigned dqA = smem_u32(sds) + (DQ<D>::kSplitN ? 0 : wg * 64 * 128);
-      float dq[DQ<D>::kRegs];
-#pragma unroll
-      for (int i = 0; i < DQ<D>::kRegs; ++i) dq[i] = 0.f;
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
-        ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024),
-                           kk);
-      wg_commit();
-      kv_dk<BF16, D>(dk, dsa, qB);
-      wg_wait<1>();  // dV and dQ done; dK runs on
-      fence_regs<DQ<D>::kRegs>(dq);
-      fence_regs<16>(pa);
-      ws_stage_dq<D>(smem, dq, wg, wtid, hq, qbase);
-    } else {
-      kv_dk<BF16, D>(dk, dsa, qB);
-    }
-    wg_wait<0>();
-    fence_regs<16>(pa);
-    fence_regs<16>(dsa);
-    __syncwarp();
-    if (lane == 0) ws_arrive(base + L::kEmpty + 8 * st);  // stage st is free (8 warps)
+    ws_item_end<BF16, D>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq,
+                         [&](int r) { return qbase + r < len ? (int)(tok0 + qbase + r) : -1; });
   }
-  if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, 0);  // the writer's end
+  if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; });  // the writer's end
   fence_regs<kAcc>(dk);
   fence_regs<kAcc>(dv);
   ws_bar_sync(3, 256);  // K, V no longer read (dQ reads both halves of K): they stage dK, dV
@@ -376,10 +452,136 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     if (warp == 0)
       ws_load<H, HT, D>(base, smem, desc, args, plan, tok0, len, k0, hkv * group, group, lane);
     else if (warp <= 2 && atomic_dq)
-      ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), tok0, len, desc.heads_q, warp - 1, lane);
+      ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
     ws_consume<H, HT, BF16, D>(desc, args, smem, base, seqt, tok0, len, k0, hkv, group, atomic_dq, tid);
+  }
+}
+
+// A consumer warpgroup of kv_patch_ws: kv_patch's item (rows of a query tile's token map,
+// the forward's patch masks transposed, kv_p_patch) in ws_consume's order; dK, dV to the key
+// tile's tokens.
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void ws_consume_patch(const typename H::desc_t& desc, const cmc_bwd_args& args, unsigned char* smem,
+                              unsigned base, const typename HT::seq_t& seqt, const cmc_patch_geo& geo,
+                              const cmc_bwd_tile_tokens<H>& keys, const unsigned* full, int kt, cmc_i64 tok0,
+                              int len, int hkv, int group, bool atomic_dq, int tid) {
+  constexpr int kAcc = D / 2;
+  using L = SmemWS<D>;
+  const int wg = wg_index(tid) - 1, ctid = tid - 128, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const unsigned sK = base + L::kK, sV = base + L::kV;
+  const float* lse_s = reinterpret_cast<const float*>(smem + L::kLse);
+  const float* dsum_s = reinterpret_cast<const float*>(smem + L::kDsum);
+  const bool keys_all = keys(kBN - 1) >= 0;
+  const int lr = 64 * wg + 16 * warp + (lane >> 2);
+  const int tk0 = keys(lr), tk1 = keys(lr + 8);
+  const typename HT::row_t krow0 = HT::row(seqt, tk0 >= 0 ? tk0 : 0), krow1 = HT::row(seqt, tk1 >= 0 ? tk1 : 0);
+  const float sl2 = desc.scale_log2;
+  const int cq = 2 * (lane & 3);
+  const unsigned kA = sK + wg * 64 * 128, vA = sV + wg * 64 * 128;
+  const unsigned dqB = sK + wg * (DQ<D>::kSplitN ? kBN * 128 : 64 * 128);
+
+  float dk[kAcc], dv[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
+
+#pragma unroll 1
+  for (int n = 0;; ++n) {
+    const int st = n & 1;
+    if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
+    const int4 item = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
+    if (item.x < 0) break;
+    const int j = item.x, hq = hkv * group + item.y, hh = item.z, r0 = 64 * hh;
+    const bool is_full = keys_all && tile_bit(full, j);
+    const cmc_bwd_tile_tokens<H> qrows = cmc_bwd_tokens_of<H>(geo, j, len);
+    const unsigned qB = base + L::kQ + st * Cfg<D>::kTileQ, doB = base + L::kDO + st * Cfg<D>::kTileQ;
+
+    float s[32], dp[32];
+    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
+    unsigned mw = 0u;
+    const bool mw_ok = kv_patch_word<H, HT>(is_full, geo, j, kt, len, ctid, hh, mw);
+    wg_wait<1>();
+    fence_regs<32>(s);
+    kv_p_patch<HT>(s, lse_s + st * kBM, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, qrows, r0);
+    unsigned pa[16], dsa[16];
+    kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
+    ws_item_end<BF16, D>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq, [&](int r) {
+      const int q = qrows(r0 + r);
+      return q >= 0 ? (int)(tok0 + q) : -1;
+    });
+  }
+  if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; });  // the writer's end
+  fence_regs<kAcc>(dk);
+  fence_regs<kAcc>(dv);
+  ws_bar_sync(3, 256);  // K, V no longer read: they stage dK, dV
+
+  const float scale = sl2 * 0.6931471805599453f;
+  store_acc_rows<BF16, D>(smem + L::kK, dk, scale, 64 * wg,
+                          reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                              (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, keys, wtid, wg);
+  store_acc_rows<BF16, D>(smem + L::kV, dv, 1.f, 64 * wg,
+                          reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                              (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, keys, wtid, wg);
+}
+
+// kv_patch warp-specialised (kv_ws's roles; ws_load_patch, ws_consume_patch): the CTA's 128
+// keys are forward tile blockIdx.x, K and V gathered by token as kv_patch does.
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+  static_assert(Cfg<D>::kThreadsKV == 384, "kv_patch_ws: producer + 2 consumer warpgroups");
+  static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kBN, "patch halves of 64 rows");
+  constexpr int NTT = HT::kTerms;
+  using L = SmemWS<D>;
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+  unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
+  const unsigned base = smem_u32(smem);
+  const int tid = threadIdx.x;
+  const int hkv = blockIdx.y, b = blockIdx.z, kt = blockIdx.x;
+  const typename HT::seq_t seqt = HT::seq(desc, b);
+  const int len = seqt.len;
+  const cmc_patch_geo geo = cmc_bwd_geo<H>(len);
+  int ka, kb;
+  if (!cmc_bwd_tile_hull(geo, kt, len, ka, kb)) return;
+  const cmc_i64 tok0 = seqt.tok0;
+  const int group = desc.heads_q / desc.heads_kv;
+  const bool atomic_dq = (args.flags & 1) == 0;
+  const cmc_bwd_tile_tokens<H> keys = cmc_bwd_tokens_of<H>(geo, kt, len);
+  int* plan = reinterpret_cast<int*>(smem + L::kPlan);
+
+  load_rows<D, kBN>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+                                     (cmc_i64)hkv * desc.k_stride_head, desc.k_stride_tok, keys, 0, tid);
+  load_rows<D, kBN>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+                                     (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, keys, 0, tid);
+  cp_commit();
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < 2; ++st) {
+      kv_mbar_init(base + L::kFull + 8 * st, 33);
+      kv_mbar_init(base + L::kEmpty + 8 * st, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  build_plan_patch<HT, Cfg<D>::kThreadsKV>(plan, seqt, geo, kt, ka, kb, tid);
+  const unsigned* touched = reinterpret_cast<const unsigned*>(plan + 4 * NTT);
+  const unsigned* full = touched + kBwdPatchWords;
+  cp_wait<0>();
+  fence_proxy_async();
+  __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
+
+  const int role = wg_index(tid);
+  if (role == 0) {
+    ws_setmaxnreg_dec<kWsProducerRegs>();
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+    if (warp == 0 || warp == 3)
+      ws_load_patch<H, HT, D>(base, smem, desc, args, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
+                              group, lane, warp == 0 ? 0 : 1);
+    else if (atomic_dq)
+      ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
+  } else {
+    ws_setmaxnreg_inc<kWsConsumerRegs>();
+    ws_consume_patch<H, HT, BF16, D>(desc, args, smem, base, seqt, geo, keys, full, kt, tok0, len, hkv, group,
+                                     atomic_dq, tid);
   }
 }
 
