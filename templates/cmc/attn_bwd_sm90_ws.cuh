@@ -302,7 +302,7 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
   ws_bar_arrive(4 + w, 160);
 }
 
-// The end of a ws item, after kv_dv_ds (ws_consume, ws_consume_patch). Atomic mode: dS^T rows
+// The end of a ws item, after kv_dv_ds (ws_consume). Atomic mode: dS^T rows
 // of this warpgroup into buffer st ([kBN keys][kBM queries]), one barrier, then dQ (DQ<D>)
 // ahead of dK, so that dK runs under the partial's trip to the staging (tok: each row's
 // workspace token, -1: none). Otherwise dK alone. Then the stage is released (8 warps).
@@ -348,23 +348,97 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
   if (lane == 0) ws_arrive(base + L::kEmpty + 8 * st);
 }
 
-// A consumer warpgroup (WG1, WG2: keys 64 (wg - 1) ..): the items of the ring until the end
-// item, then dK, dV.
-template <class H, class HT, bool BF16, int D>
-CMC_DEV void ws_consume(const typename H::desc_t& desc, const cmc_bwd_args& args, unsigned char* smem, unsigned base,
-                        const typename HT::seq_t& seqt, cmc_i64 tok0, int len, int k0, int hkv, int group,
-                        bool atomic_dq, int tid) {
+// What a ws consumer needs of its tiling. WsLinear: key rows k0 + lr, items of 64 query rows
+// from qbase = 64 j (kv's). WsPatch: the key rows of forward tile kt by token, items of query
+// tile j's rows 64 hh .. by token map (kv_patch's). Each gives per item its fullness, the
+// forward's tile-mask word, P^T in place, each row's workspace token for dQ; and the final
+// dK, dV stores.
+template <class H, class HT> struct WsLinear {
+  const typename HT::seq_t& seqt;
+  int len, k0;
+  cmc_i64 tok0;
+  int kr;
+  typename HT::row_t krow0, krow1;
+  struct Item {
+    int j, qbase;
+    bool is_full;
+  };
+  CMC_DEV WsLinear(const typename HT::seq_t& s, int n, int key0, cmc_i64 t0, int lr)
+      : seqt(s), len(n), k0(key0), tok0(t0), kr(key0 + lr), krow0(HT::row(s, key0 + lr)),
+        krow1(HT::row(s, key0 + lr + 8)) {}
+  CMC_DEV Item item(const int4& it) const { return {it.x, it.x * kBM, it.z != 0}; }
+  CMC_DEV bool word(const Item& i, int ctid, unsigned& mw) const {
+    return kv_offset_word<H, HT>(i.is_full, i.j, k0, len, ctid, mw);
+  }
+  CMC_DEV void p(float* s, const float* lse_b, int cq, float sl2, const Item& i, bool mw_ok, unsigned mw) const {
+    kv_p_linear<HT>(s, lse_b, cq, sl2, i.is_full, mw_ok, mw, seqt, krow0, krow1, kr, i.qbase, len);
+  }
+  CMC_DEV int tok(const Item& i, int r) const { return i.qbase + r < len ? (int)(tok0 + i.qbase + r) : -1; }
+  template <bool BF16, int D>
+  CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
+                     const cmc_bwd_args& args, int hkv) const {
+    store_acc<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg,
+                       reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                           (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, k0, len, wtid, wg);
+    store_acc<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg,
+                       reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                           (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid, wg);
+  }
+};
+template <class H, class HT> struct WsPatch {
+  const typename HT::seq_t& seqt;
+  const cmc_patch_geo& geo;
+  const cmc_bwd_tile_tokens<H>& keys;
+  const unsigned* full;
+  int len, kt;
+  cmc_i64 tok0;
+  bool keys_all;
+  typename HT::row_t krow0, krow1;
+  struct Item {
+    int j, r0;
+    bool is_full;
+    cmc_bwd_tile_tokens<H> qrows;
+  };
+  CMC_DEV WsPatch(const typename HT::seq_t& s, const cmc_patch_geo& g, const cmc_bwd_tile_tokens<H>& k,
+                  const unsigned* f, int n, int t, cmc_i64 t0, int lr)
+      : seqt(s), geo(g), keys(k), full(f), len(n), kt(t), tok0(t0), keys_all(k(kBN - 1) >= 0),
+        krow0(HT::row(s, k(lr) >= 0 ? k(lr) : 0)), krow1(HT::row(s, k(lr + 8) >= 0 ? k(lr + 8) : 0)) {}
+  CMC_DEV Item item(const int4& it) const {
+    return {it.x, 64 * it.z, keys_all && tile_bit(full, it.x), cmc_bwd_tokens_of<H>(geo, it.x, len)};
+  }
+  CMC_DEV bool word(const Item& i, int ctid, unsigned& mw) const {
+    return kv_patch_word<H, HT>(i.is_full, geo, i.j, kt, len, ctid, i.r0 >> 6, mw);
+  }
+  CMC_DEV void p(float* s, const float* lse_b, int cq, float sl2, const Item& i, bool mw_ok, unsigned mw) const {
+    kv_p_patch<HT>(s, lse_b, cq, sl2, i.is_full, mw_ok, mw, seqt, krow0, krow1, i.qrows, i.r0);
+  }
+  CMC_DEV int tok(const Item& i, int r) const {
+    const int q = i.qrows(i.r0 + r);
+    return q >= 0 ? (int)(tok0 + q) : -1;
+  }
+  template <bool BF16, int D>
+  CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
+                     const cmc_bwd_args& args, int hkv) const {
+    store_acc_rows<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg,
+                            reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                                (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, keys, wtid, wg);
+    store_acc_rows<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg,
+                            reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                                (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, keys, wtid, wg);
+  }
+};
+
+// A consumer warpgroup (WG1, WG2: keys 64 (wg - 1) .. of the CTA's tile): the items of the ring
+// until the end item, kv's per-item GEMMs in ws's order (ws_item_end), then dK, dV.
+template <bool BF16, int D, class T>
+CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigned base, const cmc_bwd_args& args,
+                        int hkv, int group, bool atomic_dq, int tid) {
   constexpr int kAcc = D / 2;
   using L = SmemWS<D>;
-  const int wg = wg_index(tid) - 1, ctid = tid - 128, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int wg = wg_index(tid) - 1, ctid = tid - 128, wtid = tid & 127, lane = tid & 31;
   const unsigned sK = base + L::kK, sV = base + L::kV;
   const float* lse_s = reinterpret_cast<const float*>(smem + L::kLse);
   const float* dsum_s = reinterpret_cast<const float*>(smem + L::kDsum);
-
-  // This thread's key rows (wgmma accumulator layout): kr and kr + 8.
-  const int kr = k0 + 64 * wg + 16 * warp + (lane >> 2);
-  const typename HT::row_t krow0 = HT::row(seqt, kr), krow1 = HT::row(seqt, kr + 8);
-  const float sl2 = desc.scale_log2;
   const int cq = 2 * (lane & 3);
   const unsigned kA = sK + wg * 64 * 128, vA = sV + wg * 64 * 128;
   const unsigned dqB = sK + wg * (DQ<D>::kSplitN ? kBN * 128 : 64 * 128);
@@ -377,36 +451,29 @@ CMC_DEV void ws_consume(const typename H::desc_t& desc, const cmc_bwd_args& args
   for (int n = 0;; ++n) {
     const int st = n & 1;
     if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
-    const int4 item = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
-    if (item.x < 0) break;
-    const int j = item.x, hq = hkv * group + item.y, qbase = j * kBM;
-    const bool is_full = item.z != 0;
+    const int4 slot = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
+    if (slot.x < 0) break;
+    const typename T::Item item = tiling.item(slot);
+    const int hq = hkv * group + slot.y;
     const unsigned qB = base + L::kQ + st * Cfg<D>::kTileQ, doB = base + L::kDO + st * Cfg<D>::kTileQ;
 
     float s[32], dp[32];
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
     unsigned mw = 0u;
-    const bool mw_ok = kv_offset_word<H, HT>(is_full, j, k0, len, ctid, mw);
+    const bool mw_ok = tiling.word(item, ctid, mw);
     wg_wait<1>();
     fence_regs<32>(s);
-    kv_p_linear<HT>(s, lse_s + st * kBM, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, kr, qbase, len);
+    tiling.p(s, lse_s + st * kBM, cq, sl2, item, mw_ok, mw);
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
     ws_item_end<BF16, D>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq,
-                         [&](int r) { return qbase + r < len ? (int)(tok0 + qbase + r) : -1; });
+                         [&](int r) { return tiling.tok(item, r); });
   }
   if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; });  // the writer's end
   fence_regs<kAcc>(dk);
   fence_regs<kAcc>(dv);
   ws_bar_sync(3, 256);  // K, V no longer read (dQ reads both halves of K): they stage dK, dV
-
-  const float scale = sl2 * 0.6931471805599453f;
-  store_acc<BF16, D>(smem + L::kK, dk, scale, 64 * wg,
-                     reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
-                         (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, k0, len, wtid, wg);
-  store_acc<BF16, D>(smem + L::kV, dv, 1.f, 64 * wg,
-                     reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
-                         (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid, wg);
+  tiling.template store<BF16, D>(smem, dk, dv, sl2 * 0.6931471805599453f, wg, wtid, args, hkv);
 }
 
 template <class H, class HT, bool BF16, int D>
@@ -455,77 +522,12 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
       ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
-    ws_consume<H, HT, BF16, D>(desc, args, smem, base, seqt, tok0, len, k0, hkv, group, atomic_dq, tid);
+    const WsLinear<H, HT> tiling(seqt, len, k0, tok0, 64 * (role - 1) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2));
+    ws_consume<BF16, D>(tiling, desc.scale_log2, smem, base, args, hkv, group, atomic_dq, tid);
   }
 }
 
-// A consumer warpgroup of kv_patch_ws: kv_patch's item (rows of a query tile's token map,
-// the forward's patch masks transposed, kv_p_patch) in ws_consume's order; dK, dV to the key
-// tile's tokens.
-template <class H, class HT, bool BF16, int D>
-CMC_DEV void ws_consume_patch(const typename H::desc_t& desc, const cmc_bwd_args& args, unsigned char* smem,
-                              unsigned base, const typename HT::seq_t& seqt, const cmc_patch_geo& geo,
-                              const cmc_bwd_tile_tokens<H>& keys, const unsigned* full, int kt, cmc_i64 tok0,
-                              int len, int hkv, int group, bool atomic_dq, int tid) {
-  constexpr int kAcc = D / 2;
-  using L = SmemWS<D>;
-  const int wg = wg_index(tid) - 1, ctid = tid - 128, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
-  const unsigned sK = base + L::kK, sV = base + L::kV;
-  const float* lse_s = reinterpret_cast<const float*>(smem + L::kLse);
-  const float* dsum_s = reinterpret_cast<const float*>(smem + L::kDsum);
-  const bool keys_all = keys(kBN - 1) >= 0;
-  const int lr = 64 * wg + 16 * warp + (lane >> 2);
-  const int tk0 = keys(lr), tk1 = keys(lr + 8);
-  const typename HT::row_t krow0 = HT::row(seqt, tk0 >= 0 ? tk0 : 0), krow1 = HT::row(seqt, tk1 >= 0 ? tk1 : 0);
-  const float sl2 = desc.scale_log2;
-  const int cq = 2 * (lane & 3);
-  const unsigned kA = sK + wg * 64 * 128, vA = sV + wg * 64 * 128;
-  const unsigned dqB = sK + wg * (DQ<D>::kSplitN ? kBN * 128 : 64 * 128);
-
-  float dk[kAcc], dv[kAcc];
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
-
-#pragma unroll 1
-  for (int n = 0;; ++n) {
-    const int st = n & 1;
-    if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
-    const int4 item = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
-    if (item.x < 0) break;
-    const int j = item.x, hq = hkv * group + item.y, hh = item.z, r0 = 64 * hh;
-    const bool is_full = keys_all && tile_bit(full, j);
-    const cmc_bwd_tile_tokens<H> qrows = cmc_bwd_tokens_of<H>(geo, j, len);
-    const unsigned qB = base + L::kQ + st * Cfg<D>::kTileQ, doB = base + L::kDO + st * Cfg<D>::kTileQ;
-
-    float s[32], dp[32];
-    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
-    unsigned mw = 0u;
-    const bool mw_ok = kv_patch_word<H, HT>(is_full, geo, j, kt, len, ctid, hh, mw);
-    wg_wait<1>();
-    fence_regs<32>(s);
-    kv_p_patch<HT>(s, lse_s + st * kBM, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, qrows, r0);
-    unsigned pa[16], dsa[16];
-    kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
-    ws_item_end<BF16, D>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq, [&](int r) {
-      const int q = qrows(r0 + r);
-      return q >= 0 ? (int)(tok0 + q) : -1;
-    });
-  }
-  if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; });  // the writer's end
-  fence_regs<kAcc>(dk);
-  fence_regs<kAcc>(dv);
-  ws_bar_sync(3, 256);  // K, V no longer read: they stage dK, dV
-
-  const float scale = sl2 * 0.6931471805599453f;
-  store_acc_rows<BF16, D>(smem + L::kK, dk, scale, 64 * wg,
-                          reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
-                              (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, keys, wtid, wg);
-  store_acc_rows<BF16, D>(smem + L::kV, dv, 1.f, 64 * wg,
-                          reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
-                              (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, keys, wtid, wg);
-}
-
-// kv_patch warp-specialised (kv_ws's roles; ws_load_patch, ws_consume_patch): the CTA's 128
+// kv_patch warp-specialised (kv_ws's roles; ws_load_patch, ws_consume with WsPatch): the CTA's 128
 // keys are forward tile blockIdx.x, K and V gathered by token as kv_patch does.
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
@@ -580,8 +582,9 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
       ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
-    ws_consume_patch<H, HT, BF16, D>(desc, args, smem, base, seqt, geo, keys, full, kt, tok0, len, hkv, group,
-                                     atomic_dq, tid);
+    const WsPatch<H, HT> tiling(seqt, geo, keys, full, len, kt, tok0,
+                                64 * (role - 1) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2));
+    ws_consume<BF16, D>(tiling, desc.scale_log2, smem, base, args, hkv, group, atomic_dq, tid);
   }
 }
 
