@@ -202,11 +202,11 @@ def test_bwd_kernel_check_sm90_builds_the_opt_in_kv(tmp_path, monkeypatch):
     bkc = _tool("bwd_kernel_check")
     kernels, res = bkc.build_variant("causal", "bf16", 64, "sm_90a", sm90=True)
     assert sorted(kernels) == ["dq", "fwd", "kv", "post", "pre"]
-    _, sym, threads, smem, block_m, heads = kernels["kv"]
-    assert (sym, threads, block_m, heads) == ("cmc_causal_bwd_kv_sm90_bf16_d64", 256, 128,
-                                              "heads_kv")
+    _, sym, threads, smem, block_m, heads, gx = kernels["kv"]
+    assert (sym, threads, block_m, heads, gx) == ("cmc_causal_bwd_kv_sm90_bf16_d64", 256, 128,
+                                                  "heads_kv", "ceil_div(max_len, 128)")
     assert smem > 48 * 1024 and res[sym][1:] == (0, 0)
-    _, sym, threads, smem, block_m, heads = kernels["dq"]
+    _, sym, threads, smem, block_m, heads, _ = kernels["dq"]
     assert (sym, threads, block_m, heads) == ("cmc_causal_bwd_dq_sm90_bf16_d64", 256, 128,
                                               "heads_q")
     assert smem > 48 * 1024 and res[sym][1:] == (0, 0)

@@ -62,6 +62,8 @@ MASKS = {  # name -> (sample path or mask text, defines)
     "shared_prefix": ("samples/shared_prefix.mask", {}),
     "document_causal": ("samples/document_causal.mask", {}),
     "clear": ("samples/clear.mask", {"TEXT": 64, "W": 32, "R": 5}),
+    # patches from len 1024 (bwd_ablate's patch cases; tests/gpu/test_backward_patch_gpu.py)
+    "clear_patch": ("samples/clear.mask", {"TEXT": 77, "W": 128, "R": 16}),
     "residual": (RESIDUAL, {}),
 }
 # (mask, dtype, head dim) variants to build; every case runs GQA 4/2 on a jagged batch.
@@ -89,29 +91,43 @@ def table_of(name: str):
 
 
 def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
-                  edit: Callable[[str], str] | None = None):
-    """Worker: {role: (cubin, symbol, threads, dynamic smem, block_m, grid y)} of the forward
-    ("fwd") and the four backward kernels, and {symbol: (registers, spill st, spill ld)}.
+                  edit: Callable[[str], str] | None = None, tiled: bool = False):
+    """Worker: {role: (cubin, symbol, threads, dynamic smem, block_m, grid y, grid x)} of the
+    forward ("fwd") and the four backward kernels (grid x: the manifest's expression over
+    max_len, which a patch tiling's sm90 kinds need), and {symbol: (registers, spill st,
+    spill ld)}.
     sm90: the kv role is bwd_kv_sm90 and the dq role bwd_dq_sm90 (cmc.build refuses wgmma
     pipeline notes C7515-C7520, so a built variant has none). edit: applied to the .cu text
-    before the build (tools/bwd_ablate.py)."""
+    before the build (tools/bwd_ablate.py). The forward is the portable kernel, which the
+    tile stage does not follow, so the backward kinds are on linear tiles; tiled: they are
+    built on the tile stage's tiling instead (patches for CLEAR), as a default compile builds
+    them, and the forward still comes from the portable build."""
     from cmc.build import build
     from cmc.driver import Options, back
-    from cmc.kernels import spec
+    from cmc.kernels import Pass, spec
+    from cmc.package import grid_rule
 
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
                    backward=True, cache=False, bwd_kernel="auto" if sm90 else "portable")
-    source = back(table_of(name), opts)
-    if edit is not None:
-        source = dataclasses.replace(source, text=edit(source.text))
-    built = build(source, archs=(arch,), jobs=1, cache=False)
+    sources = [back(table_of(name), opts)]
+    if tiled:
+        auto = back(table_of(name), dataclasses.replace(opts, kernel="auto"))
+        sources = [dataclasses.replace(sources[0], variants=tuple(
+                       v for v in sources[0].variants if spec(v.kernel).pass_ is Pass.FORWARD)),
+                   dataclasses.replace(auto, variants=tuple(
+                       v for v in auto.variants if spec(v.kernel).pass_ is Pass.BACKWARD))]
     kernels, res = {}, {}
-    for v in built.source.variants:
-        s = spec(v.kernel)
-        c = next(c for c in built.cubins if c.symbol == v.symbol)
-        kernels[s.role] = (c.data, v.symbol, v.threads, v.smem_bytes, v.block_m, s.grid[1])
-        r = c.resources
-        res[v.symbol] = (r.registers, r.spill_stores, r.spill_loads)
+    for source in sources:
+        if edit is not None:
+            source = dataclasses.replace(source, text=edit(source.text))
+        built = build(source, archs=(arch,), jobs=1, cache=False)
+        for v in built.source.variants:
+            s = spec(v.kernel)
+            c = next(c for c in built.cubins if c.symbol == v.symbol)
+            kernels[s.role] = (c.data, v.symbol, v.threads, v.smem_bytes, v.block_m, s.grid[1],
+                               grid_rule(v)[0])
+            r = c.resources
+            res[v.symbol] = (r.registers, r.spill_stores, r.spill_loads)
     return kernels, res
 
 
@@ -152,15 +168,17 @@ class Bwd:
     """The four backward kernels of one variant and their launch shapes."""
 
     def __init__(self, kernels: dict):
-        self.k = {r: (get_func(cub, sym, smem), threads, smem, bm, heads)
-                  for r, (cub, sym, threads, smem, bm, heads) in kernels.items() if r != "fwd"}
+        from cmc.runtime.params import parse_grid_expr
+
+        self.k = {r: (get_func(cub, sym, smem), threads, smem, parse_grid_expr(gx), heads)
+                  for r, (cub, sym, threads, smem, _, heads, gx) in kernels.items() if r != "fwd"}
         self.smem_kv = self.k["kv"][2]
 
     def launch_role(self, role: str, desc: bytes, args: bytes, max_len: int, hq: int, hk: int,
                     batch: int) -> None:
         """One kernel, on the grid rule of its spec (the manifest's)."""
-        f, threads, smem, bm, heads = self.k[role]
-        grid = (-(-max_len // bm), hk if heads == "heads_kv" else hq, batch)
+        f, threads, smem, gx, heads = self.k[role]
+        grid = (gx({"max_len": max_len}), hk if heads == "heads_kv" else hq, batch)
         launch(f, grid, threads, smem, [desc, args])
 
     def run(self, desc: bytes, args: bytes, max_len: int, hq: int, hk: int, batch: int,
@@ -197,31 +215,34 @@ def rel(got, ref) -> float:
     return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-12))
 
 
-def run_case(name, dtype, d, built, table) -> list[tuple[str, bool, str]]:
+def run_case(name, dtype, d, built, table, lens: list[int] | None = None) -> list[tuple[str, bool, str]]:
+    """Forward (portable) then the backward sequence in each mode, against the float64
+    reference, on a jagged batch of `lens` (default LENS)."""
+    lens = lens or LENS
     kernels, _ = built
-    fcub, fsym, fthreads, fsmem, fbm, _ = kernels["fwd"]
+    fcub, fsym, fthreads, fsmem, fbm, _, _ = kernels["fwd"]
     mask = table.mask
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
     hq, hk = 4, 2
-    pb = kc.Problem(LENS, hq, hk, d, tdt)
-    per_seq = [kc.seq_params(mask, n, b) for b, n in enumerate(LENS)]
+    pb = kc.Problem(lens, hq, hk, d, tdt)
+    per_seq = [kc.seq_params(mask, n, b) for b, n in enumerate(lens)]
     for ps in per_seq[1:]:  # scalar params: one value per launch
         for p in mask.params:
             if p.kind == "scalar":
                 ps[p.name] = per_seq[0][p.name]
-    masks = [kc.dense_mask(mask, n, ps) for n, ps in zip(LENS, per_seq, strict=True)]
-    total = sum(LENS)
+    masks = [kc.dense_mask(mask, n, ps) for n, ps in zip(lens, per_seq, strict=True)]
+    total = sum(lens)
     qt, kt, vt, o, lse = kc.make_inputs(pb, 1234 + d)
     keep: list = []
     vals = kc.descriptor_values(mask, pb, qt, kt, vt, o, lse, per_seq, keep)
     vals.setdefault("sched", 0)  # kernel_check predates the work-counter field
     desc = _LAYOUTS[(name, dtype, d)].pack(vals)
     ffunc = get_func(fcub, fsym, fsmem)
-    launch(ffunc, (-(-max(LENS) // fbm), hq, len(LENS)), fthreads, fsmem, [desc])
+    launch(ffunc, (-(-max(lens) // fbm), hq, len(lens)), fthreads, fsmem, [desc])
     g = torch.Generator(device="cuda").manual_seed(99)
     do = torch.randn(total, hq, d, device="cuda", generator=g).to(tdt)
     bwd = Bwd(kernels)
-    ref = reference(LENS, qt, kt, vt, do, masks, 1.0 / math.sqrt(d))
+    ref = reference(lens, qt, kt, vt, do, masks, 1.0 / math.sqrt(d))
 
     seen_k = np.concatenate([m.any(0) for m in masks])  # keys some query sees
     sees_q = np.concatenate([m.any(1) for m in masks])  # rows that see some key
@@ -235,7 +256,7 @@ def run_case(name, dtype, d, built, table) -> list[tuple[str, bool, str]]:
         acc = torch.full((total, hq, d), float("nan"), device="cuda", dtype=torch.float32)
         dsum = torch.full((hq, total), float("nan"), device="cuda", dtype=torch.float32)
         args = pack_args(do, dq, dk, dv, acc, dsum, total, deterministic)
-        bwd.run(desc, args, max(LENS), hq, hk, len(LENS), deterministic)
+        bwd.run(desc, args, max(lens), hq, hk, len(lens), deterministic)
         kc._ok(cu.cuCtxSynchronize(), f"backward {name} {mode}")
         msgs = []
         for what, got, r in (("dq", dq, ref[0]), ("dk", dk, ref[1]), ("dv", dv, ref[2])):
