@@ -73,6 +73,28 @@ def test_every_bwd_alternative_builds(name):
         assert c.resources.spill_stores == 0 and c.resources.spill_loads == 0, c.symbol
 
 
+def test_bwd_kernel_check_tiled_builds_the_patch_kinds(tmp_path, monkeypatch):
+    """build_variant(tiled=True): the backward kinds on CLEAR's patch tiling (their grid x is
+    the manifest's patch rule: 25 tiles at 2133 tokens, not ceil(2133 / 128) = 17) and the
+    forward still the portable kernel; without it, the same mask's backward is linear."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import types
+
+    from cmc.runtime.params import parse_grid_expr
+
+    monkeypatch.setenv("CMC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    bkc = _tool("bwd_kernel_check")
+    name, dtype, d = bkc.PATCH_VARIANTS[1]
+    tiled, _ = bkc.build_variant(name, dtype, d, "sm_90a", sm90=True, tiled=True)
+    linear, _ = bkc.build_variant(name, dtype, d, "sm_90a", sm90=True)
+    assert tiled["fwd"][1] == linear["fwd"][1] == f"cmc_clear_fwd_{dtype}_d{d}"  # portable
+    for role in ("kv", "dq"):
+        assert parse_grid_expr(tiled[role][6])({"max_len": max(bkc.PATCH_LENS)}) == 25
+        assert parse_grid_expr(linear[role][6])({"max_len": max(bkc.PATCH_LENS)}) == 17
+    assert tiled["kv"][3] > linear["kv"][3]  # the patch plan's bit sets
+
+
 def test_patch_order_is_a_permutation_of_patches():
     pc = _tool("patch_cost")
     order = pc.patch_order(512 + 4096, 512, 64, 8, 16)

@@ -211,13 +211,9 @@ UNCHECKED = {"tiledq"}
 TMA = {"tmaload", "ws", "wsred"}
 # Alternatives built for linear tilings only (patch-tiled masks keep the shipped kv).
 LINEAR_ONLY: set[str] = set()
-# Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs CLEAR with
-# patches, as tests/gpu/test_backward_patch_gpu.py does (bwd_kernel_check's clear is small
-# enough to stay linear): text 77, width 128, radius 16, a jagged batch whose sequences of
-# 1500 and 2133 tokens are past min_len (patches) and whose others are linear tiles.
+# Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
+# bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
 PATCH_CHECKED = {"ws", "wsred"}
-PATCH_CASES = [("clear_patch", "bf16", 128), ("clear_patch", "fp16", 64)]
-PATCH_LENS = [1500, 77, 2133, 1101]
 THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS}
 
 
@@ -238,7 +234,7 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
     if name in ALTERNATIVES:
         _, edit, extra = ALTERNATIVES[name]
         kernels, res = bkc.build_variant(mask, dtype, d, arch, True, edit=edit,
-                                         tiled=(mask, dtype, d) in PATCH_CASES)
+                                         tiled=(mask, dtype, d) in bkc.PATCH_VARIANTS)
         cub, sym, threads, smem, bm, heads, gx = kernels["kv"]
         kernels["kv"] = (cub, sym, THREADS.get(name, threads), smem + extra(d), bm, heads, gx)
         return kernels, res
@@ -281,7 +277,7 @@ def main() -> int:
 
     patch = {v[0] for v in bkc.VARIANTS if choose_tiling(bkc.table_of(v[0])).kind == "patch"}
     cases = {n: [v for v in bkc.VARIANTS if n not in LINEAR_ONLY or v[0] not in patch]
-             + (PATCH_CASES if n in PATCH_CHECKED else []) for n in checked}
+             + (bkc.PATCH_VARIANTS if n in PATCH_CHECKED else []) for n in checked}
     jobs = [(n, "causal", "bf16", 128) for n in variants]
     jobs += [(n, *v) for n in checked for v in cases[n] if (n, *v) not in jobs]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
@@ -307,7 +303,7 @@ def main() -> int:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
             tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = bkc._LAYOUTS[v], v[1], v[2]
             bkc.Bwd = tma_bwd if n in TMA else plain_bwd  # type: ignore[misc]  # run_case makes its own
-            lens = PATCH_LENS if v in PATCH_CASES else None
+            lens = bkc.PATCH_LENS if v in bkc.PATCH_VARIANTS else None
             for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0]), lens=lens):
                 failed += 0 if ok else 1
                 passed += 1 if ok else 0

@@ -76,6 +76,12 @@ VARIANTS = [
     ("residual", "bf16", 128), ("residual", "fp16", 64),
 ]
 LENS = [1, 17, 130, 600]
+# --sm90 also runs the sm_90a kinds on CLEAR's patches (built with tiled=True: LENS stay below
+# every min_len, and the portable forward's builds are linear), on
+# tests/gpu/test_backward_patch_gpu.py's jagged batch: 1500 and 2133 tokens are past min_len
+# 1101, 77 and 1101 are linear tiles.
+PATCH_VARIANTS = [("clear_patch", "bf16", 128), ("clear_patch", "fp16", 64)]
+PATCH_LENS = [1500, 77, 2133, 1101]
 
 
 def table_of(name: str):
@@ -357,14 +363,16 @@ def main() -> int:
     arch = os.environ.get("CMC_ARCH", "sm_90a")
     if sm90 and arch != "sm_90a":
         raise SystemExit("--sm90 needs CMC_ARCH=sm_90a (the kind is built for sm_90a only)")
-    # jobs: (mask, dtype, head dim, sm90 kv)
-    jobs = [(n, dt, d, sm90) for n, dt, d in VARIANTS]
+    # jobs: (mask, dtype, head dim, sm90 kv); the patch cases build tiled
+    cases = VARIANTS + (PATCH_VARIANTS if sm90 else [])
+    jobs = [(n, dt, d, sm90) for n, dt, d in cases]
     if not opts.no_timing:
         for j in [("causal", "bf16", 128, False)] + ([("causal", "bf16", 128, True)] if sm90 else []):
             if j not in jobs:
                 jobs.append(j)
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-        futs = {j: pool.submit(build_variant, *j[:3], arch, j[3]) for j in jobs}
+        futs = {j: pool.submit(build_variant, *j[:3], arch, j[3], None, j[:3] in PATCH_VARIANTS)
+                for j in jobs}
         built = {j: f.result() for j, f in futs.items()}
     if kc.device_arch() != arch:
         raise SystemExit(f"device is {kc.device_arch()}, built for {arch} (set CMC_ARCH)")
@@ -385,9 +393,10 @@ def main() -> int:
         _LAYOUTS[(n, dt, d)] = descriptor_layout(tables[n].mask)
 
     rows, failed = [], 0
-    for n, dt, d in VARIANTS:
+    for n, dt, d in cases:
         try:
-            res = run_case(n, dt, d, built[(n, dt, d, sm90)], tables[n])
+            res = run_case(n, dt, d, built[(n, dt, d, sm90)], tables[n],
+                           lens=PATCH_LENS if (n, dt, d) in PATCH_VARIANTS else None)
         except Exception as e:  # a launch error poisons the context: report and stop
             rows.append((f"{n} {dt} d{d}", "ERROR", False, f"{type(e).__name__}: {e}"))
             failed += 1
@@ -408,7 +417,8 @@ def main() -> int:
                 label = ("sm90     " if k else "portable ") if sm90 else ""
                 timing_lines += timing(bwds[k], lay, tables["causal"], "bf16", L, B, label)
 
-    print(f"\n{'case':28s} {'mode':12s} {'result':6s} detail   (lens {LENS}, heads 4/2)")
+    print(f"\n{'case':28s} {'mode':12s} {'result':6s} detail   (lens {LENS}; {PATCH_VARIANTS[0][0]}: "
+          f"{PATCH_LENS}; heads 4/2)")
     for case, mode, ok, msg in rows:
         print(f"{case:28s} {mode:12s} {'ok' if ok else 'FAIL':6s} {msg}")
     for line in timing_lines:
