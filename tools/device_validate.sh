@@ -97,8 +97,9 @@ step fwd fwd.log 150 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_correctness.py \
   $T/test_artifacts_gpu.py $T/test_generality_gpu.py -k "not backward"
 step fwdnew fwd.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_grid_origin.py \
   $T/test_gpu_natten_interior.py $T/test_offset_masks_gpu.py $T/test_gpu_natten2d_band.py
-# 4. the sm_90a kinds, the default there (bwd_kv_sm90, bwd_dq_sm90, both on patch tilings)
-step sm90 sm90.log 75 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
+# 4. the sm_90a kinds, the default there (bwd_kv_sm90, bwd_dq_sm90, both on patch tilings:
+#    bwd_kernel_check --sm90 has CLEAR patch cases now)
+step sm90 sm90.log 110 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
 step sm90 sm90.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
   $T/test_backward_patch_gpu.py -k "(matches_reference or generality_backward) and sm90 or patch_backward"
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
