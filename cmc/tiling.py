@@ -639,27 +639,14 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
                    f"offsets ({masks.lo}..{masks.hi - 1})")
 
 
-def _lattice_period(p: Any, width: int) -> int:
+def _lattice_period(p: Pred, width: int) -> int:
     """The token period of a grid mask's lattice: the lcm of the grid width and of every
     constant the predicate divides or reduces by (x / c, x % c). Shifting q and k together by
     it leaves every such quotient difference and remainder as it was, so interior tiles of
     one phase (tile index mod period / gcd(128, period)) are translates. A plain 2D grid
     gives its width; a video's frames (q / (FH FW), q % (FH FW) / FW) give FH FW."""
-    period = width
-
-    def walk(x: Any) -> None:
-        nonlocal period
-        if isinstance(x, BinOp) and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value > 1:
-            period = math.lcm(period, x.b.value)
-        if isinstance(x, tuple):
-            for y in x:
-                walk(y)
-        elif hasattr(x, "__dataclass_fields__"):
-            for f in x.__dataclass_fields__:
-                walk(getattr(x, f))
-
-    walk(p)
-    return period
+    return math.lcm(width, *(x.b.value for x in nodes(p) if isinstance(x, BinOp)
+                             and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value > 1))
 
 
 def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
