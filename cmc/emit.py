@@ -832,7 +832,10 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
     others: list[tuple[int, int]] = []
     grid_terms: list[tuple[Term, _Scope, str]] = []
     patch = tiling.kind == "patch"
-    lin_grid = _linear_span_grid(table, counts) if tiling.kind == "linear" else None
+    # the grid whose families grid_span covers: the patch tiling's, or a linear tiling's
+    # mask grid when that pays (its residual-free families only)
+    span_grid = ((tiling.origin, tiling.width) if patch
+                 else _linear_span_grid(table, counts) if tiling.kind == "linear" else None)
     base = 0
     for ti, (term, count) in enumerate(zip(terms, counts, strict=True)):
         tscope = scope
@@ -856,11 +859,8 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         ex.scope = tscope
         spans.append("\n".join(_span_block(term, base, count, ex, comment)))
         fg = term.family.grid if term.family is not None else None
-        on_grid = fg is not None and (
-            (patch and (fg.origin, fg.width) == (tiling.origin, tiling.width))
-            or (lin_grid is not None and term.residual is None
-                and (fg.origin, fg.width) == lin_grid))
-        if on_grid:
+        if (fg is not None and (fg.origin, fg.width) == span_grid
+                and (patch or term.residual is None)):
             grid_terms.append((term, tscope, comment))
             grid_ranges.append(f"(i >= {base} && i < {base + count})")
         else:
@@ -894,8 +894,7 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         grid_terms=" || ".join(grid_ranges) or "false",
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),
-        span_grid=(((tiling.origin, tiling.width) if patch else lin_grid or (0, 128))
-                   if grid_blocks else (0, 128)),
+        span_grid=span_grid if grid_blocks and span_grid else (0, 128),
     )
 
 
