@@ -209,8 +209,6 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
 UNCHECKED = {"tiledq"}
 # Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
 TMA = {"tmaload", "ws", "wsred"}
-# Alternatives built for linear tilings only (patch-tiled masks keep the shipped kv).
-LINEAR_ONLY: set[str] = set()
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
 PATCH_CHECKED = {"ws", "wsred"}
@@ -273,11 +271,8 @@ def main() -> int:
     variants = ["base", *names]
     import bwd_kernel_check as bkc
 
-    from cmc.tiling import choose_tiling
-
-    patch = {v[0] for v in bkc.VARIANTS if choose_tiling(bkc.table_of(v[0])).kind == "patch"}
-    cases = {n: [v for v in bkc.VARIANTS if n not in LINEAR_ONLY or v[0] not in patch]
-             + (bkc.PATCH_VARIANTS if n in PATCH_CHECKED else []) for n in checked}
+    cases = {n: bkc.VARIANTS + (bkc.PATCH_VARIANTS if n in PATCH_CHECKED else [])
+             for n in checked}
     jobs = [(n, "causal", "bf16", 128) for n in variants]
     jobs += [(n, *v) for n in checked for v in cases[n] if (n, *v) not in jobs]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
@@ -295,10 +290,6 @@ def main() -> int:
     failed = passed = 0
     plain_bwd, tma_bwd = bkc.Bwd, _tma_bwd(bkc)
     for n in checked:
-        skipped = [v[0] for v in bkc.VARIANTS if v not in cases[n]]
-        if skipped:
-            print(f"check {n:9s} skips {', '.join(sorted(set(skipped)))}: patch tilings keep the "
-                  "shipped kv", flush=True)
         for v in cases[n]:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
             tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = bkc._LAYOUTS[v], v[1], v[2]
