@@ -530,15 +530,23 @@ CMC_DEV void store_acc(unsigned char* stage, const float* acc, float mul, int r0
 }
 
 // ------------------------------------------------------------------ patch tiles (device)
-// load_tile for the rows of a token map (cmc_bwd_tile_tokens: -1 rows zero-filled).
-template <int D, int ROWS, class Tok>
+// load_tile for the rows of a token map (cmc_bwd_tile_tokens: -1 rows zero-filled), by
+// NTHREADS threads (tid < NTHREADS). Unrolled for a CTA's threads; one warp (the ws loader,
+// 24 registers) loops: unrolled, its 32 copies' addresses spilled 1-2.5 KB (ptxas, 2026-12-05).
+template <int D, int ROWS, int NTHREADS = Cfg<D>::kThreadsKV, class Tok>
 CMC_DEV void load_rows(unsigned dst, const unsigned short* g, cmc_i64 stride, const Tok& tok, int r0, int tid) {
   constexpr int kChunks = D / 8;
-#pragma unroll
-  for (int c = tid; c < ROWS * kChunks; c += Cfg<D>::kThreadsKV) {
+  auto copy = [&](int c) {
     const int r = c / kChunks, ch = c % kChunks;
     const int t = tok(r0 + r);
     cp_async16(dst + swz<ROWS>(r, ch), g + (cmc_i64)(t >= 0 ? t : 0) * stride + ch * 8, t >= 0);
+  };
+  if constexpr (NTHREADS >= 128) {
+#pragma unroll
+    for (int c = tid; c < ROWS * kChunks; c += NTHREADS) copy(c);
+  } else {
+#pragma unroll 1
+    for (int c = tid; c < ROWS * kChunks; c += NTHREADS) copy(c);
   }
 }
 

@@ -42,6 +42,9 @@ CMC_DEV void ws_arrive(unsigned bar) {
 CMC_DEV void ws_cp_arrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+#if defined(CMC_SM90_WATCHDOG)
+// Set when a wait gave up (tools/bwd_ablate.py reads it after its runs).
+__device__ unsigned cmc_ws_watchdog;
 CMC_DEV unsigned ws_try_wait(unsigned bar, unsigned parity) {
   unsigned ok;
   asm volatile(
@@ -49,16 +52,14 @@ CMC_DEV unsigned ws_try_wait(unsigned bar, unsigned parity) {
       : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
   return ok;
 }
-#if defined(CMC_SM90_WATCHDOG)
-// Set when a wait gave up (tools/bwd_ablate.py reads it after its runs).
-__device__ unsigned cmc_ws_watchdog;
 #endif
-// Blocks until the phase of the given parity has completed; true. With CMC_SM90_WATCHDOG
-// (bwd_ablate defines it) a wait of more than 2^22 polls gives up instead: false, and
-// cmc_ws_watchdog is set; the roles then wind down (the loader stops, the consumers take it
-// for the end item), so a protocol error ends the kernel with wrong results, not a hung GPU.
-// (A trap there, as the forward's watchdog does, made ptxas ignore the consumers' setmaxnreg:
-// 168 registers, 990 bytes of spills, the wgmmas serialised; NVRTC 13.0, 2026-12-05.)
+// Blocks until the phase of the given parity has completed (kv_mbar_wait); true. With
+// CMC_SM90_WATCHDOG (bwd_ablate defines it) a wait of more than 2^22 polls gives up instead:
+// false, and cmc_ws_watchdog is set; the roles then wind down (the loader stops, the
+// consumers take it for the end item), so a protocol error ends the kernel with wrong
+// results, not a hung GPU. (A trap there, as the forward's watchdog does, made ptxas ignore
+// the consumers' setmaxnreg: 168 registers, 990 bytes of spills, the wgmmas serialised;
+// NVRTC 13.0, 2026-12-05.)
 CMC_DEV bool ws_wait(unsigned bar, unsigned parity) {
 #if defined(CMC_SM90_WATCHDOG)
   unsigned n = 0;
@@ -68,21 +69,52 @@ CMC_DEV bool ws_wait(unsigned bar, unsigned parity) {
   cmc_ws_watchdog = 1u;
   return false;
 #else
-  while (!ws_try_wait(bar, parity)) {
-  }
+  kv_mbar_wait(bar, parity);
   return true;
 #endif
 }
 template <int N> CMC_DEV void ws_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> CMC_DEV void ws_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 // 384 x 168 registers (__launch_bounds__(384, 1)) = 128 x 24 + 256 x 240.
-#ifndef CMC_WS_REGS_CONSUMER
-#define CMC_WS_REGS_CONSUMER 240
-#endif
-#ifndef CMC_WS_REGS_PRODUCER
-#define CMC_WS_REGS_PRODUCER 24
-#endif
-enum : int { kWsProducerRegs = CMC_WS_REGS_PRODUCER, kWsConsumerRegs = CMC_WS_REGS_CONSUMER };
+enum : int { kWsProducerRegs = 24, kWsConsumerRegs = 240 };
+
+// The 64 query rows of an item into stage st by the loader's 32 lanes (tok(r): row r's
+// token, -1: none, zero-filled): Q and dO by cp.async when qdo (else TMA brings them), LSE and
+// Dsum always.
+template <int D, class Desc, class Tok>
+CMC_DEV void ws_copy_rows(unsigned base, int st, const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0, int hq,
+                          const Tok& tok, bool qdo, int lane) {
+  if (qdo) {
+    load_rows<D, kBM, 32>(base + SmemWS<D>::kQ + st * Cfg<D>::kTileQ,
+                          reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
+                              (cmc_i64)hq * desc.q_stride_head, desc.q_stride_tok, tok, 0, lane);
+    load_rows<D, kBM, 32>(base + SmemWS<D>::kDO + st * Cfg<D>::kTileQ,
+                          reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
+                              (cmc_i64)hq * args.dout_stride_head, args.dout_stride_tok, tok, 0, lane);
+  }
+  const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+  const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int rr = lane + 32 * h, q = tok(rr);
+    cmc_bwd::cp_async4(base + SmemWS<D>::kLse + (st * kBM + rr) * 4, lse + (q >= 0 ? q : 0), q >= 0);
+    cmc_bwd::cp_async4(base + SmemWS<D>::kDsum + (st * kBM + rr) * 4, dsum + (q >= 0 ? q : 0), q >= 0);
+  }
+}
+
+// A lane's arrival on stage full barrier bar once its copies are usable: gathered Q and dO
+// (generic-proxy writes that wgmma reads) waited for and fenced to the async proxy first;
+// otherwise (LSE and Dsum only) when they land (cp.async.mbarrier.arrive.noinc).
+CMC_DEV void ws_filled(unsigned bar, bool gathered) {
+  if (gathered) {
+    cp_commit();
+    cp_wait<0>();
+    fence_proxy_async();
+    ws_arrive(bar);
+  } else {
+    ws_cp_arrive(bar);
+  }
+}
 
 // The loader (warp 0 of WG0): item n goes to stage n % 2 once the consumers have released
 // the stage's previous item (empty barrier, phase n / 2 - 1), with its Q, dO, LSE and Dsum
@@ -98,67 +130,35 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
   const int nrun = plan[8 * NTT], nfull = plan[8 * NTT + 1];
   const KvMaps* maps = &cmc_kv_maps;
   int n = 0;
-  // One push: j < 0 is the end item.
+  // One push: j < 0 is the end item. Lane 0 writes the item and arrives (with the TMA bytes
+  // of Q and dO, unless the tile crosses len: then they are gathered by cp.async).
   auto push = [&](int j, int g, bool is_full) {
     const int st = n & 1;
     const unsigned fullb = base + SmemWS<D>::kFull + 8 * st;
     if (!ws_wait(base + SmemWS<D>::kEmpty + 8 * st, ((n >> 1) & 1) ^ 1)) return false;
-    if (j >= 0) {
-      const int hq = hq0 + g, q0 = j * kBM;
-      const unsigned sq = base + SmemWS<D>::kQ + st * Cfg<D>::kTileQ, sdo = base + SmemWS<D>::kDO + st * Cfg<D>::kTileQ;
-      if (q0 + kBM <= len) {
-        if (lane == 0) {
-          *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, is_full ? 1 : 0, 0);
-          kv_mbar_expect_tx(fullb, 2 * Cfg<D>::kTileQ);
+    const int hq = hq0 + g, q0 = j * kBM;
+    const bool edge = j >= 0 && q0 + kBM > len;
+    if (lane == 0) {
+      *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, is_full ? 1 : 0, 0);
+      if (j >= 0 && !edge) {
+        kv_mbar_expect_tx(fullb, 2 * Cfg<D>::kTileQ);
+        const unsigned sq = base + SmemWS<D>::kQ + st * Cfg<D>::kTileQ, sdo = base + SmemWS<D>::kDO + st * Cfg<D>::kTileQ;
 #pragma unroll
-          for (int cb = 0; cb < D / 64; ++cb) {
-            kv_tma(sq + cb * (kBM * 128), &maps->q, fullb, 64 * cb, hq, (int)(tok0 + q0));
-            kv_tma(sdo + cb * (kBM * 128), &maps->dout, fullb, 64 * cb, hq, (int)(tok0 + q0));
-          }
+        for (int cb = 0; cb < D / 64; ++cb) {
+          kv_tma(sq + cb * (kBM * 128), &maps->q, fullb, 64 * cb, hq, (int)(tok0 + q0));
+          kv_tma(sdo + cb * (kBM * 128), &maps->dout, fullb, 64 * cb, hq, (int)(tok0 + q0));
         }
       } else {
-        // The tile crosses len: cp.async with zeros past len, as kv does (a TMA box would bring
-        // the next sequence's rows, or a batch layout's padding, whose non-finite values
-        // would reach dK and dV as 0 x inf). Its lanes arrive once their copies landed (below).
-        if (lane == 0) {
-          *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, is_full ? 1 : 0, 0);
-          ws_arrive(fullb);
-        }
-        const unsigned short* qg = reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
-                                   (cmc_i64)hq * desc.q_stride_head;
-        const unsigned short* dg = reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
-                                   (cmc_i64)hq * args.dout_stride_head;
-#pragma unroll 1
-        for (int c = lane; c < kBM * (D / 8); c += 32) {
-          const int r = c / (D / 8), ch = c % (D / 8), q = q0 + r;
-          const bool valid = q < len;
-          cp_async16(sq + swz<kBM>(r, ch), qg + (cmc_i64)(valid ? q : 0) * desc.q_stride_tok + ch * 8, valid);
-          cp_async16(sdo + swz<kBM>(r, ch), dg + (cmc_i64)(valid ? q : 0) * args.dout_stride_tok + ch * 8, valid);
-        }
+        ws_arrive(fullb);
       }
-      const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
-      const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rr = lane + 32 * h, q = q0 + rr;
-        const bool valid = q < len;
-        cmc_bwd::cp_async4(base + SmemWS<D>::kLse + (st * kBM + rr) * 4, lse + (valid ? q : 0), valid);
-        cmc_bwd::cp_async4(base + SmemWS<D>::kDsum + (st * kBM + rr) * 4, dsum + (valid ? q : 0), valid);
-      }
-    } else if (lane == 0) {
-      *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(-1, 0, 0, 0);
-      ws_arrive(fullb);
     }
-    if (j >= 0 && j * kBM + kBM > len) {
-      // An edge tile's Q and dO are generic-proxy writes that wgmma reads: each lane waits
-      // for its copies and fences them to the async proxy before it arrives.
-      cp_commit();
-      cp_wait<0>();
-      fence_proxy_async();
-      ws_arrive(fullb);
-    } else {
-      ws_cp_arrive(fullb);
-    }
+    // An edge tile is gathered with zeros past len, as kv does: a TMA box would bring the next
+    // sequence's rows, or a batch layout's padding, whose non-finite values would reach dK and
+    // dV as 0 x inf.
+    if (j >= 0)
+      ws_copy_rows<D>(base, st, desc, args, tok0, hq, [&](int r) { return q0 + r < len ? q0 + r : -1; }, edge,
+                      lane);
+    ws_filled(fullb, edge);
     ++n;
     return true;
   };
@@ -198,32 +198,10 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
       ws_arrive(fullb);
     }
     if (j >= 0) {
-      const int hq = hq0 + g;
       const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(geo, j, len);
-      const unsigned sq = base + SmemWS<D>::kQ + st * Cfg<D>::kTileQ, sdo = base + SmemWS<D>::kDO + st * Cfg<D>::kTileQ;
-      const unsigned short* qg = reinterpret_cast<const unsigned short*>(desc.q) + tok0 * desc.q_stride_tok +
-                                 (cmc_i64)hq * desc.q_stride_head;
-      const unsigned short* dg = reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
-                                 (cmc_i64)hq * args.dout_stride_head;
-#pragma unroll 1
-      for (int c = lane; c < kBM * (D / 8); c += 32) {
-        const int r = c / (D / 8), ch = c % (D / 8), q = rows(64 * hh + r);
-        cp_async16(sq + swz<kBM>(r, ch), qg + (cmc_i64)(q >= 0 ? q : 0) * desc.q_stride_tok + ch * 8, q >= 0);
-        cp_async16(sdo + swz<kBM>(r, ch), dg + (cmc_i64)(q >= 0 ? q : 0) * args.dout_stride_tok + ch * 8, q >= 0);
-      }
-      const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
-      const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rr = lane + 32 * h, q = rows(64 * hh + rr);
-        cmc_bwd::cp_async4(base + SmemWS<D>::kLse + (st * kBM + rr) * 4, lse + (q >= 0 ? q : 0), q >= 0);
-        cmc_bwd::cp_async4(base + SmemWS<D>::kDsum + (st * kBM + rr) * 4, dsum + (q >= 0 ? q : 0), q >= 0);
-      }
-      cp_commit();
-      cp_wait<0>();
-      fence_proxy_async();
+      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return rows(64 * hh + r); }, true, lane);
     }
-    ws_arrive(fullb);
+    ws_filled(fullb, true);
     return true;
   };
 #pragma unroll 1
@@ -476,6 +454,20 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
   tiling.template store<BF16, D>(smem, dk, dv, sl2 * 0.6931471805599453f, wg, wtid, args, hkv);
 }
 
+// The ring's mbarriers (thread 0, before the CTA barrier that publishes them): full, 33
+// arrivals (the loader's lane 0 and each lane's copies); empty, 8 (the consumer warps).
+template <int D> CMC_DEV void ws_init_barriers(unsigned base) {
+#pragma unroll
+  for (int st = 0; st < 2; ++st) {
+    kv_mbar_init(base + SmemWS<D>::kFull + 8 * st, 33);
+    kv_mbar_init(base + SmemWS<D>::kEmpty + 8 * st, 8);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// A consumer thread's first key row in the CTA's tile (wgmma accumulator layout; the other
+// is 8 below): consumer warpgroup (tid / 128 - 1) owns rows 64 (tid / 128 - 1) ..
+CMC_DEV int ws_key_row(int tid) { return 64 * (wg_index(tid) - 1) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); }
+
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   static_assert(Cfg<D>::kThreadsKV == 384, "kv_ws: producer + 2 consumer warpgroups");
@@ -499,14 +491,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   load_tile<D, kBN>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
                                      (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, k0, len, tid);
   cp_commit();
-  if (tid == 0) {
-#pragma unroll
-    for (int st = 0; st < 2; ++st) {
-      kv_mbar_init(base + L::kFull + 8 * st, 33);
-      kv_mbar_init(base + L::kEmpty + 8 * st, 8);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (tid == 0) ws_init_barriers<D>(base);
   cmc_bwd::build_plan<HT, Cfg<D>::kThreadsKV>(plan, seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
   cp_wait<0>();
   fence_proxy_async();
@@ -522,7 +507,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
       ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
-    const WsLinear<H, HT> tiling(seqt, len, k0, tok0, 64 * (role - 1) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2));
+    const WsLinear<H, HT> tiling(seqt, len, k0, tok0, ws_key_row(tid));
     ws_consume<BF16, D>(tiling, desc.scale_log2, smem, base, args, hkv, group, atomic_dq, tid);
   }
 }
@@ -556,14 +541,7 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   load_rows<D, kBN>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
                                      (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, keys, 0, tid);
   cp_commit();
-  if (tid == 0) {
-#pragma unroll
-    for (int st = 0; st < 2; ++st) {
-      kv_mbar_init(base + L::kFull + 8 * st, 33);
-      kv_mbar_init(base + L::kEmpty + 8 * st, 8);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (tid == 0) ws_init_barriers<D>(base);
   build_plan_patch<HT, Cfg<D>::kThreadsKV>(plan, seqt, geo, kt, ka, kb, tid);
   const unsigned* touched = reinterpret_cast<const unsigned*>(plan + 4 * NTT);
   const unsigned* full = touched + kBwdPatchWords;
@@ -582,8 +560,7 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
       ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
-    const WsPatch<H, HT> tiling(seqt, geo, keys, full, len, kt, tok0,
-                                64 * (role - 1) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2));
+    const WsPatch<H, HT> tiling(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid));
     ws_consume<BF16, D>(tiling, desc.scale_log2, smem, base, args, hkv, group, atomic_dq, tid);
   }
 }
