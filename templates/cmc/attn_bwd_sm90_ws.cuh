@@ -468,6 +468,27 @@ template <int D> CMC_DEV void ws_init_barriers(unsigned base) {
 // is 8 below): consumer warpgroup (tid / 128 - 1) owns rows 64 (tid / 128 - 1) ..
 CMC_DEV int ws_key_row(int tid) { return 64 * (wg_index(tid) - 1) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); }
 
+// The roles once the CTA is set up. WG0 (kWsProducerRegs): warps 1, 2 the dQ writers of the
+// consumer warpgroups (atomic mode), warps 0 and 3 load(warp, lane). WG1, WG2
+// (kWsConsumerRegs): ws_consume on the tiling make_tiling() gives, built after setmaxnreg.
+template <bool BF16, int D, class Load, class MakeTiling, class Desc>
+CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Desc& desc, const cmc_bwd_args& args,
+                      unsigned char* smem, unsigned base, int hkv, bool atomic_dq, int tid) {
+  if (wg_index(tid) == 0) {
+    ws_setmaxnreg_dec<kWsProducerRegs>();
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+    if (warp == 1 || warp == 2) {
+      if (atomic_dq) ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
+    } else {
+      load(warp, lane);
+    }
+  } else {
+    ws_setmaxnreg_inc<kWsConsumerRegs>();
+    ws_consume<BF16, D>(make_tiling(), desc.scale_log2, smem, base, args, hkv, desc.heads_q / desc.heads_kv,
+                        atomic_dq, tid);
+  }
+}
+
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   static_assert(Cfg<D>::kThreadsKV == 384, "kv_ws: producer + 2 consumer warpgroups");
@@ -497,19 +518,12 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   fence_proxy_async();
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
 
-  const int role = wg_index(tid);
-  if (role == 0) {
-    ws_setmaxnreg_dec<kWsProducerRegs>();
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
-    if (warp == 0)
-      ws_load<H, HT, D>(base, smem, desc, args, plan, tok0, len, k0, hkv * group, group, lane);
-    else if (warp <= 2 && atomic_dq)
-      ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
-  } else {
-    ws_setmaxnreg_inc<kWsConsumerRegs>();
-    const WsLinear<H, HT> tiling(seqt, len, k0, tok0, ws_key_row(tid));
-    ws_consume<BF16, D>(tiling, desc.scale_log2, smem, base, args, hkv, group, atomic_dq, tid);
-  }
+  ws_roles<BF16, D>(
+      [&](int warp, int lane) {
+        if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, plan, tok0, len, k0, hkv * group, group, lane);
+      },
+      [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid)); }, desc, args, smem, base, hkv,
+      atomic_dq, tid);
 }
 
 // kv_patch warp-specialised (kv_ws's roles; ws_load_patch, ws_consume with WsPatch): the CTA's 128
@@ -549,20 +563,13 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   fence_proxy_async();
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
 
-  const int role = wg_index(tid);
-  if (role == 0) {
-    ws_setmaxnreg_dec<kWsProducerRegs>();
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
-    if (warp == 0 || warp == 3)
-      ws_load_patch<H, HT, D>(base, smem, desc, args, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
-                              group, lane, warp == 0 ? 0 : 1);
-    else if (atomic_dq)
-      ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
-  } else {
-    ws_setmaxnreg_inc<kWsConsumerRegs>();
-    const WsPatch<H, HT> tiling(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid));
-    ws_consume<BF16, D>(tiling, desc.scale_log2, smem, base, args, hkv, group, atomic_dq, tid);
-  }
+  ws_roles<BF16, D>(
+      [&](int warp, int lane) {  // warps 0 and 3: stages 0 and 1
+        ws_load_patch<H, HT, D>(base, smem, desc, args, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
+                                group, lane, warp == 0 ? 0 : 1);
+      },
+      [&] { return WsPatch<H, HT>(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid)); }, desc, args, smem,
+      base, hkv, atomic_dq, tid);
 }
 
 }  // namespace cmc_bwd_sm90
