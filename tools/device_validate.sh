@@ -63,7 +63,7 @@ step() {
 #    red.v4), TMA loads (tmaload) and red.v4 adds (red4), each checked on bwd_kernel_check's
 #    cases (ws: the linear ones) and timed beside the shipped kernel at causal 4K x 8, 16K x 2
 step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsred --check
-step ws ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
+step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
 step probe probe.log 60 python3 tools/red_probe.py
