@@ -183,17 +183,20 @@ template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * 
 #ifndef CMC_BWD_KV_WS
 #define CMC_BWD_KV_WS 0
 #endif
-#if !defined(CMC_HOST) && (CMC_BWD_KV_TMA || CMC_BWD_KV_WS)
+#if !defined(CMC_HOST)
 // Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
-// swizzle) for the experiments CMC_BWD_KV_TMA and CMC_BWD_KV_WS, in a module global the host
-// writes before the launch (tools/bwd_ablate.py): the kernel's parameters stay the shipped ones.
+// swizzle): the bwd_kv_sm90_ws kind's second launch parameter (kv_ws_entry). The experiments
+// CMC_BWD_KV_TMA and CMC_BWD_KV_WS read them from a module global the host writes before the
+// launch (tools/bwd_ablate.py), so their kernels keep the shipped kinds' parameters.
 struct alignas(64) cmc_kv_map {
   unsigned long long opaque[16];
 };
 struct cmc_kv_maps_t {
   cmc_kv_map q, dout;
 };
+#if CMC_BWD_KV_TMA || CMC_BWD_KV_WS
 __device__ cmc_kv_maps_t cmc_kv_maps;
+#endif
 #endif
 #if !defined(CMC_HOST)
 namespace cmc_bwd_sm90 {
@@ -210,6 +213,10 @@ enum : int {
   kBN = 128,  // keys per CTA: 64 per warpgroup
   kWG = 2
 };
+
+// The warp-specialised kv (attn_bwd_sm90_ws.cuh): a producer warpgroup beside the kWG
+// consumers, whatever CMC_BWD_KV_WS says (the bwd_kv_sm90_ws kind builds it without the macro).
+enum : int { kThreadsWS = 128 * (kWG + 1) };
 
 template <int D> struct Cfg {
   static_assert(D == 64 || D == 128, "head dim");
@@ -289,9 +296,15 @@ template <int D> struct SmemWS {
 };
 
 // +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
+template <int D, int NTT, int TILING> constexpr int smem_kv_plan() {
+  return (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4;
+}
+// The bwd_kv_sm90_ws kind's (SmemWS), whatever CMC_BWD_KV_WS says.
+template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv_ws() {
+  return (SmemWS<D>::kPlan + smem_kv_plan<D, NTT, TILING>() + 15) / 16 * 16 + 1024;
+}
 template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv() {
-  return ((CMC_BWD_KV_WS ? SmemWS<D>::kPlan : SmemKV<D>::kPlan) +
-          (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4 + 15) / 16 * 16 +
+  return ((CMC_BWD_KV_WS ? SmemWS<D>::kPlan : SmemKV<D>::kPlan) + smem_kv_plan<D, NTT, TILING>() + 15) / 16 * 16 +
          1024;
 }
 
@@ -345,7 +358,6 @@ CMC_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "m
 CMC_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // ... all but the most recent one.
 CMC_DEV void bulk_wait_read1() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
-#if CMC_BWD_KV_TMA || CMC_BWD_KV_WS
 using KvMap = cmc_kv_map;
 using KvMaps = cmc_kv_maps_t;
 CMC_DEV void kv_mbar_init(unsigned bar, unsigned count) {
@@ -368,7 +380,6 @@ CMC_DEV void kv_tma(unsigned dst, const KvMap* map, unsigned bar, int d0, int h,
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(d0), "r"(h), "r"(tok)
       : "memory");
 }
-#endif
 
 // D[64 x 64] (+)= A[64 x 16] (shared) * B[16 x 64] (shared); TA / TB: 1 = MN-major.
 #define CMC_BWD_SS_N64(TY) \
@@ -427,12 +438,12 @@ template <int D> struct DQ {
 };
 
 // cp.async copies of rows [row0, row0 + ROWS) of a [len][D] operand into a swizzled
-// [ROWS][D] tile (rows >= len zero-filled), by all kThreadsKV threads.
-template <int D, int ROWS>
+// [ROWS][D] tile (rows >= len zero-filled), by all NTHREADS threads of the CTA.
+template <int D, int ROWS, int NTHREADS = Cfg<D>::kThreadsKV>
 CMC_DEV void load_tile(unsigned dst, const unsigned short* g, cmc_i64 stride, int row0, int len, int tid) {
   constexpr int kChunks = D / 8;
 #pragma unroll
-  for (int c = tid; c < ROWS * kChunks; c += Cfg<D>::kThreadsKV) {
+  for (int c = tid; c < ROWS * kChunks; c += NTHREADS) {
     const int r = c / kChunks, ch = c % kChunks;
     const bool valid = row0 + r < len;
     cp_async16(dst + swz<ROWS>(r, ch), g + (cmc_i64)(valid ? row0 + r : 0) * stride + ch * 8, valid);
@@ -599,7 +610,8 @@ CMC_DEV bool tile_bit(const unsigned* bits, int j) { return (bits[j >> 5] >> (j 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
 template <class H, class HT, bool BF16, int D>
-CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
+CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args,
+                   const KvMaps* maps);  // attn_bwd_sm90_ws.cuh
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
 
@@ -827,7 +839,9 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     kv_patch<H, HT, BF16, D>(desc, args);
     return;
   } else if constexpr (CMC_BWD_KV_WS != 0) {
-    kv_ws<H, HT, BF16, D>(desc, args);
+#if CMC_BWD_KV_WS
+    kv_ws<H, HT, BF16, D>(desc, args, &cmc_kv_maps);
+#endif
     return;
   }
   constexpr int NTT = HT::kTerms;

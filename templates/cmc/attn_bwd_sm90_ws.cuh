@@ -1,11 +1,12 @@
 // ===========================================================================================
-// cmc sm_90a backward: the warp-specialised dK / dV kernel (experiment, CMC_BWD_KV_WS 1;
-// tools/bwd_ablate.py ws). Hand-written. Placed after attn_bwd_sm90.cuh, whose kv() calls
-// kv_ws for linear tilings and kv_patch_ws for patch tilings when the macro is on; with it off
-// this part compiles to nothing. Same ABI and semantics as kv / kv_patch; kv_ws takes Q and dO
-// by TMA, whose maps are the module global cmc_kv_maps the host writes (as CMC_BWD_KV_TMA),
-// so only bwd_ablate launches it. kv_patch_ws gathers rows by token with cp.async from two
-// loader warps (warps 0 and 3, one per stage).
+// cmc sm_90a backward: the warp-specialised dK / dV kernel. Hand-written. Placed after
+// attn_bwd_sm90.cuh. Two ways in: the kind bwd_kv_sm90_ws (--bwd-kernel ws) launches
+// kv_ws_entry, with the Q and dO tensor maps as its second launch parameter; the experiment
+// CMC_BWD_KV_WS 1 (tools/bwd_ablate.py ws) makes kv() call kv_ws / kv_patch_ws with the maps
+// of the module global cmc_kv_maps the host writes (as CMC_BWD_KV_TMA). Templates only: a
+// build that instantiates neither emits no code from this part. Same semantics as kv /
+// kv_patch; kv_ws takes Q and dO by TMA, kv_patch_ws gathers rows by token with cp.async from
+// two loader warps (warps 0 and 3, one per stage).
 //
 // Why (docs/kernel-notes.md, "The warp-specialised kv"): kv's item loop runs both warpgroups
 // in lockstep behind one CTA barrier per item, issues the next item's copies from the
@@ -26,7 +27,7 @@
 // 4 + w / 6 + w = staging w full / empty (consumer warpgroup w's 128 threads + its writer
 // warp's 32).
 // ===========================================================================================
-#if !defined(CMC_HOST) && CMC_BWD_KV_WS
+#if !defined(CMC_HOST)
 #ifndef CMC_WS_DQ_RED
 #define CMC_WS_DQ_RED 0  // 1: the dQ writers add by red.global.add.v4.f32 (bwd_ablate wsred)
 #endif
@@ -123,12 +124,12 @@ CMC_DEV void ws_filled(unsigned bar, bool gathered) {
 // dO come by TMA, except in a tile that crosses len (cp.async, zero-filled).
 template <class H, class HT, int D>
 CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_t& desc, const cmc_bwd_args& args,
-                     const int* plan, cmc_i64 tok0, int len, int k0, int hq0, int group, int lane) {
+                     const KvMaps* maps, const int* plan, cmc_i64 tok0, int len, int k0, int hq0, int group,
+                     int lane) {
   constexpr int NTT = HT::kTerms;
   const int* run = plan + 4 * NTT;
   const int* full = plan + 6 * NTT;
   const int nrun = plan[8 * NTT], nfull = plan[8 * NTT + 1];
-  const KvMaps* maps = &cmc_kv_maps;
   int n = 0;
   // One push: j < 0 is the end item. Lane 0 writes the item and arrives (with the TMA bytes
   // of Q and dO, unless the tile crosses len: then they are gathered by cp.async).
@@ -490,8 +491,7 @@ CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Des
 }
 
 template <class H, class HT, bool BF16, int D>
-CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
-  static_assert(Cfg<D>::kThreadsKV == 384, "kv_ws: producer + 2 consumer warpgroups");
+CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, const KvMaps* maps) {
   using L = SmemWS<D>;
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
   unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
@@ -507,20 +507,20 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   const bool atomic_dq = (args.flags & 1) == 0;
   int* plan = reinterpret_cast<int*>(smem + L::kPlan);
 
-  load_tile<D, kBN>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+  load_tile<D, kBN, kThreadsWS>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
                                      (cmc_i64)hkv * desc.k_stride_head, desc.k_stride_tok, k0, len, tid);
-  load_tile<D, kBN>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+  load_tile<D, kBN, kThreadsWS>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
                                      (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, k0, len, tid);
   cp_commit();
   if (tid == 0) ws_init_barriers<D>(base);
-  cmc_bwd::build_plan<HT, Cfg<D>::kThreadsKV>(plan, seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
+  cmc_bwd::build_plan<HT, kThreadsWS>(plan, seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
   cp_wait<0>();
   fence_proxy_async();
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
 
   ws_roles<BF16, D>(
       [&](int warp, int lane) {
-        if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, plan, tok0, len, k0, hkv * group, group, lane);
+        if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, maps, plan, tok0, len, k0, hkv * group, group, lane);
       },
       [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid)); }, desc, args, smem, base, hkv,
       atomic_dq, tid);
@@ -530,7 +530,6 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 // keys are forward tile blockIdx.x, K and V gathered by token as kv_patch does.
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
-  static_assert(Cfg<D>::kThreadsKV == 384, "kv_patch_ws: producer + 2 consumer warpgroups");
   static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kBN, "patch halves of 64 rows");
   constexpr int NTT = HT::kTerms;
   using L = SmemWS<D>;
@@ -550,13 +549,13 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   const cmc_bwd_tile_tokens<H> keys = cmc_bwd_tokens_of<H>(geo, kt, len);
   int* plan = reinterpret_cast<int*>(smem + L::kPlan);
 
-  load_rows<D, kBN>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+  load_rows<D, kBN, kThreadsWS>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
                                      (cmc_i64)hkv * desc.k_stride_head, desc.k_stride_tok, keys, 0, tid);
-  load_rows<D, kBN>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+  load_rows<D, kBN, kThreadsWS>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
                                      (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, keys, 0, tid);
   cp_commit();
   if (tid == 0) ws_init_barriers<D>(base);
-  build_plan_patch<HT, Cfg<D>::kThreadsKV>(plan, seqt, geo, kt, ka, kb, tid);
+  build_plan_patch<HT, kThreadsWS>(plan, seqt, geo, kt, ka, kb, tid);
   const unsigned* touched = reinterpret_cast<const unsigned*>(plan + 4 * NTT);
   const unsigned* full = touched + kBwdPatchWords;
   cp_wait<0>();
@@ -572,5 +571,13 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
       base, hkv, atomic_dq, tid);
 }
 
+// The bwd_kv_sm90_ws kind's entry (cmc/kernels.py): kv_ws on a linear tiling, kv_patch_ws on a
+// patch tiling (whose loaders gather Q and dO by token: the maps go unused there).
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_ws_entry(const typename H::desc_t& desc, const KvMaps& maps, const cmc_bwd_args& args) {
+  if constexpr (H::kTiling == 1) kv_patch_ws<H, HT, BF16, D>(desc, args);
+  else kv_ws<H, HT, BF16, D>(desc, args, &maps);
+}
+
 }  // namespace cmc_bwd_sm90
-#endif  // !CMC_HOST && CMC_BWD_KV_WS
+#endif  // !CMC_HOST
