@@ -18,6 +18,10 @@ patch-tiled kernel (the manifest's box), element strides 1, interleave none,
 swizzle 128B, L2 promotion 128B, out-of-bounds fill zeros (FLOAT_OOB_FILL_NONE), global
 address the tensor's base pointer. The batch layout is the packed one with T = B * L.
 
+The warp-specialised dK/dV kernel (bwd_kv_sm90_ws) takes three by-value parameters: the
+descriptor, two such maps (Q, then dO: cmc_bwd_args.dout with its strides, heads_q heads) with
+boxes of 64 tokens whatever the tiling (KernelSpec.map_box_rows), then cmc_bwd_args.
+
 Kernel grid: the manifest's per-kernel rule (cmc/kernels.py). Portable kernel: (ceil(max_len / block_m),
 heads_q, batch). sm90 kernel (persistent-capable): (min(units, max_ctas), 1, 1) with units =
 ceil(ceil(max_len / block_m) / 2) * heads_q * batch pairs of query tiles, any max_ctas >= 1
@@ -90,17 +94,19 @@ TENSOR_MAP_SWIZZLE = "128B"
 class TensorMapSpec:
     """One tensor map of a kernel's second parameter (see the module docstring)."""
 
-    tensor: str  # "q" | "k" | "v"
+    tensor: str  # "q" | "k" | "v" | "do" (the backward's dO)
     box: tuple[int, int, int] = TENSOR_MAP_BOX
     swizzle: str = TENSOR_MAP_SWIZZLE
 
 
 def tensor_maps(kernel: str, box_rows: int = 128) -> tuple[TensorMapSpec, ...]:
     """The tensor maps a kernel takes after its descriptor (its spec's, e.g. sm90 Q, K, V),
-    boxes of `box_rows` tokens."""
-    tensors = spec(kernel).tensor_maps
+    boxes of `box_rows` tokens (the tiling's), or of the spec's map_box_rows if it fixes them."""
+    s = spec(kernel)
+    tensors = s.tensor_maps
     if not tensors:
         return ()
+    box_rows = s.map_box_rows or box_rows
     if box_rows not in TENSOR_MAP_BOX_ROWS:
         raise ValueError(f"tensor map box of {box_rows} tokens (supported: {TENSOR_MAP_BOX_ROWS})")
     return tuple(TensorMapSpec(t, (64, 1, box_rows)) for t in tensors)
@@ -119,11 +125,12 @@ def tensor_maps_offset(desc_size: int) -> int:
 
 
 def param_bytes(desc_size: int, n_maps: int, bwd_args: bool = False) -> int:
-    """Bytes of the kernel's parameter block: the descriptor, then the maps (if any) or the
-    backward's cmc_bwd_args (8-byte aligned)."""
+    """Bytes of the kernel's parameter block: the descriptor, then the maps (if any, at
+    tensor_maps_offset), then the backward's cmc_bwd_args (if any, 8-byte aligned)."""
+    end = tensor_maps_offset(desc_size) + TENSOR_MAP_BYTES * n_maps if n_maps else desc_size
     if bwd_args:
-        return (desc_size + BWD_ARGS_ALIGN - 1) // BWD_ARGS_ALIGN * BWD_ARGS_ALIGN + BWD_ARGS_SIZE
-    return tensor_maps_offset(desc_size) + TENSOR_MAP_BYTES * n_maps if n_maps else desc_size
+        return (end + BWD_ARGS_ALIGN - 1) // BWD_ARGS_ALIGN * BWD_ARGS_ALIGN + BWD_ARGS_SIZE
+    return end
 
 
 def kernel_param_bytes(desc_size: int, kernel: str) -> int:

@@ -312,7 +312,7 @@ def _validate(
     if k.param_bytes and k.param_bytes != want:
         what = f" and {len(maps)} tensor maps" if maps else ""
         if "bwd_args" in spec(v.kernel).params:
-            what = " and cmc_bwd_args"
+            what += " and cmc_bwd_args"
         raise BuildError(
             f"{where}: kernel {v.symbol} takes {k.param_bytes} bytes of parameters, but the "
             f"descriptor {source.layout.struct_name} ({source.layout.size} bytes){what} "

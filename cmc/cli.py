@@ -302,10 +302,11 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
 @click.option("--backward/--no-backward", default=True, show_default=True,
               help="Also build the backward kernels (dQ, dK, dV); --no-backward keeps "
                    "forward-only artifacts small.")
-@click.option("--bwd-kernel", type=click.Choice(["auto", "portable"]), default="auto",
+@click.option("--bwd-kernel", type=click.Choice(["auto", "portable", "ws"]), default="auto",
               show_default=True,
               help="auto: the wgmma dK/dV and dQ kernels on sm_90a and the portable ones "
-                   "elsewhere; portable: the portable kernels on every arch.")
+                   "elsewhere; portable: the portable kernels on every arch; ws: auto with "
+                   "the warp-specialised dK/dV kernel on sm_90a (not yet run on a GPU).")
 @click.option("--reg-split", type=click.Choice(["auto", "fixed"]), default="auto",
               show_default=True,
               help="auto: the sm90 forward tries its register splits until one uses no local "

@@ -69,7 +69,7 @@ class Options:
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
     backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
     # "auto": the wgmma kinds on sm_90a (bwd_kv_sm90, bwd_dq_sm90), cmc_bwd elsewhere;
-    # "portable": cmc_bwd everywhere (kernels.backward_kinds).
+    # "portable": cmc_bwd everywhere; "ws": "auto" with bwd_kv_sm90_ws (kernels.backward_kinds).
     bwd_kernel: str = "auto"
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).

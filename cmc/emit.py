@@ -1028,6 +1028,8 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
 
 
 KV_MASK_SYMBOL = "cmc_patch_mask_words_t"
+# The kv kinds that read the forward's tile masks in kv's layout (cmc_hooks_t's accessors).
+KV_SM90_KINDS = (KernelKind.BWD_KV_SM90, KernelKind.BWD_KV_SM90_WS)
 KV_OFFSET_MASK_SYMBOL = "cmc_offset_mask_words_t"
 
 
@@ -1043,12 +1045,12 @@ def _mask_guard(variants: Sequence[KernelVariant], kinds: Sequence[KernelKind]) 
 def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
                     struct_name: str, tiling: Tiling = LINEAR) -> dict[str, object]:
     """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant.
-    With bwd_kv_sm90 and the forward's tile masks also those masks in kv's layout
+    With bwd_kv_sm90 (or its ws kind) and the forward's tile masks also those masks in kv's layout
     (sm90_kv_mask_words): patch masks (`tiling.masks`) as KV_MASK_SYMBOL and
     `cmc_hooks_t::patch_masks_t()`, linear offset masks (`tiling.offset_masks`, with or
     without a band) as KV_OFFSET_MASK_SYMBOL and `cmc_hooks_t::offset_masks_t()`."""
     headers = dict.fromkeys(h for v in variants for h in SPECS[v.kernel].headers)
-    kv = any(v.kernel is KernelKind.BWD_KV_SM90 for v in variants)
+    kv = any(v.kernel in KV_SM90_KINDS for v in variants)
     kv_masks = kv and tiling.masks is not None
     kv_offset = kv and tiling.offset_masks is not None
     return {
@@ -1057,7 +1059,7 @@ def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
             _mask_table(tiling.masks, KV_MASK_SYMBOL, kv=True) if kv_masks else "",
             _mask_table(tiling.offset_masks, KV_OFFSET_MASK_SYMBOL, kv=True) if kv_offset else "",
         ) if t),
-        "mask_guard": _mask_guard(variants, (KernelKind.BWD_KV_SM90,)),
+        "mask_guard": _mask_guard(variants, KV_SM90_KINDS),
         "hooks": render_hooks(hooks_t, struct_name, "cmc_hooks_t",
                               KV_MASK_SYMBOL if kv_masks else None,
                               KV_OFFSET_MASK_SYMBOL if kv_offset else None),
@@ -1069,6 +1071,7 @@ def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
             "smem_bytes": int(v.smem_bytes),
             "threads_expr": SPECS[v.kernel].threads_expr.format(head_dim=int(v.head_dim)),
             "smem_expr": SPECS[v.kernel].smem_expr.format(head_dim=int(v.head_dim)),
+            "maps": "maps" in SPECS[v.kernel].params,
             "entry": SPECS[v.kernel].entry.format(
                 head_dim=int(v.head_dim), bf16="true" if v.dtype == "bf16" else "false"),
         } for v in variants],
@@ -1166,7 +1169,8 @@ def emit(
     the backward header and one variant per backward kind, dtype and head dim; without it
     the text is the forward's alone. `bwd_kernel` "auto" builds the kv and dq roles on
     sm_90a with the wgmma kernels (kernels.BWD_KV_SM90, BWD_DQ_SM90; their headers are
-    inlined only then), "portable" with cmc_bwd."""
+    inlined only then), "ws" the same with the warp-specialised kv (BWD_KV_SM90_WS),
+    "portable" with cmc_bwd."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:

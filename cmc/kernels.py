@@ -11,8 +11,10 @@ shape, shared-memory and grid rules, launch `params` and `role`. Every kind is i
 variant with its own cubin (one entry point per cubin). A kind whose `archs` names some
 archs replaces the portable kind of the same pass and role there (`kinds_for`): FWD_SM90
 replaces FWD_PORTABLE on sm_90a, and BWD_KV_SM90 (role "kv", archs ("sm_90a",)) and
-BWD_DQ_SM90 (role "dq") replace BWD_KV and BWD_DQ the same way when asked
-(`backward_kinds(..., "sm90")`). Backward kinds carry their entry
+BWD_DQ_SM90 (role "dq") replace BWD_KV and BWD_DQ the same way. Which of them claim an arch
+follows the build's choice (`choices`): "auto" (the default) takes FWD_SM90, BWD_KV_SM90 and
+BWD_DQ_SM90; the backward's "ws" takes the warp-specialised BWD_KV_SM90_WS for the kv role
+and BWD_DQ_SM90; "portable" takes none. Backward kinds carry their entry
 point (`entry`, `threads_expr`, `smem_expr`), so emit renders them without a template
 change; the forward's entry points are in templates/kernel.cu.j2. A new launch parameter
 also needs its packing in the runtime. docs/architecture.md, "Where to change what".
@@ -42,6 +44,7 @@ class KernelKind(str, Enum):
     BWD_PRE = "bwd_pre"  # Dsum = rowsum(dO * O); zeroes the dQ workspace
     BWD_KV = "bwd_kv"  # one key tile: dK, dV; dQ atomically into the workspace
     BWD_KV_SM90 = "bwd_kv_sm90"  # BWD_KV by wgmma, 128-key tiles, sm_90a only
+    BWD_KV_SM90_WS = "bwd_kv_sm90_ws"  # BWD_KV_SM90 warp-specialised (loader, dQ writers)
     BWD_DQ = "bwd_dq"  # deterministic mode: one query tile's dQ
     BWD_DQ_SM90 = "bwd_dq_sm90"  # BWD_DQ by wgmma, 128-row tiles, sm_90a only
     BWD_POST = "bwd_post"  # dQ workspace * scale -> dtype
@@ -81,6 +84,11 @@ class KernelSpec:
     smem_expr: str = ""  # dynamic shared memory (static_assert'ed == smem); "" for none
     # setmaxnreg kinds: the register splits the build tries per tiling kind, in order
     reg_splits: Mapping[str, tuple[RegSplit, ...]] | None = None
+    # the build choices (Options.kernel / bwd_kernel) under which an arch-specific kind
+    # claims its archs (kinds_for); portable kinds (archs None) take what is left
+    choices: tuple[str, ...] = ("auto",)
+    # tokens per map box when the kernel fixes it; None: the tiling's (Tiling.box_rows)
+    map_box_rows: int | None = None
 
     def reg_split_candidates(self, tiling_kind: str) -> tuple[RegSplit, ...]:
         """The splits the build tries for a kernel of this tiling kind (() for kinds without
@@ -397,7 +405,7 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     plan_ints=_bwd_sm90_plan_ints,
     grid=("{query_tiles}", "heads_kv", "batch"),
     headers=("cmc/attn_bwd_portable.cuh", "cmc/wgmma.cuh", "cmc/attn_bwd_sm90.cuh",
-             "cmc/attn_bwd_sm90_ws.cuh"),  # reuses cmc_bwd's helpers; _ws: an experiment, off
+             "cmc/attn_bwd_sm90_ws.cuh"),  # reuses cmc_bwd's helpers; _ws: BWD_KV_SM90_WS's
     archs=("sm_90a",),
     threads={64: BWD_SM90_THREADS, 128: BWD_SM90_THREADS},
     block_m=BWD_SM90_BN,  # keys per CTA: the grid's x counts key tiles
@@ -448,6 +456,45 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
     entry="cmc_bwd_sm90::dq<cmc_hooks, {bf16}, {head_dim}>(desc, args)",
     threads_expr="cmc_bwd_sm90::DqCfg<{head_dim}>::kThreads",
     smem_expr="cmc_bwd_sm90::smem_dq<{head_dim}, cmc_hooks::kTerms, cmc_hooks::kTiling>()",
+    choices=("auto", "ws"),
+)}
+
+# cmc_bwd_sm90 (templates/cmc/attn_bwd_sm90_ws.cuh): kThreadsWS, a producer warpgroup (its
+# loader warp's 64-row TMA boxes of Q and dO, two dQ writer warps) beside kv's two.
+BWD_SM90_WS_THREADS = 384
+BWD_SM90_WS_STG_ROW = 64 * 4 + 32  # SmemWS kStgRow: 64 fp32 of a dQ partial's row + pad
+
+
+def _bwd_kv_sm90_ws_smem(head_dim: int, plan_ints: int) -> int:
+    """cmc_bwd_sm90::smem_kv_ws (SmemWS): K, V [128 x D], Q x2, dO x2 [64 x D], dS^T x2
+    [128 x 64], two dQ stagings [64 x kStgRow], LSE x2, Dsum x2, two items (int4), four
+    mbarriers, the stagings' rows (2 x (16 + 64 x 4)), the transposed plan; + 1024."""
+    fixed = (2 * BWD_SM90_BN * head_dim * 2 + 4 * BWD_SM90_BM * head_dim * 2
+             + 2 * BWD_SM90_BN * BWD_SM90_BM * 2 + 2 * 64 * BWD_SM90_WS_STG_ROW
+             + 4 * BWD_SM90_BM * 4 + 2 * 16 + 4 * 8 + 2 * (16 + 64 * 4))
+    return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
+
+
+# BWD_KV_SM90 warp-specialised (docs/kernel-notes.md, "The warp-specialised kv"): chosen with
+# bwd_kernel "ws" only, not yet run on a GPU through the runtime. Its second parameter is the
+# Q and dO tensor maps (boxes of kBM = 64 tokens, whatever the tiling: kv_patch_ws gathers by
+# token and leaves them unused); the dq role stays BWD_DQ_SM90.
+BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90_WS: dataclasses.replace(
+    BWD_SPECS[KernelKind.BWD_KV_SM90],
+    kind=KernelKind.BWD_KV_SM90_WS,
+    threads={64: BWD_SM90_WS_THREADS, 128: BWD_SM90_WS_THREADS},
+    smem=_bwd_kv_sm90_ws_smem,
+    tensor_maps=("q", "do"),
+    map_box_rows=BWD_SM90_BM,
+    params=("desc", "maps", "bwd_args"),
+    cubin_group=KernelKind.BWD_KV_SM90_WS.value,
+    symbol="cmc_{mask}_bwd_kv_sm90ws_{dtype}_d{head_dim}",
+    tag="bwd_kv_sm90ws_{dtype}_d{head_dim}",
+    entry="cmc_bwd_sm90::kv_ws_entry<cmc_hooks, cmc_hooks_t, {bf16}, {head_dim}>(desc, maps, args)",
+    threads_expr="cmc_bwd_sm90::kThreadsWS",
+    smem_expr=("cmc_bwd_sm90::smem_kv_ws<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
+               "cmc_hooks::kTiling>()"),
+    choices=("ws",),
 )}
 SPECS = {**SPECS, **BWD_SPECS}
 
@@ -459,19 +506,20 @@ BWD_ROLES = ("pre", "kv", "dq", "post")
 def kinds_for(pass_: Pass, archs: tuple[str, ...], choice: str = "auto"
               ) -> list[tuple[KernelKind, tuple[str, ...]]]:
     """(kind, archs it is built for) of one pass, in variant order: per role, the portable
-    kind (archs None) gets every arch that no arch-specific kind of that role claims; with
-    choice "auto" the claiming kinds follow it, with "portable" they are not used."""
+    kind (archs None) gets every arch that no arch-specific kind of that role claims; an
+    arch-specific kind claims its archs when `choice` is one of its `choices` ("portable"
+    is none's)."""
     out: list[tuple[KernelKind, tuple[str, ...]]] = []
     roles = list(dict.fromkeys(s.role for s in SPECS.values() if s.pass_ is pass_))
     for role in roles:
         mine = [s for s in SPECS.values() if s.pass_ is pass_ and s.role == role]
         claimed: dict[KernelKind, tuple[str, ...]] = {}
-        if choice == "auto":
-            for s in mine:
-                if s.archs is not None:
-                    got = tuple(a for a in archs if a in s.archs)
-                    if got:
-                        claimed[s.kind] = got
+        for s in mine:
+            if s.archs is not None and choice in s.choices:
+                got = tuple(a for a in archs if a in s.archs and a not in
+                            {x for c in claimed.values() for x in c})
+                if got:
+                    claimed[s.kind] = got
         taken = {a for got in claimed.values() for a in got}
         rest = tuple(a for a in archs if a not in taken)
         portable = [s.kind for s in mine if s.archs is None]
@@ -491,15 +539,17 @@ def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind,
 # Options.bwd_kernel: "auto" lets the arch-specific backward kinds claim their archs
 # (BWD_KV_SM90 and BWD_DQ_SM90 on sm_90a: 1.8-2.3x the portable kinds' backward on the dense
 # and jagged masks, 4.4-4.6x on CLEAR; H200, 2026-12-05, docs/benchmarks.md run 12);
-# "portable" gives cmc_bwd every arch.
-BWD_KERNELS = ("auto", "portable")
+# "portable" gives cmc_bwd every arch; "ws" is "auto" with the warp-specialised dK/dV kind
+# (BWD_KV_SM90_WS) for the kv role on sm_90a.
+BWD_KERNELS = ("auto", "portable", "ws")
 
 
 def backward_kinds(archs: tuple[str, ...], choice: str = "auto"
                    ) -> list[tuple[KernelKind, tuple[str, ...]]]:
     """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post); choice
     "auto" lets the arch-specific kinds claim their archs (bwd_kv_sm90 and bwd_dq_sm90 on
-    sm_90a), "portable" gives the portable kinds every arch."""
+    sm_90a), "ws" the same with bwd_kv_sm90_ws for kv, "portable" gives the portable kinds
+    every arch."""
     if choice not in BWD_KERNELS:
         raise ValueError(f"unsupported backward kernel {choice!r} (supported: {BWD_KERNELS})")
     return kinds_for(Pass.BACKWARD, archs, choice)
