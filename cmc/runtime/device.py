@@ -282,23 +282,24 @@ class MapTensor:
 
 
 def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens: int,
-                      views: Mapping[str, MapTensor],
-                      box_rows: int = 128) -> tuple[ctypes.Array[ctypes.c_char], int]:
-    """The kernel's second parameter (cmc/abi.py): one map per tensor, in a host buffer
-    (kept alive by the caller until the launch returns: the driver copies it then) and its
-    64-byte-aligned address."""
+                      views: Mapping[str, MapTensor], box_rows: Sequence[int] = ()
+                      ) -> tuple[ctypes.Array[ctypes.c_char], int]:
+    """The kernel's maps parameter (cmc/abi.py): one map per tensor, boxes of its own
+    box_rows tokens (128 where none is given), in a host buffer (kept alive by the caller
+    until the launch returns: the driver copies it then) and its 64-byte-aligned address."""
     if tokens > 2**31 - 1:
         raise ParamError("q", f"{tokens} tokens: the sm90 kernel addresses tokens with int32 "
                               "TMA coordinates (at most 2^31 - 1)")
     elem = 2
     maps = []
-    for t in tensors:
+    rows = tuple(box_rows) or (128,) * len(tensors)
+    for t, r in zip(tensors, rows, strict=True):
         m = views[t]
         # size-1 dimensions may carry any stride (never used): give TMA a valid one
         head = m.stride_head if m.heads > 1 else head_dim
         tok = m.stride_tok if tokens > 1 else m.heads * head
-        maps.append(_tensor_map(t, dtype, m.ptr, (head_dim, m.heads, tokens),
-                                (head * elem, tok * elem), box_rows))
+        maps.append(_tensor_map("dout" if t == "do" else t, dtype, m.ptr, (head_dim, m.heads, tokens),
+                                (head * elem, tok * elem), r))
     buf = ctypes.create_string_buffer(TENSOR_MAP_BYTES * len(maps) + TENSOR_MAP_ALIGN)
     at = ctypes.addressof(buf) + (-ctypes.addressof(buf) % TENSOR_MAP_ALIGN)
     data = b"".join(maps)

@@ -68,7 +68,7 @@ class KernelEntry:
     grid: tuple[Callable[[Mapping[str, int]], int], ...]
     dynamic_smem: int
     tensor_maps: tuple[str, ...] = ()  # tensors whose CUtensorMaps follow the descriptor
-    box_rows: int = 128  # tokens per tensor-map box
+    box_rows: tuple[int, ...] = ()  # tokens per box of each map, in tensor_maps' order
     max_len: int | None = None  # longest sequence the kernel takes (patch tilings)
     work_counter: bool = False  # takes its work units from desc.sched (sm90)
     pass_: str = "forward"  # "forward" | "backward"
@@ -177,24 +177,22 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
     maps = k.get("tensor_maps", [])
     if not isinstance(maps, list):
         raise ArtifactError(f"manifest: {where}.tensor_maps must be a list")
-    boxes = {r: [64, 1, r] for r in TENSOR_MAP_BOX_ROWS}
-    rows = {t.get("box", [0, 0, 0])[2] if isinstance(t, dict) and isinstance(t.get("box"), list)
-            and len(t["box"]) == 3 else 0 for t in maps}
+    boxes = [[64, 1, r] for r in TENSOR_MAP_BOX_ROWS]
+    pass_ = k.get("pass", "forward")
+    tensors = ("q", "k", "v", "do") if pass_ == "backward" else ("q", "k", "v")
     for t in maps:
-        if not (isinstance(t, dict) and t.get("tensor") in ("q", "k", "v")
-                and t.get("box") in boxes.values() and t.get("swizzle") == TENSOR_MAP_SWIZZLE
-                and len(rows) == 1):
+        if not (isinstance(t, dict) and t.get("tensor") in tensors
+                and t.get("box") in boxes and t.get("swizzle") == TENSOR_MAP_SWIZZLE):
             raise ArtifactError(f"manifest: {where}.tensor_maps entry {t!r}: this runtime encodes "
-                                f"maps of q, k, v with one box [64, 1, R] (R in "
-                                f"{list(TENSOR_MAP_BOX_ROWS)}) and swizzle {TENSOR_MAP_SWIZZLE} "
-                                "only (cmc/abi.py)")
+                                f"maps of {', '.join(tensors)} (do: backward kernels only) "
+                                f"with a box [64, 1, R] (R in {list(TENSOR_MAP_BOX_ROWS)}) and "
+                                f"swizzle {TENSOR_MAP_SWIZZLE} only (cmc/abi.py)")
     max_len = k.get("max_len")
     if max_len is not None and not (isinstance(max_len, int) and max_len > 0):
         raise ArtifactError(f"manifest: {where}.max_len must be null or a positive int")
     work_counter = k.get("work_counter", False)
     if not isinstance(work_counter, bool):
         raise ArtifactError(f"manifest: {where}.work_counter must be true or false")
-    pass_ = k.get("pass", "forward")
     if pass_ not in PASSES:
         raise ArtifactError(f"manifest: {where}.pass must be one of {list(PASSES)}, "
                             f"not {pass_!r}")
@@ -218,7 +216,7 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         grid=tuple(parse_grid_expr(g) for g in grid_raw),
         dynamic_smem=_need(k, "dynamic_smem", where, int),
         tensor_maps=tuple(t["tensor"] for t in maps),
-        box_rows=rows.pop() if maps else 128, max_len=max_len, work_counter=work_counter,
+        box_rows=tuple(t["box"][2] for t in maps), max_len=max_len, work_counter=work_counter,
         pass_=pass_, role=role, params=tuple(kparams))
 
 
