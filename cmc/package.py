@@ -280,6 +280,11 @@ def _c_string(s: str) -> str:
     return f'"{s}"'
 
 
+# The header's `which` of each tensor a map can describe (cmc_NAME_tensor_map_args_of and,
+# for dO, cmc_NAME_bwd_tensor_map_args_of).
+HEADER_MAP_WHICH = {"q": 0, "k": 1, "v": 2, "do": 3}
+
+
 def render_header(built: BuiltKernels, mask_file: str) -> str:
     """NAME.h: descriptor struct with checked offsets, kernel names, launch rule."""
     src = built.source
@@ -319,6 +324,10 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
                 **common,
                 "role": ks.role,
                 "heads": "heads_kv" if "heads_kv" in ks.grid else "heads_q",
+                "maps": [HEADER_MAP_WHICH[t] for t in ks.tensor_maps],
+                "box_rows": ks.map_box_rows or v.tiling.box_rows,
+                "head_dim": v.head_dim,
+                "bf16": v.dtype == "bf16",
             })
             continue
         variants.append({
