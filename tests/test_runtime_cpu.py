@@ -1211,7 +1211,7 @@ def test_real_manifest_packs_and_launches(real_artifacts, gpu):
 def test_patch_tiled_kernel_gets_patch_boxes_and_its_grid(real_artifacts, gpu):
     attn = loader.load(real_artifacts["clear"])
     k = attn.manifest.kernels[0]
-    assert (k.box_rows, k.max_len) == (16, 523776)
+    assert (k.box_rows, k.max_len) == ((16, 16, 16), 523776)
     da = DeviceArray((1, 4096, 2, 128), "bf16")
     run_and_decode(gpu, attn, da, da, da)
     # 4 text tiles + ceil(28 grid rows / 8) = 4 patch rows of 8 patches: 18 units per head

@@ -8,6 +8,7 @@ Layout (what tests/gpu/gpu_common.artifact and tests/gpu/test_generality_gpu.py 
   OUT/NAME                      samples/NAME.mask, the default backward (--bwd-kernel auto:
                                 the wgmma kinds on sm_90a)
   OUT/bwd_portable/NAME         the same with --bwd-kernel portable
+  OUT/bwd_ws/NAME               the same with --bwd-kernel ws (samples only; sm_90a)
   OUT/gen/KEY/NAME              benchmarks/masks.py GENERALITY spec KEY (its -D values)
   OUT/gen/KEY/bwd_portable/NAME the same with --bwd-kernel portable
 Every build is bf16 and fp16, head dims 64 and 128, with the backward. One mask per process
@@ -31,11 +32,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 Job = tuple[str, str, dict[str, int], str, str]  # (label, mask path, defines, out dir, bwd)
 
 
-def jobs_for(out: Path, portable: bool) -> list[Job]:
+def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
     from masks import GENERALITY
 
     kinds = ["auto"] + (["portable"] if portable else [])
     jobs: list[Job] = []
+    if ws:  # the warp-specialised kv (tests/gpu's "ws" choice): samples only
+        for p in sorted((ROOT / "samples").glob("*.mask")):
+            jobs.append((f"{p.stem} ws", str(p), {}, str(out / "bwd_ws"), "ws"))
     for kind in kinds:
         sub = "bwd_portable" if kind == "portable" else ""
         for p in sorted((ROOT / "samples").glob("*.mask")):
@@ -63,8 +67,10 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--no-portable", action="store_true",
                     help="skip the --bwd-kernel portable builds (OUT/bwd_portable)")
+    ap.add_argument("--no-ws", action="store_true",
+                    help="skip the --bwd-kernel ws builds (OUT/bwd_ws; built for sm_90a only)")
     opts = ap.parse_args()
-    jobs = jobs_for(opts.out, not opts.no_portable)
+    jobs = jobs_for(opts.out, not opts.no_portable, opts.arch == "sm_90a" and not opts.no_ws)
     t0 = time.perf_counter()
     failed = 0
     with ProcessPoolExecutor(max_workers=max(1, min(opts.jobs, len(jobs)))) as pool:

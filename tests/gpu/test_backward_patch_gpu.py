@@ -44,29 +44,32 @@ def _torch():
     torch = cuda_torch()
 
 
-def _artifact(defines: dict[str, int], dtype: str, d: int, out: Path) -> Any:
+def _artifact(defines: dict[str, int], dtype: str, d: int, out: Path,
+              bwd_kernel: str = "auto") -> Any:
     from cmc.driver import compile_file
     from cmc.runtime import load
 
     path = compile_file(ROOT / "samples" / "clear.mask", out, archs=["sm_90a"], dtypes=[dtype],
                         head_dims=[d], defines=defines, jobs=min(8, os.cpu_count() or 1),
-                        bwd_kernel="auto")
+                        bwd_kernel=bwd_kernel)
     return load(path)
 
 
+@pytest.mark.parametrize("bwd_kernel", ["auto", "ws"], ids=["sm90", "ws"])
 @pytest.mark.parametrize("case", range(len(CASES)), ids=["origin77-packed-bf16-d128",
                                                          "origin0-batch-fp16-d64"])
-def test_patch_backward_matches_reference(case):
+def test_patch_backward_matches_reference(case, bwd_kernel):
     from cmc.driver import load_mask
 
     if device_arch() != "sm_90a":
         pytest.skip("the sm90 backward kinds are built for sm_90a only")
     defines, packed, lengths, dtype, d, hq, hkv = CASES[case]
     with tempfile.TemporaryDirectory(prefix="cmc-bwd-patch-") as tmp:
-        attn = _artifact(defines, dtype, d, Path(tmp))
+        attn = _artifact(defines, dtype, d, Path(tmp), bwd_kernel)
     for role in ("dq", "kv"):
         ks = [k for k in attn.manifest.kernels if k.role == role]
-        assert ks and all(k.symbol.startswith(f"cmc_clear_bwd_{role}_sm90_") for k in ks)
+        kind = "sm90ws" if role == "kv" and bwd_kernel == "ws" else "sm90"
+        assert ks and all(k.symbol.startswith(f"cmc_clear_bwd_{role}_{kind}_") for k in ks)
         # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
         assert all(k.max_len is not None for k in ks), f"{role} does not follow the patches"
     c = backward_case(torch, load_mask(ROOT / "samples" / "clear.mask", defines), packed,
