@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import masks  # noqa: E402
 
+from cmc.kernels import BWD_KERNELS  # noqa: E402
+
 TOKENS = 32768
 HEADS = 16
 HEAD_DIM = 128
@@ -322,17 +324,35 @@ def run(args: argparse.Namespace, sink: Any = None) -> list[Result]:
 
         if ab_kernels:  # kernel A/B: variants interleaved per round, median over rounds
             # the order flips every round: a fixed order favoured the first variant by 2-5 %
-            # (identical kernels, docs/bench/ab_qrp.json and ab_msm.json)
+            # (identical kernels, docs/bench/ab_qrp.json and ab_msm.json). With the backward
+            # (not --no-bwd, artifacts that have it), forward+backward is timed beside it, so
+            # two backward kinds (--compile --bwd-kernel auto / ws) compare on every case.
             times: dict[str, list[float]] = {n: [] for n in ab_kernels}
+            fb_times: dict[str, list[float]] = {n: [] for n in ab_kernels}
+            xs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+            dout = do if c.jagged else do.view(shape)
+
+            def fwdbwd(a: Any) -> None:
+                o = call(a, *xs)
+                (o[0] if isinstance(o, tuple) else o).backward(dout)
+
             for rnd in range(args.ab_rounds):
                 order = list(ab_kernels.items())
                 for n, ks in (order if rnd % 2 == 0 else order[::-1]):
                     a = ks[key]
                     times[n].append(bench(lambda a=a: call(a)))
+                    if with_bwd and getattr(a, "has_backward", False):
+                        fb_times[n].append(bench(lambda a=a: fwdbwd(a), xs))
             for n, ts in times.items():
                 ms = float(np.median(ts))
-                results.append(Result(name, c.pattern, c.length, f"cmc:{n}", ms,
-                                      flops / ms / 1e9, None, extra={"ms": ts}))
+                r = Result(name, c.pattern, c.length, f"cmc:{n}", ms, flops / ms / 1e9, None,
+                           extra={"ms": ts, "fwdbwd_ms": fb_times[n]})
+                if fb_times[n]:
+                    r.fwdbwd_ms = float(np.median(fb_times[n]))
+                    if r.fwdbwd_ms > ms:
+                        r.bwd_tflops = 2.5 * flops / (r.fwdbwd_ms - ms) / 1e9
+                    r.step_tflops = 3.5 * flops / r.fwdbwd_ms / 1e9
+                results.append(r)
             flush()
             continue
 
@@ -776,7 +796,7 @@ def main() -> None:
     ap.add_argument("--compile", metavar="DIR", help="only compile the artifacts into DIR")
     ap.add_argument("--tiling", choices=("auto", "linear"), default="auto",
                     help="with --compile: the tile stage's choice, or linear tiles everywhere")
-    ap.add_argument("--bwd-kernel", choices=("auto", "portable"), default="auto",
+    ap.add_argument("--bwd-kernel", choices=BWD_KERNELS, default="auto",
                     help="with --compile: the backward kinds (cmc compile --bwd-kernel); a run "
                          "records the kinds it loaded in bench.json's meta")
     ap.add_argument("--reg-split", choices=("auto", "fixed"), default="auto",
