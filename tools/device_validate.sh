@@ -102,6 +102,10 @@ step fwdnew fwd.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_grid_origin.py 
 step sm90 sm90.log 110 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
 step sm90 sm90.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
   $T/test_backward_patch_gpu.py -k "(matches_reference or generality_backward) and sm90 or patch_backward"
+# 4b. the warp-specialised kv through the runtime (--bwd-kernel ws: its Q and dO tensor maps a
+#    launch parameter), every sample and CLEAR's patch tiling, against the float64 reference
+step wsrt sm90.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_backward_patch_gpu.py \
+  -k "matches_reference and ws"
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
