@@ -141,17 +141,22 @@ def test_bad_bwd_kernel_is_refused():
         back(front(ROOT / "samples" / "causal.mask"), Options(bwd_kernel="fast"))
 
 
-def test_cli_bwd_kernel_option(tmp_path):
+@pytest.mark.parametrize("choice,kv", [("auto", "sm90"), ("ws", "sm90ws")])
+def test_cli_bwd_kernel_option(tmp_path, choice, kv):
+    """--bwd-kernel picks the kv kind on sm_90a ("ws": the warp-specialised one); the dq
+    role is bwd_dq_sm90 under both."""
     from click.testing import CliRunner
 
     from cmc.cli import cli
 
     r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples" / "causal.mask"), "-o",
                                  str(tmp_path), "--emit", "cu", "--arch", "sm_90a",
-                                 "--bwd-kernel", "auto"])
+                                 "--bwd-kernel", choice])
     assert r.exit_code == 0, r.output
     cu = (tmp_path / "causal" / "causal.cu").read_text()
-    assert "cmc_causal_bwd_kv_sm90_bf16_d128" in cu and "cmc_causal_bwd_dq_sm90_bf16_d128" in cu
+    assert f"cmc_causal_bwd_kv_{kv}_bf16_d128" in cu and "cmc_causal_bwd_dq_sm90_bf16_d128" in cu
+    other = "sm90ws" if kv == "sm90" else "sm90"
+    assert f"cmc_causal_bwd_kv_{other}_bf16_d128" not in cu
     r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples" / "causal.mask"), "-o",
                                  str(tmp_path), "--emit", "cu", "--bwd-kernel", "fast"])
     assert r.exit_code == 2

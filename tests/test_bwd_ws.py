@@ -76,19 +76,6 @@ def test_ws_source_passes_the_maps():
     assert not any(x.kernel is KernelKind.BWD_KV_SM90 for x in src.variants)
 
 
-def test_cli_accepts_ws(tmp_path):
-    from click.testing import CliRunner
-
-    from cmc.cli import cli
-
-    r = CliRunner().invoke(cli, ["compile", str(ROOT / "samples" / "causal.mask"), "-o",
-                                 str(tmp_path), "--emit", "cu", "--arch", "sm_90a",
-                                 "--bwd-kernel", "ws"])
-    assert r.exit_code == 0, r.output
-    cu = (tmp_path / "causal" / "causal.cu").read_text()
-    assert "cmc_causal_bwd_kv_sm90ws_bf16_d128" in cu and "cmc_causal_bwd_dq_sm90_bf16_d128" in cu
-
-
 # --------------------------------------------------------------------------- real builds
 
 
