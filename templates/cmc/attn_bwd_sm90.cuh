@@ -295,16 +295,17 @@ template <int D> struct SmemWS {
   };
 };
 
-// +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it).
-template <int D, int NTT, int TILING> constexpr int smem_kv_plan() {
+// The kv plan's bytes: the transposed table's term ranges (linear) or the patch plan.
+template <int NTT, int TILING> constexpr int smem_kv_plan() {
   return (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4;
 }
-// The bwd_kv_sm90_ws kind's (SmemWS), whatever CMC_BWD_KV_WS says.
+// +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it). smem_kv_ws: the
+// bwd_kv_sm90_ws kind's (SmemWS), whatever CMC_BWD_KV_WS says.
 template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv_ws() {
-  return (SmemWS<D>::kPlan + smem_kv_plan<D, NTT, TILING>() + 15) / 16 * 16 + 1024;
+  return (SmemWS<D>::kPlan + smem_kv_plan<NTT, TILING>() + 15) / 16 * 16 + 1024;
 }
 template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv() {
-  return ((CMC_BWD_KV_WS ? SmemWS<D>::kPlan : SmemKV<D>::kPlan) + smem_kv_plan<D, NTT, TILING>() + 15) / 16 * 16 +
+  return ((CMC_BWD_KV_WS ? SmemWS<D>::kPlan : SmemKV<D>::kPlan) + smem_kv_plan<NTT, TILING>() + 15) / 16 * 16 +
          1024;
 }
 
@@ -610,10 +611,8 @@ CMC_DEV bool tile_bit(const unsigned* bits, int j) { return (bits[j >> 5] >> (j 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args);
 template <class H, class HT, bool BF16, int D>
-CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args,
-                   const KvMaps* maps);  // attn_bwd_sm90_ws.cuh
-template <class H, class HT, bool BF16, int D>
-CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
+CMC_DEV void kv_ws_entry(const typename H::desc_t& desc, const KvMaps& maps,
+                         const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
 
 // One kv item after P^T (kv, kv_patch, kv_ws): P^T packed as dV's A operand, dV += P^T dO
 // issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed into dsa. pa, dsa: the packed
@@ -832,18 +831,15 @@ CMC_DEV void kv_p_linear(float* s, const float* lse_b, int cq, float sl2, bool i
 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
-  if constexpr (H::kTiling == 1 && CMC_BWD_KV_WS != 0) {
-    kv_patch_ws<H, HT, BF16, D>(desc, args);
-    return;
-  } else if constexpr (H::kTiling == 1) {
+#if CMC_BWD_KV_WS
+  kv_ws_entry<H, HT, BF16, D>(desc, cmc_kv_maps, args);  // bwd_ablate ws: the module global's maps
+  return;
+#else
+  if constexpr (H::kTiling == 1) {
     kv_patch<H, HT, BF16, D>(desc, args);
     return;
-  } else if constexpr (CMC_BWD_KV_WS != 0) {
-#if CMC_BWD_KV_WS
-    kv_ws<H, HT, BF16, D>(desc, args, &cmc_kv_maps);
-#endif
-    return;
   }
+#endif
   constexpr int NTT = HT::kTerms;
   constexpr int kAcc = D / 2;   // fp32 accumulator registers of a [64 x D] tile per thread
   extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];

@@ -2,9 +2,9 @@
 // cmc sm_90a backward: the warp-specialised dK / dV kernel. Hand-written. Placed after
 // attn_bwd_sm90.cuh. Two ways in: the kind bwd_kv_sm90_ws (--bwd-kernel ws) launches
 // kv_ws_entry, with the Q and dO tensor maps as its second launch parameter; the experiment
-// CMC_BWD_KV_WS 1 (tools/bwd_ablate.py ws) makes kv() call kv_ws / kv_patch_ws with the maps
-// of the module global cmc_kv_maps the host writes (as CMC_BWD_KV_TMA). Templates only: a
-// build that instantiates neither emits no code from this part. Same semantics as kv /
+// CMC_BWD_KV_WS 1 (tools/bwd_ablate.py ws) makes kv() call kv_ws_entry with the maps of the
+// module global cmc_kv_maps the host writes (as CMC_BWD_KV_TMA). Templates only: a build
+// that instantiates neither emits no code from this part. Same semantics as kv /
 // kv_patch; kv_ws takes Q and dO by TMA, kv_patch_ws gathers rows by token with cp.async from
 // two loader warps (warps 0 and 3, one per stage).
 //
