@@ -1266,7 +1266,7 @@ def test_tensor_map_encode_failure_names_the_tensor(real_artifacts, gpu, monkeyp
 def test_tensor_maps_need_int32_token_coordinates(real_artifacts, gpu):
     from cmc.runtime.loader import MapTensor, tensor_maps_block
 
-    v = MapTensor(ptr=1 << 20, heads=1, stride_tok=128, stride_head=128)
+    v = MapTensor(ptr=1 << 20, heads=1, stride_tok=128, stride_head=128, param="q")
     with pytest.raises(ParamError, match="int32 TMA coordinates"):
         tensor_maps_block(("q",), "bf16", 128, 2**31, {"q": v})
 

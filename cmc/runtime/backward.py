@@ -247,7 +247,7 @@ def _launch_all(attn: Attention, roles: Mapping[str, _Kernel], num_sms: int, sh:
                 elif p == "bwd_args":
                     ptrs.append(ctypes.addressof(abuf))
                 else:  # "maps": those the manifest lists, of q, k, v and dO
-                    views = {t: MapTensor(a.ptr, h, st[n].tok, st[n].head) for t, n, a, h in (
+                    views = {t: MapTensor(a.ptr, h, st[n].tok, st[n].head, n) for t, n, a, h in (
                         ("q", "q", qi, geo.heads_q), ("k", "k", ki, geo.heads_kv),
                         ("v", "v", vi, geo.heads_kv), ("do", "dout", info["dout"], geo.heads_q))}
                     block, at = tensor_maps_block(e.tensor_maps, geo.dtype, geo.head_dim,

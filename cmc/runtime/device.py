@@ -273,12 +273,14 @@ def _tensor_map(name: str, dtype: str, ptr: int, dims: tuple[int, int, int],
 
 @dataclass(frozen=True)
 class MapTensor:
-    """What a tensor map needs of one tensor in its packed [T, H, D] view (elements)."""
+    """What a tensor map needs of one tensor in its packed [T, H, D] view (elements), and the
+    call's parameter it came from (named when the map is refused)."""
 
     ptr: int
     heads: int
     stride_tok: int
     stride_head: int
+    param: str
 
 
 def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens: int,
@@ -298,7 +300,7 @@ def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens:
         # size-1 dimensions may carry any stride (never used): give TMA a valid one
         head = m.stride_head if m.heads > 1 else head_dim
         tok = m.stride_tok if tokens > 1 else m.heads * head
-        maps.append(_tensor_map("dout" if t == "do" else t, dtype, m.ptr, (head_dim, m.heads, tokens),
+        maps.append(_tensor_map(m.param, dtype, m.ptr, (head_dim, m.heads, tokens),
                                 (head * elem, tok * elem), r))
     buf = ctypes.create_string_buffer(TENSOR_MAP_BYTES * len(maps) + TENSOR_MAP_ALIGN)
     at = ctypes.addressof(buf) + (-ctypes.addressof(buf) % TENSOR_MAP_ALIGN)

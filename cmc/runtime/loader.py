@@ -613,7 +613,7 @@ class Attention:
             maps: Any = None
             maps_at = 0
             if e.tensor_maps:
-                views = {t: MapTensor(a.ptr, h, s[t].tok, s[t].head) for t, a, h in (
+                views = {t: MapTensor(a.ptr, h, s[t].tok, s[t].head, t) for t, a, h in (
                     ("q", qi, geo.heads_q), ("k", ki, geo.heads_kv), ("v", vi, geo.heads_kv))}
                 maps, maps_at = tensor_maps_block(e.tensor_maps, geo.dtype, geo.head_dim,
                                                   geo.tokens, views, e.box_rows)
