@@ -13,6 +13,7 @@ import click
 
 from . import __version__, config
 from .errors import CmcError, ParamError, UsageError
+from .kernels import BWD_KERNELS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -302,7 +303,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
 @click.option("--backward/--no-backward", default=True, show_default=True,
               help="Also build the backward kernels (dQ, dK, dV); --no-backward keeps "
                    "forward-only artifacts small.")
-@click.option("--bwd-kernel", type=click.Choice(["auto", "portable", "ws"]), default="auto",
+@click.option("--bwd-kernel", type=click.Choice(BWD_KERNELS), default="auto",
               show_default=True,
               help="auto: the wgmma dK/dV and dQ kernels on sm_90a and the portable ones "
                    "elsewhere; portable: the portable kernels on every arch; ws: auto with "

@@ -514,13 +514,13 @@ def kinds_for(pass_: Pass, archs: tuple[str, ...], choice: str = "auto"
     for role in roles:
         mine = [s for s in SPECS.values() if s.pass_ is pass_ and s.role == role]
         claimed: dict[KernelKind, tuple[str, ...]] = {}
+        taken: set[str] = set()
         for s in mine:
             if s.archs is not None and choice in s.choices:
-                got = tuple(a for a in archs if a in s.archs and a not in
-                            {x for c in claimed.values() for x in c})
+                got = tuple(a for a in archs if a in s.archs and a not in taken)
                 if got:
                     claimed[s.kind] = got
-        taken = {a for got in claimed.values() for a in got}
+                    taken.update(got)
         rest = tuple(a for a in archs if a not in taken)
         portable = [s.kind for s in mine if s.archs is None]
         if rest and portable:
