@@ -322,6 +322,14 @@ def run(args: argparse.Namespace, sink: Any = None) -> list[Result]:
                 return a(q, k, v, plan=p)
             return a(q.view(shape), k.view(shape), v.view(shape), plan=p)
 
+        def grad_inputs(*xs: Any) -> list[Any]:
+            return [x.detach().clone().requires_grad_(True) for x in xs]
+
+        def make_fwdbwd(fn: Any, xs: list[Any], dout: Any) -> Any:
+            def fb() -> None:
+                out_of(fn(*xs)).backward(dout)
+            return fb
+
         if ab_kernels:  # kernel A/B: variants interleaved per round, median over rounds
             # the order flips every round: a fixed order favoured the first variant by 2-5 %
             # (identical kernels, docs/bench/ab_qrp.json and ab_msm.json). With the backward
@@ -329,20 +337,16 @@ def run(args: argparse.Namespace, sink: Any = None) -> list[Result]:
             # two backward kinds (--compile --bwd-kernel auto / ws) compare on every case.
             times: dict[str, list[float]] = {n: [] for n in ab_kernels}
             fb_times: dict[str, list[float]] = {n: [] for n in ab_kernels}
-            xs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+            xs = grad_inputs(q, k, v)
             dout = do if c.jagged else do.view(shape)
-
-            def fwdbwd(a: Any) -> None:
-                o = call(a, *xs)
-                (o[0] if isinstance(o, tuple) else o).backward(dout)
-
             for rnd in range(args.ab_rounds):
                 order = list(ab_kernels.items())
                 for n, ks in (order if rnd % 2 == 0 else order[::-1]):
                     a = ks[key]
                     times[n].append(bench(lambda a=a: call(a)))
                     if with_bwd and getattr(a, "has_backward", False):
-                        fb_times[n].append(bench(lambda a=a: fwdbwd(a), xs))
+                        fb = make_fwdbwd(lambda x, y, z, a=a: call(a, x, y, z), xs, dout)
+                        fb_times[n].append(bench(fb, xs))
             for n, ts in times.items():
                 ms = float(np.median(ts))
                 r = Result(name, c.pattern, c.length, f"cmc:{n}", ms, flops / ms / 1e9, None,
@@ -371,14 +375,6 @@ def run(args: argparse.Namespace, sink: Any = None) -> list[Result]:
             bwd_first_s: float | None = None
             bwd_note: str = ""
             extra: dict[str, Any] = field(default_factory=dict)
-
-        def grad_inputs(*xs: Any) -> list[Any]:
-            return [x.detach().clone().requires_grad_(True) for x in xs]
-
-        def make_fwdbwd(fn: Any, xs: list[Any], dout: Any) -> Any:
-            def fb() -> None:
-                out_of(fn(*xs)).backward(dout)
-            return fb
 
         candidates: list[System] = []
         if attn is None:

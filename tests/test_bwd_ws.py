@@ -43,15 +43,12 @@ def test_ws_spec():
     assert WS.grid_rule(TileShape("linear"), WS.block_m) == ["ceil_div(max_len, 128)",
                                                             "heads_kv", "batch"]
     # bwd_ablate's ws growth over the shipped kind (the same SmemWS layout, macro on)
-    import sys
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        from bwd_ablate import WS_SMEM_GROWTH
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
+    from .test_tools import _tool
+
+    growth = _tool("bwd_ablate").WS_SMEM_GROWTH
     kv = spec(KernelKind.BWD_KV_SM90)
     for hd in (64, 128):
-        assert WS.smem(hd, 10) == kv.smem(hd, 10) + WS_SMEM_GROWTH
+        assert WS.smem(hd, 10) == kv.smem(hd, 10) + growth
 
 
 def test_param_block_is_desc_maps_then_args():
@@ -162,8 +159,6 @@ def test_ws_header_compiles_and_describes_the_do_map(ws_artifacts, tmp_path, lan
 
 
 def _to_ws(m: dict) -> None:
-    from cmc.kernels import TileShape
-
     for k in m["kernels"]:
         if k.get("role") == "kv":
             k.update({"symbol": "cmc_hstu_bwd_kv_sm90ws_fp16_d64",
@@ -177,19 +172,27 @@ def _to_ws(m: dict) -> None:
                                       for t in ("q", "do")]})
 
 
+def _ws_artifact(tmp_path: Path) -> Path:
+    """test_backward_cpu's hstu artifact (fp16, D 64) with its kv made the ws kind."""
+    from .test_backward_cpu import write_bwd_artifact
+    from .test_runtime_cpu import edit_manifest, finish_artifact
+
+    d = write_bwd_artifact(tmp_path, variants=(("fp16", 64),))
+    edit_manifest(d, _to_ws)
+    finish_artifact(d)
+    return d
+
+
 def test_runtime_passes_the_q_and_do_maps(tmp_path, monkeypatch):
     """The kv launch gets (desc, maps, args): maps of q and dO (dO's pointer and strides),
     boxes of 64 tokens, 64-byte aligned; args is cmc_bwd_args."""
     from cmc.runtime import loader
 
-    from .test_backward_cpu import decode, packed_inputs, ptr, write_bwd_artifact
-    from .test_runtime_cpu import FakeGPU, edit_manifest, finish_artifact
+    from .test_backward_cpu import decode, packed_inputs, ptr
+    from .test_runtime_cpu import FakeGPU
 
     gpu = FakeGPU(monkeypatch)
-    d = write_bwd_artifact(tmp_path, variants=(("fp16", 64),))
-    edit_manifest(d, _to_ws)
-    finish_artifact(d)
-    attn = loader.load(d)
+    attn = loader.load(_ws_artifact(tmp_path))
     spec_args = attn.manifest.backward.args
     calls = []
 
@@ -226,14 +229,11 @@ def test_runtime_names_dout_when_its_map_is_refused(tmp_path, monkeypatch):
     from cmc.errors import ParamError
     from cmc.runtime import _driver, loader
 
-    from .test_backward_cpu import packed_inputs, ptr, write_bwd_artifact
-    from .test_runtime_cpu import FakeGPU, edit_manifest, finish_artifact
+    from .test_backward_cpu import packed_inputs, ptr
+    from .test_runtime_cpu import FakeGPU
 
     gpu = FakeGPU(monkeypatch)
-    d = write_bwd_artifact(tmp_path, variants=(("fp16", 64),))
-    edit_manifest(d, _to_ws)
-    finish_artifact(d)
-    attn = loader.load(d)
+    attn = loader.load(_ws_artifact(tmp_path))
     q, k, v, out, dout, lse = packed_inputs(gpu)
     real = _driver.tensor_map_3d
 
@@ -251,12 +251,9 @@ def test_reader_takes_do_maps_for_backward_kernels_only(tmp_path):
     from cmc.errors import ArtifactError
     from cmc.runtime.manifest import read_manifest
 
-    from .test_backward_cpu import write_bwd_artifact
-    from .test_runtime_cpu import edit_manifest, finish_artifact
+    from .test_runtime_cpu import edit_manifest
 
-    d = write_bwd_artifact(tmp_path, variants=(("fp16", 64),))
-    edit_manifest(d, _to_ws)
-    finish_artifact(d)
+    d = _ws_artifact(tmp_path)
     kv = [e for e in read_manifest(d).kernels if e.role == "kv"]
     assert [(e.tensor_maps, e.box_rows) for e in kv] == [(("q", "do"), (64, 64))]
 
