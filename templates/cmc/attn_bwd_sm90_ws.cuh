@@ -176,6 +176,10 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
     }
   }
   push(-1, 0, false);
+  // The last items' LSE and Dsum copies arrive on their full barriers when they land: the
+  // warp stays until they have (PTX does not say an exited thread's cp.async completes).
+  cp_commit();
+  cp_wait<0>();
 }
 
 // The patch loader (kv_patch_ws; warp 0 of WG0 loads stage 0, warp 3 stage 1, so each has two
