@@ -721,6 +721,34 @@ def summarize(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def summarize_ab(results: list[Result]) -> str:
+    """--ab's table: per case each folder's forward, backward and step TFLOP/s, and each
+    folder's over the first folder's (the baseline)."""
+    rows: dict[str, dict[str, Result]] = {}
+    for r in results:
+        rows.setdefault(r.case, {})[r.system] = r
+    folders = list(dict.fromkeys(r.system for r in results))
+    if not folders:
+        return ""
+    base = folders[0]
+    head = f"{'case':28s}" + "".join(f"{f + ' fwd/bwd/step':>34s}" for f in folders)
+    lines = [head + "".join(f"{f + ' / ' + base + ' bwd':>28s}" for f in folders[1:])]
+
+    def cell(r: Result | None) -> str:
+        v = [r.tflops, r.bwd_tflops, r.step_tflops] if r else [None] * 3
+        return "".join(f"{x:11.1f}" if x else f"{'-':>11s}" for x in v) + " "
+
+    for case, row in rows.items():
+        line = f"{case:28s}" + "".join(cell(row.get(f)) for f in folders)
+        b = row.get(base)
+        for f in folders[1:]:
+            r = row.get(f)
+            ok = r is not None and b is not None and r.bwd_tflops and b.bwd_tflops
+            line += f"{(r.bwd_tflops / b.bwd_tflops) if ok else float('nan'):28.2f}"  # type: ignore[union-attr,operator]
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def markdown(results: list[Result]) -> str:
     """docs/benchmarks.md's table: forward and backward TFLOP/s per system, cmc over the best
     peer per point, first calls and mask/plan builds; then every peer's failure, as a result."""
@@ -875,7 +903,7 @@ def main() -> None:
     if not args.no_plot:
         plot(results, out)
     print(json.dumps(meta))
-    print(summarize(results))
+    print(summarize_ab(results) if args.ab else summarize(results))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ variant with its own cubin (one entry point per cubin). A kind whose `archs` nam
 archs replaces the portable kind of the same pass and role there (`kinds_for`): FWD_SM90
 replaces FWD_PORTABLE on sm_90a, and BWD_KV_SM90 (role "kv", archs ("sm_90a",)) and
 BWD_DQ_SM90 (role "dq") replace BWD_KV and BWD_DQ the same way. Which of them claim an arch
-follows the build's choice (`choices`): "auto" (the default) takes FWD_SM90, BWD_KV_SM90 and
-BWD_DQ_SM90; the backward's "ws" takes the warp-specialised BWD_KV_SM90_WS for the kv role
-and BWD_DQ_SM90; "portable" takes none. Backward kinds carry their entry
+follows the build's choice (`choices`): the forward's "auto" (the default) takes FWD_SM90;
+the backward's "ws" takes the warp-specialised BWD_KV_SM90_WS for the kv role and BWD_DQ_SM90,
+"lockstep" BWD_KV_SM90 and BWD_DQ_SM90, and its "auto" (the default) is "ws" on a linear
+tiling and "lockstep" on a patch tiling (`backward_kinds`); "portable" takes none. Backward kinds carry their entry
 point (`entry`, `threads_expr`, `smem_expr`), so emit renders them without a template
 change; the forward's entry points are in templates/kernel.cu.j2. A new launch parameter
 also needs its packing in the runtime. docs/architecture.md, "Where to change what".
@@ -418,6 +419,7 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     threads_expr="cmc_bwd_sm90::Cfg<{head_dim}>::kThreadsKV",
     smem_expr=("cmc_bwd_sm90::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
                "cmc_hooks::kTiling>()"),
+    choices=("lockstep",),
 )}
 
 # cmc_bwd_sm90 (templates/cmc/attn_bwd_sm90_dq.cuh): kDqRows query rows per CTA (64 per
@@ -456,7 +458,7 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
     entry="cmc_bwd_sm90::dq<cmc_hooks, {bf16}, {head_dim}>(desc, args)",
     threads_expr="cmc_bwd_sm90::DqCfg<{head_dim}>::kThreads",
     smem_expr="cmc_bwd_sm90::smem_dq<{head_dim}, cmc_hooks::kTerms, cmc_hooks::kTiling>()",
-    choices=("auto", "ws"),
+    choices=("lockstep", "ws"),
 )}
 
 # cmc_bwd_sm90 (templates/cmc/attn_bwd_sm90_ws.cuh): kThreadsWS, a producer warpgroup (its
@@ -475,8 +477,10 @@ def _bwd_kv_sm90_ws_smem(head_dim: int, plan_ints: int) -> int:
     return (fixed + plan_ints * 4 + 15) // 16 * 16 + 1024
 
 
-# BWD_KV_SM90 warp-specialised (docs/kernel-notes.md, "The warp-specialised kv"): chosen with
-# bwd_kernel "ws" only, not yet run on a GPU through the runtime. Its second parameter is the
+# BWD_KV_SM90 warp-specialised (docs/kernel-notes.md, "The warp-specialised kv"): the default
+# kv on linear tilings (backward_kinds' "auto"; on the H200, 2026-12-05, 1.22-1.32x the
+# lockstep kind's backward on the dense and jagged masks, 0.95-0.99x on CLEAR's patch
+# tiling, which therefore keeps BWD_KV_SM90). Its second parameter is the
 # Q and dO tensor maps (boxes of kBM = 64 tokens, whatever the tiling: kv_patch_ws gathers by
 # token and leaves them unused); the dq role stays BWD_DQ_SM90.
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90_WS: dataclasses.replace(
@@ -536,22 +540,25 @@ def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind,
     return kinds_for(Pass.FORWARD, archs, choice)
 
 
-# Options.bwd_kernel: "auto" lets the arch-specific backward kinds claim their archs
-# (BWD_KV_SM90 and BWD_DQ_SM90 on sm_90a: 1.8-2.3x the portable kinds' backward on the dense
-# and jagged masks, 4.4-4.6x on CLEAR; H200, 2026-12-05, docs/benchmarks.md run 12);
-# "portable" gives cmc_bwd every arch; "ws" is "auto" with the warp-specialised dK/dV kind
-# (BWD_KV_SM90_WS) for the kv role on sm_90a.
-BWD_KERNELS = ("auto", "portable", "ws")
+# Options.bwd_kernel. On sm_90a the wgmma kinds (1.8-2.3x the portable kinds' backward on the
+# dense and jagged masks, 4.4-4.6x on CLEAR; H200, 2026-12-05, docs/benchmarks.md run 12):
+# "lockstep" takes BWD_KV_SM90 for the kv role, "ws" the warp-specialised BWD_KV_SM90_WS
+# (1.22-1.32x lockstep's backward on the dense and jagged masks, 0.95-0.99x on CLEAR's patch
+# tiling; H200, 2026-12-05, docs/benchmarks.md), both with BWD_DQ_SM90; "auto" is "ws" on a
+# linear tiling and "lockstep" on a patch tiling. "portable" gives cmc_bwd every arch.
+BWD_KERNELS = ("auto", "portable", "lockstep", "ws")
 
 
-def backward_kinds(archs: tuple[str, ...], choice: str = "auto"
+def backward_kinds(archs: tuple[str, ...], choice: str = "auto", *, patch: bool = False
                    ) -> list[tuple[KernelKind, tuple[str, ...]]]:
-    """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post); choice
-    "auto" lets the arch-specific kinds claim their archs (bwd_kv_sm90 and bwd_dq_sm90 on
-    sm_90a), "ws" the same with bwd_kv_sm90_ws for kv, "portable" gives the portable kinds
-    every arch."""
+    """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post), for a
+    build whose tile stage chose a patch tiling (`patch`) or a linear one: "auto" resolves
+    to "lockstep" (patch) or "ws" (linear), then each arch-specific kind whose `choices`
+    hold the choice claims its archs; "portable" gives the portable kinds every arch."""
     if choice not in BWD_KERNELS:
         raise ValueError(f"unsupported backward kernel {choice!r} (supported: {BWD_KERNELS})")
+    if choice == "auto":
+        choice = "lockstep" if patch else "ws"
     return kinds_for(Pass.BACKWARD, archs, choice)
 
 

@@ -1,6 +1,7 @@
 """The sm_90a backward kinds: dK/dV (kernels.BWD_KV_SM90, templates/cmc/attn_bwd_sm90.cuh) and
 the deterministic dQ (kernels.BWD_DQ_SM90, templates/cmc/attn_bwd_sm90_dq.cuh): chosen with
-bwd_kernel "auto" (the default) on sm_90a only and never with "portable", their specs against
+bwd_kernel "lockstep" (and the dq kind with "ws"; "auto", the default, is "lockstep" on patch
+tilings and "ws" on linear ones) on sm_90a only and never with "portable", their specs against
 the headers' constants, NVRTC builds without spills or wgmma pipeline notes (cmc.build raises
 on C7515-C7520), and the runtime launching them by role with the manifest's grid, threads and
 shared memory (fake driver). Their GPU check: tools/bwd_kernel_check.py --sm90 and tests/gpu
@@ -39,20 +40,35 @@ def test_portable_backward_does_not_contain_the_sm90_kind():
     assert "cmc_bwd_sm90" not in src.text and "bwd_kv_sm90" not in src.text
 
 
-def test_default_backward_is_the_sm90_kinds_on_sm90a():
-    """The default (Options().bwd_kernel, "auto"): sm_90a gets both wgmma kinds, sm_100a
+@pytest.mark.parametrize("patch,kv", [(False, KernelKind.BWD_KV_SM90_WS),
+                                      (True, KernelKind.BWD_KV_SM90)])
+def test_default_backward_is_the_sm90_kinds_on_sm90a(patch, kv):
+    """The default (Options().bwd_kernel, "auto"): sm_90a gets the wgmma kinds (kv: the
+    warp-specialised one on a linear tiling, the lockstep one on a patch tiling), sm_100a
     the portable ones; pre and post are portable on both."""
     assert Options().bwd_kernel == "auto"
-    got = {(k, a) for k, archs in backward_kinds(("sm_90a", "sm_100a")) for a in archs}
+    got = {(k, a) for k, archs in backward_kinds(("sm_90a", "sm_100a"), patch=patch)
+           for a in archs}
     assert got == {(KernelKind.BWD_PRE, "sm_90a"), (KernelKind.BWD_PRE, "sm_100a"),
-                   (KernelKind.BWD_KV_SM90, "sm_90a"), (KernelKind.BWD_KV, "sm_100a"),
+                   (kv, "sm_90a"), (KernelKind.BWD_KV, "sm_100a"),
                    (KernelKind.BWD_DQ_SM90, "sm_90a"), (KernelKind.BWD_DQ, "sm_100a"),
                    (KernelKind.BWD_POST, "sm_90a"), (KernelKind.BWD_POST, "sm_100a")}
+    assert backward_kinds(("sm_90a",), patch=patch) == backward_kinds(
+        ("sm_90a",), "lockstep" if patch else "ws")
 
 
-def test_auto_choice_replaces_kv_and_dq_on_sm90a_only():
+@pytest.mark.parametrize("name,kv", [("causal", "bwd_kv_sm90_ws"), ("clear", "bwd_kv_sm90")])
+def test_default_kv_follows_the_tile_stage(name, kv):
+    """Through the driver: causal (linear tiles) gets the warp-specialised kv, clear (the
+    tile stage's patches) the lockstep one."""
+    src = back(front(ROOT / "samples" / f"{name}.mask"),
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,)))
+    assert [v.kernel.value for v in _bwd(src) if spec(v.kernel).role == "kv"] == [kv]
+
+
+def test_lockstep_choice_replaces_kv_and_dq_on_sm90a_only():
     opts = Options(archs=("sm_80", "sm_90a"), dtypes=("bf16",), head_dims=(64, 128),
-                   bwd_kernel="auto")
+                   bwd_kernel="lockstep")
     src = back(front(ROOT / "samples" / "hstu.mask"), opts)
     for role, portable, sm90 in (("kv", KernelKind.BWD_KV, KernelKind.BWD_KV_SM90),
                                  ("dq", KernelKind.BWD_DQ, KernelKind.BWD_DQ_SM90)):
@@ -141,10 +157,10 @@ def test_bad_bwd_kernel_is_refused():
         back(front(ROOT / "samples" / "causal.mask"), Options(bwd_kernel="fast"))
 
 
-@pytest.mark.parametrize("choice,kv", [("auto", "sm90"), ("ws", "sm90ws")])
+@pytest.mark.parametrize("choice,kv", [("lockstep", "sm90"), ("ws", "sm90ws"), ("auto", "sm90ws")])
 def test_cli_bwd_kernel_option(tmp_path, choice, kv):
-    """--bwd-kernel picks the kv kind on sm_90a ("ws": the warp-specialised one); the dq
-    role is bwd_dq_sm90 under both."""
+    """--bwd-kernel picks the kv kind on sm_90a ("ws", and "auto" on causal's linear tiles:
+    the warp-specialised one); the dq role is bwd_dq_sm90 under all three."""
     from click.testing import CliRunner
 
     from cmc.cli import cli
@@ -170,7 +186,7 @@ def test_cli_bwd_kernel_option(tmp_path, choice, kv):
     ("hstu", {}, "bf16", (128,)),  # kv spilled 8 bytes here before wg_index (2026-12-05)
 ])
 def test_sm90_kinds_build_without_spills_or_wgmma_notes(name, defines, dtype, head_dims):
-    """Through the real pipeline (emit with bwd_kernel "auto", cmc.build): a wgmma pipeline
+    """Through the real pipeline (emit with bwd_kernel "lockstep", cmc.build): a wgmma pipeline
     note (C7515-C7520) would be a BuildError; no spills, no local memory; both kinds' launch
     bounds are 256 threads (at most 255 registers)."""
     pytest.importorskip("cuda.bindings.nvrtc")
@@ -178,7 +194,7 @@ def test_sm90_kinds_build_without_spills_or_wgmma_notes(name, defines, dtype, he
 
     src = back(front(ROOT / "samples" / f"{name}.mask", defines),
                Options(archs=("sm_90a",), dtypes=(dtype,), head_dims=head_dims,
-                       bwd_kernel="auto"))
+                       bwd_kernel="lockstep"))
     mine = tuple(v for v in src.variants if v.kernel in SM90_KINDS)
     assert sorted((v.kernel.value, v.head_dim) for v in mine) == sorted(
         (k.value, hd) for k in SM90_KINDS for hd in head_dims)
@@ -279,7 +295,7 @@ def test_artifact_with_the_sm90_kind_passes_inspect(tmp_path):
     from cmc.inspection import inspect
 
     art = compile_file(ROOT / "samples" / "causal.mask", tmp_path, archs=["sm_80", "sm_90a"],
-                       dtypes=["bf16"], head_dims=[64], bwd_kernel="auto")
+                       dtypes=["bf16"], head_dims=[64], bwd_kernel="lockstep")
     m = json.loads((art / "manifest.json").read_text())
     kv = {k["arch"]: k for k in m["kernels"] if k["role"] == "kv"}
     assert kv["sm_80"]["kernel"] == "bwd_kv" and kv["sm_90a"]["kernel"] == "bwd_kv_sm90"

@@ -1,9 +1,10 @@
 """The warp-specialised dK/dV kind (kernels.BWD_KV_SM90_WS, templates/cmc/attn_bwd_sm90_ws.cuh
-kv_ws_entry): chosen with bwd_kernel "ws" only, built through the normal driver for a linear
+kv_ws_entry): chosen with bwd_kernel "ws", and by the default "auto" on linear tilings, built through the normal driver for a linear
 (causal) and a patch (clear) tiling without local memory, listed in the manifest with its
 three parameters and its Q / dO maps of 64-token boxes, accepted by `cmc inspect` and the
 runtime's reader, launched by the runtime with those maps (fake driver), and launchable from
-C through NAME.h. Its GPU check is tests/gpu (the "ws" choice): not yet run."""
+C through NAME.h. Its GPU check is tests/gpu (the "ws" and "auto" choices): passed on the H200,
+2026-12-05 (every sample and CLEAR's patch tiling; memcheck clean on the samples)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ def test_ws_choice_swaps_the_kv_kind_on_sm90a_only():
                    (KernelKind.BWD_KV, "sm_80"), (KernelKind.BWD_KV_SM90_WS, "sm_90a"),
                    (KernelKind.BWD_DQ, "sm_80"), (KernelKind.BWD_DQ_SM90, "sm_90a"),
                    (KernelKind.BWD_POST, "sm_80"), (KernelKind.BWD_POST, "sm_90a")}
-    for choice in ("auto", "portable"):
+    for choice, patch in (("lockstep", False), ("auto", True), ("portable", False)):
         assert all(k is not KernelKind.BWD_KV_SM90_WS
-                   for k, _ in backward_kinds(("sm_90a",), choice))
+                   for k, _ in backward_kinds(("sm_90a",), choice, patch=patch))
 
 
 def test_ws_spec():

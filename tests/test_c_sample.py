@@ -175,6 +175,12 @@ def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
                                                     if ln.startswith("alloc"))}
     attrs = [ln.split()[1:] for ln in log if ln.startswith("attr")]
     launches = [ln.split()[1:] for ln in log if ln.startswith("launch")]
+    maps_before: list[list[list[str]]] = [[]]  # per launch, the tensor maps encoded since the last
+    for ln in log:
+        if ln.startswith("tmap"):
+            maps_before[-1].append(ln.split()[1:])
+        elif ln.startswith("launch"):
+            maps_before.append([])
     by_role = {k["role"]: k for k in m["kernels"]}
     modes = []
     if bwd:
@@ -191,7 +197,8 @@ def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
     fields = {f["name"]: f for f in bwd["args"]["fields"]}
     flags = [f for mode, f in modes for _ in bwd["sequence"][mode]]
     grad_bytes = L * H * D * 2
-    for (sym, *shape), role, flag in zip(launches, want, [None] + flags, strict=True):
+    for i, ((sym, *shape), role, flag) in enumerate(zip(launches, want, [None] + flags,
+                                                          strict=True)):
         k = by_role[role]
         gx, gy, gz, bx, by, bz, smem = map(int, shape[:7])
         assert [gx, gy, gz] == [_eval(e, grid_env) for e in k["grid"]], (role, shape)
@@ -209,6 +216,16 @@ def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
             assert allocs.get(a[n]) == grad_bytes, (n, a)
             assert (a[f"{n}_stride_tok"], a[f"{n}_stride_head"]) == (H * D, D), (n, a)
         assert len({a[n] for n in ("dout", "dq", "dk", "dv", "dq_accum", "dsum")}) == 6, a
+        # a kind with tensor maps (the warp-specialised kv: Q, dO) gets them encoded over
+        # [T, H, D] with its box rows just before its launch; dO's at the dout buffer
+        tm = [t["tensor"] for t in k.get("tensor_maps", [])]
+        got = maps_before[i]
+        assert len(got) == len(tm), (role, got)
+        for t, g in zip(tm, got, strict=True):
+            assert [int(x) for x in g[1:]] == [D, H, L, D * 2, H * D * 2, 64, 1,
+                                               k["tensor_maps"][0]["box"][2]], (role, g)
+            if t == "do":
+                assert int(g[0], 16) == a["dout"], (role, g, a["dout"])
         for n, rule in bwd["workspace"].items():
             assert allocs.get(a[n]) == _eval(rule["bytes"], sizes), (n, rule, allocs.get(a[n]))
 

@@ -42,7 +42,7 @@ def test_every_bwd_ablation_still_matches_the_kv_kernel(name):
 
     ab = _tool("bwd_ablate")
     src = back(front(ROOT / "samples" / "causal.mask"),
-               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,)))
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,), bwd_kernel="lockstep"))
     _, edits = ab.ABLATIONS[name]
     for old, _new, times in edits:
         assert src.text.count(old) == times, f"{name}: {old!r}"
@@ -63,7 +63,7 @@ def test_every_bwd_alternative_builds(name):
     ab = _tool("bwd_ablate")
     _, edit, extra = ab.ALTERNATIVES[name]
     src = back(front(ROOT / "samples" / "causal.mask"),
-               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(64, 128)))
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(64, 128), bwd_kernel="lockstep"))
     kv = tuple(v for v in src.variants if v.kernel is KernelKind.BWD_KV_SM90)
     text = edit(src.text)
     for v in kv:

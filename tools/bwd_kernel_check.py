@@ -3,11 +3,12 @@
 `bwd_kernel="portable"`), or with --sm90 the sm_90a default, issue 21.
 
 Run on the GPU machine from the repository root:  python3 tools/bwd_kernel_check.py
-(--no-timing skips the causal timing; --sm90 builds with `bwd_kernel="auto"`, so the kv role
-is the sm_90a kind bwd_kv_sm90 (templates/cmc/attn_bwd_sm90.cuh: wgmma, 128-key tiles,
+(--no-timing skips the causal timing; --sm90 builds with `bwd_kernel="lockstep"`, so the kv
+role is the sm_90a kind bwd_kv_sm90 (templates/cmc/attn_bwd_sm90.cuh: wgmma, 128-key tiles,
 256 threads) and the dq role bwd_dq_sm90 (templates/cmc/attn_bwd_sm90_dq.cuh: wgmma, 128-row
-tiles, 256 threads), checks them on the same cases and modes, and times portable and sm90 side
-by side, atomic and deterministic, each role alone too, at causal L=4096 B=8 and L=16384 B=2,
+tiles, 256 threads), checks them on the same cases and modes (the default build's kv on
+linear tiles is the warp-specialised bwd_kv_sm90_ws: its GPU checks are tools/bwd_ablate.py ws
+--check and tests/gpu), and times portable and sm90 side by side, atomic and deterministic, each role alone too, at causal L=4096 B=8 and L=16384 B=2,
 H=16, D=128, bf16). For each case: the real pipeline (cmc.driver front ->
 back with backward on, the portable forward -> cmc.build.build) for the device's arch (builds
 in parallel processes first), so the cubins, symbols, threads and shared memory are exactly
@@ -114,7 +115,7 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
     from cmc.package import grid_rule
 
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
-                   backward=True, cache=False, bwd_kernel="auto" if sm90 else "portable")
+                   backward=True, cache=False, bwd_kernel="lockstep" if sm90 else "portable")
     sources = [back(table_of(name), opts)]
     if tiled:
         auto = back(table_of(name), dataclasses.replace(opts, kernel="auto"))

@@ -97,15 +97,17 @@ step fwd fwd.log 150 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_correctness.py \
   $T/test_artifacts_gpu.py $T/test_generality_gpu.py -k "not backward"
 step fwdnew fwd.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_gpu_grid_origin.py \
   $T/test_gpu_natten_interior.py $T/test_offset_masks_gpu.py $T/test_gpu_natten2d_band.py
-# 4. the sm_90a kinds, the default there (bwd_kv_sm90, bwd_dq_sm90, both on patch tilings:
-#    bwd_kernel_check --sm90 has CLEAR patch cases now)
+# 4. the sm_90a kinds: bwd_kernel_check --sm90 builds the lockstep ones (bwd_kv_sm90,
+#    bwd_dq_sm90; CLEAR patch cases too); the pytest line loads the default build (kv
+#    warp-specialised on linear tilings, lockstep on patch tilings)
 step sm90 sm90.log 110 env CMC_ARCH=sm_90a python3 tools/bwd_kernel_check.py --sm90
 step sm90 sm90.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
   $T/test_backward_patch_gpu.py -k "(matches_reference or generality_backward) and sm90 or patch_backward"
-# 4b. the warp-specialised kv through the runtime (--bwd-kernel ws: its Q and dO tensor maps a
-#    launch parameter), every sample and CLEAR's patch tiling, against the float64 reference
+# 4b. each sm90 kv kind on every sample through the runtime (--bwd-kernel ws: its Q and dO
+#    tensor maps a launch parameter; --bwd-kernel lockstep), and CLEAR's patch tiling, against
+#    the float64 reference
 step wsrt sm90.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_backward_patch_gpu.py \
-  -k "matches_reference and ws"
+  -k "matches_reference and (ws or lockstep)"
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \

@@ -6,9 +6,10 @@ the tier runs with CMC_GPU_ARTIFACTS=OUT instead of building mask by mask inside
 
 Layout (what tests/gpu/gpu_common.artifact and tests/gpu/test_generality_gpu.py read):
   OUT/NAME                      samples/NAME.mask, the default backward (--bwd-kernel auto:
-                                the wgmma kinds on sm_90a)
+                                the wgmma kinds on sm_90a, kv warp-specialised on linear tiles)
   OUT/bwd_portable/NAME         the same with --bwd-kernel portable
   OUT/bwd_ws/NAME               the same with --bwd-kernel ws (samples only; sm_90a)
+  OUT/bwd_lockstep/NAME         the same with --bwd-kernel lockstep (samples only; sm_90a)
   OUT/gen/KEY/NAME              benchmarks/masks.py GENERALITY spec KEY (its -D values)
   OUT/gen/KEY/bwd_portable/NAME the same with --bwd-kernel portable
 Every build is bf16 and fp16, head dims 64 and 128, with the backward. One mask per process
@@ -44,10 +45,11 @@ def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
         for s in GENERALITY:
             jobs.append((f"{s.key} {kind}", str(ROOT / s.mask), dict(s.defines),
                          str(out / "gen" / s.key / sub), kind))
-    if ws:  # the warp-specialised kv (tests/gpu's "ws" choice): samples only, last, so a
-        # build cut short by device_validate's limit still has the default artifacts
-        for p in sorted((ROOT / "samples").glob("*.mask")):
-            jobs.append((f"{p.stem} ws", str(p), {}, str(out / "bwd_ws"), "ws"))
+    if ws:  # each sm90 kv kind on every sample (tests/gpu's "ws" and "lockstep" choices):
+        # last, so a build cut short by device_validate's limit has the default artifacts
+        for kind in ("ws", "lockstep"):
+            for p in sorted((ROOT / "samples").glob("*.mask")):
+                jobs.append((f"{p.stem} {kind}", str(p), {}, str(out / f"bwd_{kind}"), kind))
     return jobs
 
 
@@ -69,7 +71,8 @@ def main() -> int:
     ap.add_argument("--no-portable", action="store_true",
                     help="skip the --bwd-kernel portable builds (OUT/bwd_portable)")
     ap.add_argument("--no-ws", action="store_true",
-                    help="skip the --bwd-kernel ws builds (OUT/bwd_ws; built for sm_90a only)")
+                    help="skip the --bwd-kernel ws and lockstep builds (OUT/bwd_ws, "
+                         "OUT/bwd_lockstep; built for sm_90a only)")
     opts = ap.parse_args()
     jobs = jobs_for(opts.out, not opts.no_portable, opts.arch == "sm_90a" and not opts.no_ws)
     t0 = time.perf_counter()

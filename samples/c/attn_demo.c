@@ -267,15 +267,23 @@ static void reference_bwd(const float *q, const float *k, const float *v, const 
 }
 
 /* One backward kernel per role, each in its own cubin; the header's launch helper of each
-   computes the role's grid (cmc_causal_grid_<tag>) and sets its dynamic shared memory. */
+   computes the role's grid (cmc_causal_grid_<tag>) and sets its dynamic shared memory. A kind
+   with tensor maps (the warp-specialised kv: Q and dO) launches through launch_maps after
+   its maps are encoded (cmc_causal_tensor_maps_<tag>); the others through launch. */
 enum role { PRE, KV, DQ, POST, N_ROLES };
 typedef CUresult (*bwd_launch_fn)(CUfunction, const cmc_causal_desc *, const cmc_bwd_args *,
                                   CUstream);
+typedef CUresult (*bwd_launch_maps_fn)(CUfunction, const cmc_causal_desc *, const CUtensorMap *,
+                                       const cmc_bwd_args *, CUstream);
+typedef CUresult (*bwd_maps_fn)(const cmc_causal_desc *, const cmc_bwd_args *, uint64_t,
+                                CUtensorMap *);
 typedef void (*bwd_grid_fn)(const cmc_causal_desc *, unsigned[3]);
 struct bwd_kernel {
   const char *name, *symbol, *cubin;
   bwd_launch_fn launch;
   bwd_grid_fn grid;
+  bwd_launch_maps_fn launch_maps;
+  bwd_maps_fn maps;
 };
 
 /* The launch order on one stream (the header's comment; the manifest's backward.sequence):
@@ -286,17 +294,32 @@ static const enum role seq_deterministic[3] = {PRE, KV, DQ};
 /* A role's kernel on arch A: its variant TAG (header macros) and tag (helper names). */
 #define BWD_KERNEL(A, NAME, TAG, tag)                                                       \
   {NAME, CMC_CAUSAL_##TAG##_BF16_D128_SYMBOL, CMC_CAUSAL_##A##_##TAG##_BF16_D128_CUBIN,     \
-   cmc_causal_launch_##tag##_bf16_d128, cmc_causal_grid_##tag##_bf16_d128}
+   cmc_causal_launch_##tag##_bf16_d128, cmc_causal_grid_##tag##_bf16_d128, NULL, NULL}
+#define BWD_KERNEL_MAPS(A, NAME, TAG, tag)                                                  \
+  {NAME, CMC_CAUSAL_##TAG##_BF16_D128_SYMBOL, CMC_CAUSAL_##A##_##TAG##_BF16_D128_CUBIN,     \
+   NULL, cmc_causal_grid_##tag##_bf16_d128, cmc_causal_launch_##tag##_bf16_d128,            \
+   cmc_causal_tensor_maps_##tag##_bf16_d128}
 #define PORTABLE_KERNELS(A)                                                                 \
   {BWD_KERNEL(A, "pre", BWD_PRE, bwd_pre), BWD_KERNEL(A, "kv", BWD_KV, bwd_kv),             \
    BWD_KERNEL(A, "dq", BWD_DQ, bwd_dq), BWD_KERNEL(A, "post", BWD_POST, bwd_post)}
 
 /* The backward kernels of this GPU by role (NULL: none for its arch). On sm_90a the default
-   build (--bwd-kernel auto) has the wgmma kinds for kv and dq (tags BWD_KV_SM90, BWD_DQ_SM90)
-   and the portable pre and post; --bwd-kernel portable has the portable kinds everywhere. */
+   build (--bwd-kernel auto) has the wgmma kinds for kv and dq (causal's linear tiling: the
+   warp-specialised kv, tag BWD_KV_SM90WS; --bwd-kernel lockstep: BWD_KV_SM90; the dq role
+   BWD_DQ_SM90) and the portable pre and post; --bwd-kernel portable has the portable kinds
+   everywhere. */
 static const struct bwd_kernel *bwd_kernels(int major, int minor)
 {
-#if defined(CMC_CAUSAL_SM_90A_BWD_KV_SM90_BF16_D128_CUBIN)
+#if defined(CMC_CAUSAL_SM_90A_BWD_KV_SM90WS_BF16_D128_CUBIN)
+  if (major == 9 && minor == 0) {
+    static const struct bwd_kernel k[N_ROLES] = {
+        BWD_KERNEL(SM_90A, "pre", BWD_PRE, bwd_pre),
+        BWD_KERNEL_MAPS(SM_90A, "kv", BWD_KV_SM90WS, bwd_kv_sm90ws),
+        BWD_KERNEL(SM_90A, "dq", BWD_DQ_SM90, bwd_dq_sm90),
+        BWD_KERNEL(SM_90A, "post", BWD_POST, bwd_post)};
+    return k;
+  }
+#elif defined(CMC_CAUSAL_SM_90A_BWD_KV_SM90_BF16_D128_CUBIN)
   if (major == 9 && minor == 0) {
     static const struct bwd_kernel k[N_ROLES] = {
         BWD_KERNEL(SM_90A, "pre", BWD_PRE, bwd_pre),
@@ -339,7 +362,14 @@ static int run_sequence(const char *mode, const enum role *seq, int n,
     bk[r].grid(desc, grid);
     printf("backward %s: %s (%s) grid (%u, %u, %u)\n", mode, bk[r].name, bk[r].symbol, grid[0],
            grid[1], grid[2]);
-    if (check(bk[r].launch(fns[r], desc, args, NULL), bk[r].symbol)) return -1;
+    if (bk[r].launch_maps) {
+      CUtensorMap maps[2];
+      if (check(bk[r].maps(desc, args, (uint64_t)args->total_tokens, maps), "tensor maps"))
+        return -1;
+      if (check(bk[r].launch_maps(fns[r], desc, maps, args, NULL), bk[r].symbol)) return -1;
+    } else if (check(bk[r].launch(fns[r], desc, args, NULL), bk[r].symbol)) {
+      return -1;
+    }
   }
   return check(p_cuCtxSynchronize(), "cuCtxSynchronize (backward)");
 }

@@ -214,8 +214,11 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
   (void)s;
   if (extra) return CUDA_ERROR_INVALID_VALUE;
   fprintf(log, "launch %s %u %u %u %u %u %u %u", name, gx, gy, gz, bx, by, bz, smem);
-  if (strstr(name, "_bwd_") && nbytes && params && params[1]) {
-    const unsigned char *a = params[1];
+  /* cmc_bwd_args: the second parameter, the third after the tensor maps of the kinds that
+     take them (bwd_kv_sm90ws: desc, maps, args) */
+  const int at = strstr(name, "_bwd_kv_sm90ws_") ? 2 : 1;
+  if (strstr(name, "_bwd_") && nbytes && params && params[at]) {
+    const unsigned char *a = params[at];
     long n = strtol(nbytes, NULL, 10);
     fputc(' ', log);
     for (long i = 0; i < n; i++) fprintf(log, "%02x", a[i]);
@@ -231,8 +234,12 @@ static CUresult f_cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType t
                                          CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
                                          CUtensorMapFloatOOBfill oob)
 {
-  (void)t; (void)rank; (void)addr; (void)dims; (void)strides; (void)box; (void)elem;
-  (void)il; (void)sw; (void)l2; (void)oob;
+  (void)t; (void)elem; (void)il; (void)sw; (void)l2; (void)oob;
+  if (rank == 3)
+    fprintf(log_file(), "tmap %p %llu %llu %llu %llu %llu %u %u %u\n", addr,
+            (unsigned long long)dims[0], (unsigned long long)dims[1],
+            (unsigned long long)dims[2], (unsigned long long)strides[0],
+            (unsigned long long)strides[1], box[0], box[1], box[2]);
   memset(map, 0, sizeof *map);
   return CUDA_SUCCESS;
 }

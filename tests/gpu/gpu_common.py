@@ -59,10 +59,11 @@ def artifact(name: str, bwd_kernel: str = "auto") -> Path:
     dtype and head dim, through the project's own pipeline (or taken from the folder named by
     CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC). bwd_kernel "auto" (the default
     build: the sm_90a dK/dV and dQ kinds there) in OUT/NAME, "portable" in
-    OUT/bwd_portable/NAME, "ws" in OUT/bwd_ws/NAME (prebuilt: tools/gpu_artifacts.py)."""
+    OUT/bwd_portable/NAME, "ws" in OUT/bwd_ws/NAME, "lockstep" in OUT/bwd_lockstep/NAME
+    (prebuilt: tools/gpu_artifacts.py)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
-    sub = {"portable": "bwd_portable", "ws": "bwd_ws"}.get(bwd_kernel, "")
+    sub = {"portable": "bwd_portable", "ws": "bwd_ws", "lockstep": "bwd_lockstep"}.get(bwd_kernel, "")
     if prebuilt:  # built elsewhere, e.g. `cmc compile samples/*.mask -o out/gpu --arch sm_90a`
         path = Path(prebuilt) / sub / name
         if not (path / "manifest.json").is_file():

@@ -79,20 +79,25 @@ def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:
         assert (flat[0][blind] == 0).all(), f"{what}: rows that see no key must get dQ = 0"
 
 
-@pytest.mark.parametrize("bwd_kernel", ["portable", "auto", "ws"], ids=["portable", "sm90", "ws"])
+@pytest.mark.parametrize("bwd_kernel", ["portable", "auto", "lockstep", "ws"],
+                         ids=["portable", "sm90", "lockstep", "ws"])
 @pytest.mark.parametrize("case", range(len(CASES)), ids=["packed-bf16-d128", "batch-fp16-d64"])
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
 def test_backward_matches_reference(sample, case, bwd_kernel):
-    """bwd_kernel "auto" (id sm90, the default build): on sm_90a the kv and dq roles are the
-    wgmma kinds bwd_kv_sm90 and bwd_dq_sm90 (the deterministic runs go through bwd_dq_sm90);
-    "portable": --bwd-kernel portable; "ws": the dq role as auto, the kv role the
-    warp-specialised bwd_kv_sm90_ws (its Q and dO tensor maps passed by the runtime)."""
+    """bwd_kernel "auto" (id sm90, the default build): on sm_90a the dq role is bwd_dq_sm90
+    (the deterministic runs go through it) and the kv role the warp-specialised
+    bwd_kv_sm90_ws (its Q and dO tensor maps passed by the runtime) on a linear tiling, the
+    lockstep bwd_kv_sm90 on a patch tiling (clear); "lockstep" and "ws": that kv kind on
+    every sample; "portable": --bwd-kernel portable."""
     name = sample.stem
     if bwd_kernel != "portable" and device_arch() != "sm_90a":
         pytest.skip("the sm90 dK/dV and dQ kinds are built for sm_90a only")
     attn = load_bwd(name, bwd_kernel)
     if bwd_kernel != "portable":
-        kv = "sm90ws" if bwd_kernel == "ws" else "sm90"
+        # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
+        patch = any(k.max_len is not None for k in attn.manifest.kernels if k.role == "dq")
+        ws = bwd_kernel == "ws" or (bwd_kernel == "auto" and not patch)
+        kv = "sm90ws" if ws else "sm90"
         assert any(k.role == "kv" and k.symbol.startswith(f"cmc_{name}_bwd_kv_{kv}_")
                    for k in attn.manifest.kernels), f"the artifact's kv is not the {kv} kind"
         assert any(k.role == "dq" and k.symbol.startswith(f"cmc_{name}_bwd_dq_sm90_")
