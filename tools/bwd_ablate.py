@@ -205,14 +205,44 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
               "(CMC_WS_DQ_RED 1)", lambda t: "#define CMC_WS_DQ_RED 1\n" + _ws(t),
               lambda d: WS_SMEM_GROWTH),
 }
-# Alternatives whose gradients are not checkable (their workspace layout is not post's).
-UNCHECKED = {"tiledq"}
+
+
+def _ws_without(edits: list[tuple[str, str, int]]) -> Callable[[str], str]:
+    """ws with `edits` (apply's) on its part of the .cu text: the ws ablations below."""
+    return lambda text: apply(_ws(text), edits)
+
+
+# The ws kernel's atomic dQ path taken apart (timing only: wrong gradients). Where its 1.3 ms
+# at causal 4K x 8 goes (ws atomic kv 3.31 ms, ws deterministic kv 2.01; docs/kernel-notes.md,
+# "The warp-specialised kv on the H200"): the writers' bulk adds, the consumers' staging
+# stores, the dQ GEMM.
+WS_ABLATIONS = {
+    "wsnobulk": ("ws whose dQ writers issue no cp.reduce.async.bulk (they still wait for and "
+                 "release each staging)",
+                 [("      if (tok >= 0)\n        bulk_reduce_add_f32(",
+                   "      if (tok < -1)\n        bulk_reduce_add_f32(", 1)]),
+    "wsnostage": ("ws whose consumers do not store the dQ partial to the staging (behind a "
+                  "condition that never holds, so the GEMM stays; the hand-off stays)",
+                  [("        *reinterpret_cast<float2*>(row + 8 * jj) = make_float2(dq[4 * jj + "
+                    "2 * i], dq[4 * jj + 2 * i + 1]);",
+                    "        if (hq < -1) *reinterpret_cast<float2*>(row + 8 * jj) = "  # never: the
+                    "make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);", 1)]),  # GEMM stays live
+    "wsnodqgemm": ("ws without the dQ GEMM (zeros are staged and added)",
+                   [("      ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), "
+                     "gdesc(dqB + 2048 * kk, kBN * 128, 1024),\n                         kk);",
+                     "      ;", 1)]),
+}
+for _n, (_what, _edits) in WS_ABLATIONS.items():
+    ALTERNATIVES[_n] = (_what, _ws_without(_edits), lambda d: WS_SMEM_GROWTH)
+# Alternatives whose gradients are not checkable (their workspace layout is not post's, or
+# they leave out part of the work).
+UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
-TMA = {"tmaload", "ws", "wsred"}
+TMA = {"tmaload", "ws", "wsred", *WS_ABLATIONS}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
 PATCH_CHECKED = {"ws", "wsred"}
-THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS}
+THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS, **{n: WS_THREADS for n in WS_ABLATIONS}}
 
 
 def apply(text: str, edits: list[tuple[str, str, int]]) -> str:

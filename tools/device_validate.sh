@@ -58,11 +58,12 @@ step() {
   tail -n +$((n0 + 1)) "$log" | grep -E '^(FAILED|ERROR) ' | sed "s/^/    /" | head -15 >>"$S"
 }
 
-# 1. the sm_90a kv alternatives, the decision first and before the artifact build (they build
-#    their own; tools/bwd_ablate.py): the warp-specialised kv (ws; wsred: its dQ writers by
-#    red.v4), TMA loads (tmaload) and red.v4 adds (red4), each checked on bwd_kernel_check's
-#    cases (ws: the linear ones) and timed beside the shipped kernel at causal 4K x 8, 16K x 2
-step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsred --check
+# 1. the sm_90a kv alternatives, first and before the artifact build (they build their own;
+#    tools/bwd_ablate.py): the warp-specialised kv (ws, the default on linear tilings since
+#    2026-12-05) checked on bwd_kernel_check's cases, and its dQ path taken apart (wsnobulk,
+#    wsnostage, wsnodqgemm: timing only); then TMA loads (tmaload) and red.v4 adds (red4) in
+#    the lockstep kv; all timed beside the lockstep kernel at causal 4K x 8, 16K x 2
+step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnobulk wsnostage wsnodqgemm --check
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
@@ -108,6 +109,15 @@ step sm90 sm90.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/t
 #    the float64 reference
 step wsrt sm90.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_backward_patch_gpu.py \
   -k "matches_reference and (ws or lockstep)"
+# 4c. racecheck and synccheck of the ws kv, one sample test per process (2026-12-05: hazards on
+#    the LSE ring's reads and synccheck errors in a 10-test process, clean when run alone)
+step wssan wssan.log 150 bash -c 'for t in causal-packed-bf16-d128 chunked_causal-packed-bf16-d128 \
+  chunked_causal-batch-fp16-d64 document_causal-packed-bf16-d128 clear-packed-bf16-d128; do
+  for tool in racecheck synccheck; do echo "== $tool $t"; compute-sanitizer --tool $tool \
+    --target-processes all --print-limit 6 --error-exitcode 9 python3 -m pytest -q \
+    -p no:cacheprovider "tests/gpu/test_backward_gpu.py::test_backward_matches_reference[$t-ws]" \
+    2>&1 | grep -v "^\s*$" | tail -40
+  done; done'
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
