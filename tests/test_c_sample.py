@@ -24,10 +24,12 @@ FAKE = ROOT / "tests" / "fake_cuda" / "fake_libcuda.c"
 L, H, D, NUM_SMS = 300, 2, 128, 132
 
 
-@pytest.fixture(scope="module", params=[(False, "auto"), (True, "auto"), (True, "portable")],
-                ids=["fwd_only", "backward", "backward_portable"])
+@pytest.fixture(scope="module", params=[(False, "auto"), (True, "auto"), (True, "lockstep"),
+                                        (True, "portable")],
+                ids=["fwd_only", "backward", "backward_lockstep", "backward_portable"])
 def artifact(request, tmp_path_factory) -> Path:
-    """The default build (on sm_90a: the wgmma kv and dq kinds) and --bwd-kernel portable:
+    """The default build (on sm_90a the wgmma kv and dq kinds; causal's kv is the
+    warp-specialised one, with tensor maps), --bwd-kernel lockstep and --bwd-kernel portable:
     the demo picks each role's kernel by the header's macros."""
     from cmc.driver import compile_file
 

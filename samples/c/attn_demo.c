@@ -310,22 +310,20 @@ static const enum role seq_deterministic[3] = {PRE, KV, DQ};
    everywhere. */
 static const struct bwd_kernel *bwd_kernels(int major, int minor)
 {
+#define SM90_KERNELS(KV)                                                                    \
+  {BWD_KERNEL(SM_90A, "pre", BWD_PRE, bwd_pre), KV,                                         \
+   BWD_KERNEL(SM_90A, "dq", BWD_DQ_SM90, bwd_dq_sm90),                                      \
+   BWD_KERNEL(SM_90A, "post", BWD_POST, bwd_post)}
 #if defined(CMC_CAUSAL_SM_90A_BWD_KV_SM90WS_BF16_D128_CUBIN)
   if (major == 9 && minor == 0) {
-    static const struct bwd_kernel k[N_ROLES] = {
-        BWD_KERNEL(SM_90A, "pre", BWD_PRE, bwd_pre),
-        BWD_KERNEL_MAPS(SM_90A, "kv", BWD_KV_SM90WS, bwd_kv_sm90ws),
-        BWD_KERNEL(SM_90A, "dq", BWD_DQ_SM90, bwd_dq_sm90),
-        BWD_KERNEL(SM_90A, "post", BWD_POST, bwd_post)};
+    static const struct bwd_kernel k[N_ROLES] =
+        SM90_KERNELS(BWD_KERNEL_MAPS(SM_90A, "kv", BWD_KV_SM90WS, bwd_kv_sm90ws));
     return k;
   }
 #elif defined(CMC_CAUSAL_SM_90A_BWD_KV_SM90_BF16_D128_CUBIN)
   if (major == 9 && minor == 0) {
-    static const struct bwd_kernel k[N_ROLES] = {
-        BWD_KERNEL(SM_90A, "pre", BWD_PRE, bwd_pre),
-        BWD_KERNEL(SM_90A, "kv", BWD_KV_SM90, bwd_kv_sm90),
-        BWD_KERNEL(SM_90A, "dq", BWD_DQ_SM90, bwd_dq_sm90),
-        BWD_KERNEL(SM_90A, "post", BWD_POST, bwd_post)};
+    static const struct bwd_kernel k[N_ROLES] =
+        SM90_KERNELS(BWD_KERNEL(SM_90A, "kv", BWD_KV_SM90, bwd_kv_sm90));
     return k;
   }
 #elif defined(CMC_CAUSAL_SM_90A_BWD_KV_BF16_D128_CUBIN)
