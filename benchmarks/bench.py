@@ -743,8 +743,9 @@ def summarize_ab(results: list[Result]) -> str:
         b = row.get(base)
         for f in folders[1:]:
             r = row.get(f)
-            ok = r is not None and b is not None and r.bwd_tflops and b.bwd_tflops
-            line += f"{(r.bwd_tflops / b.bwd_tflops) if ok else float('nan'):28.2f}"  # type: ignore[union-attr,operator]
+            ratio = (r.bwd_tflops / b.bwd_tflops
+                     if r and b and r.bwd_tflops and b.bwd_tflops else float("nan"))
+            line += f"{ratio:28.2f}"
         lines.append(line)
     return "\n".join(lines)
 

@@ -68,8 +68,9 @@ class Options:
     kernel: str = "auto"  # "auto": each arch's own kind (kernels.forward_kinds); "portable"
     tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
     backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
-    # "auto": the wgmma kinds on sm_90a (bwd_kv_sm90, bwd_dq_sm90), cmc_bwd elsewhere;
-    # "portable": cmc_bwd everywhere; "ws": "auto" with bwd_kv_sm90_ws (kernels.backward_kinds).
+    # the wgmma kinds on sm_90a, cmc_bwd elsewhere: "ws" (kv bwd_kv_sm90_ws), "lockstep" (kv
+    # bwd_kv_sm90), "auto": ws on a linear tiling, lockstep on a patch tiling; "portable":
+    # cmc_bwd everywhere (kernels.backward_kinds).
     bwd_kernel: str = "auto"
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).

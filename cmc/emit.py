@@ -1167,10 +1167,9 @@ def emit(
     portable (mma.sync) kernel elsewhere). `tiling` is the tile stage's, used by the kinds
     that follow it (driver.tile). `backward` adds the transposed table's hooks (`cmc_hooks_t`),
     the backward header and one variant per backward kind, dtype and head dim; without it
-    the text is the forward's alone. `bwd_kernel` "auto" builds the kv and dq roles on
-    sm_90a with the wgmma kernels (kernels.BWD_KV_SM90, BWD_DQ_SM90; their headers are
-    inlined only then), "ws" the same with the warp-specialised kv (BWD_KV_SM90_WS),
-    "portable" with cmc_bwd."""
+    the text is the forward's alone. `bwd_kernel` picks the backward kinds
+    (kernels.backward_kinds with the tiling's kind): on sm_90a the wgmma kernels, whose
+    headers are inlined only then, "portable" cmc_bwd everywhere."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:

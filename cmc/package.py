@@ -320,12 +320,13 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
             "max_len": v.tiling.max_len() or 0,
         }
         if ks.pass_ is Pass.BACKWARD:
+            maps = tensor_maps(v.kernel, v.tiling.box_rows)  # as the manifest lists them
             bwd_variants.append({
                 **common,
                 "role": ks.role,
                 "heads": "heads_kv" if "heads_kv" in ks.grid else "heads_q",
-                "maps": [HEADER_MAP_WHICH[t] for t in ks.tensor_maps],
-                "box_rows": ks.map_box_rows or v.tiling.box_rows,
+                "maps": [HEADER_MAP_WHICH[m.tensor] for m in maps],
+                "box_rows": maps[0].box[2] if maps else 0,
                 "head_dim": v.head_dim,
                 "bf16": v.dtype == "bf16",
             })

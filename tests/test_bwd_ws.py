@@ -1,6 +1,7 @@
 """The warp-specialised dK/dV kind (kernels.BWD_KV_SM90_WS, templates/cmc/attn_bwd_sm90_ws.cuh
-kv_ws_entry): chosen with bwd_kernel "ws", and by the default "auto" on linear tilings, built through the normal driver for a linear
-(causal) and a patch (clear) tiling without local memory, listed in the manifest with its
+kv_ws_entry): chosen with bwd_kernel "ws", and by the default "auto" on linear tilings;
+built through the normal driver for a linear (causal) and a patch (clear) tiling without
+local memory, listed in the manifest with its
 three parameters and its Q / dO maps of 64-token boxes, accepted by `cmc inspect` and the
 runtime's reader, launched by the runtime with those maps (fake driver), and launchable from
 C through NAME.h. Its GPU check is tests/gpu (the "ws" and "auto" choices): passed on the H200,

@@ -7,9 +7,10 @@ Run on the GPU machine from the repository root:  python3 tools/bwd_kernel_check
 role is the sm_90a kind bwd_kv_sm90 (templates/cmc/attn_bwd_sm90.cuh: wgmma, 128-key tiles,
 256 threads) and the dq role bwd_dq_sm90 (templates/cmc/attn_bwd_sm90_dq.cuh: wgmma, 128-row
 tiles, 256 threads), checks them on the same cases and modes (the default build's kv on
-linear tiles is the warp-specialised bwd_kv_sm90_ws: its GPU checks are tools/bwd_ablate.py ws
---check and tests/gpu), and times portable and sm90 side by side, atomic and deterministic, each role alone too, at causal L=4096 B=8 and L=16384 B=2,
-H=16, D=128, bf16). For each case: the real pipeline (cmc.driver front ->
+linear tiles is the warp-specialised bwd_kv_sm90_ws: its GPU checks are tools/bwd_ablate.py
+ws --check and tests/gpu), and times portable and sm90 side by side, atomic and
+deterministic, each role alone too, at causal L=4096 B=8 and L=16384 B=2, H=16, D=128,
+bf16). For each case: the real pipeline (cmc.driver front ->
 back with backward on, the portable forward -> cmc.build.build) for the device's arch (builds
 in parallel processes first), so the cubins, symbols, threads and shared memory are exactly
 what `cmc compile` ships; the portable forward cubin of the same build for O and LSE, then pre -> kv -> post (non-deterministic) and pre -> kv -> dq

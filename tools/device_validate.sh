@@ -111,13 +111,14 @@ step wsrt sm90.log 120 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/t
   -k "matches_reference and (ws or lockstep)"
 # 4c. racecheck and synccheck of the ws kv, one sample test per process (2026-12-05: hazards on
 #    the LSE ring's reads and synccheck errors in a 10-test process, clean when run alone)
-step wssan wssan.log 150 bash -c 'for t in causal-packed-bf16-d128 chunked_causal-packed-bf16-d128 \
+#    (the part fails when any run does: its verdict is not only the last run's)
+step wssan wssan.log 150 bash -c 'rc=0; for t in causal-packed-bf16-d128 chunked_causal-packed-bf16-d128 \
   chunked_causal-batch-fp16-d64 document_causal-packed-bf16-d128 clear-packed-bf16-d128; do
   for tool in racecheck synccheck; do echo "== $tool $t"; compute-sanitizer --tool $tool \
     --target-processes all --print-limit 6 --error-exitcode 9 python3 -m pytest -q \
     -p no:cacheprovider "tests/gpu/test_backward_gpu.py::test_backward_matches_reference[$t-ws]" \
-    2>&1 | grep -v "^\s*$" | tail -40
-  done; done'
+    >/tmp/wssan.out 2>&1 || rc=1; grep -v "^\s*$" /tmp/wssan.out | tail -40
+  done; done; exit $rc'
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \

@@ -295,18 +295,18 @@ template <int D> struct SmemWS {
   };
 };
 
-// The kv plan's bytes: the transposed table's term ranges (linear) or the patch plan.
-template <int NTT, int TILING> constexpr int smem_kv_plan() {
-  return (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4;
+// A kv kernel's dynamic shared memory: its fixed layout up to the plan (kPlan), the plan (the
+// transposed table's term ranges, or the patch plan), and +1024: the kernel aligns its base up
+// to 1 KiB (the swizzle atoms need it).
+template <int NTT, int TILING> constexpr int smem_kv_bytes(int plan_at) {
+  return (plan_at + (TILING == 1 ? cmc_bwd_patch_plan_ints<NTT>() : 8 * NTT + 2) * 4 + 15) / 16 * 16 + 1024;
 }
-// +1024: the kernel aligns its base up to 1 KiB (the swizzle atoms need it). smem_kv_ws: the
-// bwd_kv_sm90_ws kind's (SmemWS), whatever CMC_BWD_KV_WS says.
+// The bwd_kv_sm90_ws kind's (SmemWS), whatever CMC_BWD_KV_WS says.
 template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv_ws() {
-  return (SmemWS<D>::kPlan + smem_kv_plan<NTT, TILING>() + 15) / 16 * 16 + 1024;
+  return smem_kv_bytes<NTT, TILING>(SmemWS<D>::kPlan);
 }
 template <int D, int NT, int NTT, int TILING = 0> constexpr int smem_kv() {
-  return ((CMC_BWD_KV_WS ? SmemWS<D>::kPlan : SmemKV<D>::kPlan) + smem_kv_plan<NTT, TILING>() + 15) / 16 * 16 +
-         1024;
+  return smem_kv_bytes<NTT, TILING>(CMC_BWD_KV_WS ? SmemWS<D>::kPlan : SmemKV<D>::kPlan);
 }
 
 // Byte offset of 16-byte chunk c of row r in a [ROWS][D] tile (128-byte swizzle).
