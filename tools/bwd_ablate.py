@@ -117,6 +117,7 @@ def _tma_bwd(bkc):
         layout = None
         dtype = "bf16"
         head_dim = 128
+        dq_map = False  # a third map, of dq_accum (wstma)
         _written: dict = {}
 
         def launch_role(self, role, desc, args, max_len, hq, hk, batch):
@@ -130,6 +131,9 @@ def _tma_bwd(bkc):
                             for ptr, st, sh in ((dv["q"], dv["q_stride_tok"], dv["q_stride_head"]),
                                                 (av["dout"], av["dout_stride_tok"],
                                                  av["dout_stride_head"])))
+            if self.dq_map:  # wstma: dq_accum, fp32 [T, Hq, D] contiguous, boxes of 32 x 64
+                maps += tensor_map_3d("f32", av["dq_accum"], (d, hq, total), (4 * d, 4 * d * hq),
+                                      (32, 1, 64))
             f = self.k[role][0]
             if self._written.get(f) != maps:  # the global, written only when the maps change
                 mod = bkc.kc._ok(cu.cuFuncGetModule(f), "cuFuncGetModule")
@@ -204,6 +208,10 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
     "wsred": ("ws with the writer warps adding dQ by red.global.add.v4.f32 from the staging "
               "(CMC_WS_DQ_RED 1)", lambda t: "#define CMC_WS_DQ_RED 1\n" + _ws(t),
               lambda d: WS_SMEM_GROWTH),
+    "wstma": ("ws whose writers add an item of 64 consecutive query rows by two TMA tensor "
+              "reduce-adds per warpgroup (a dq_accum map), not 64 row bulk adds "
+              "(CMC_WS_DQ_TMA 1)", lambda t: "#define CMC_WS_DQ_TMA 1\n" + _ws(t),
+              lambda d: WS_SMEM_GROWTH),
 }
 
 
@@ -238,11 +246,14 @@ for _n, (_what, _edits) in WS_ABLATIONS.items():
 # they leave out part of the work).
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
-TMA = {"tmaload", "ws", "wsred", *WS_ABLATIONS}
+TMA = {"tmaload", "ws", "wsred", "wstma", *WS_ABLATIONS}
+# ... and a third, of dq_accum (CMC_WS_DQ_TMA).
+DQ_MAP = {"wstma"}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred"}
-THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS, **{n: WS_THREADS for n in WS_ABLATIONS}}
+PATCH_CHECKED = {"ws", "wsred", "wstma"}
+THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS, "wstma": WS_THREADS,
+           **{n: WS_THREADS for n in WS_ABLATIONS}}
 
 
 def apply(text: str, edits: list[tuple[str, str, int]]) -> str:
@@ -323,6 +334,7 @@ def main() -> int:
         for v in cases[n]:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
             tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = bkc._LAYOUTS[v], v[1], v[2]
+            tma_bwd.dq_map = n in DQ_MAP
             bkc.Bwd = tma_bwd if n in TMA else plain_bwd  # type: ignore[misc]  # run_case makes its own
             lens = bkc.PATCH_LENS if v in bkc.PATCH_VARIANTS else None
             for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0]), lens=lens):
@@ -338,6 +350,7 @@ def main() -> int:
         L, B = (int(x) for x in lb.split("x"))
         for n in variants:
             cls = tma_bwd if n in TMA else plain_bwd
+            tma_bwd.dq_map = n in DQ_MAP
             for line in bkc.timing(cls(built[(n, "causal", "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once):
                 print(line, flush=True)

@@ -42,7 +42,17 @@ fi
 # out/bench not carried (the carry is 64 MiB with the FA4 parts): build it here, on 16 cores
 if [ $# -gt 0 ] && [ ! -d "${ARTIFACTS:-out/bench}" ]; then
   echo "device_bench: building ${ARTIFACTS:-out/bench} on this machine"
-  timeout ${T_COMPILE:-240} python3 benchmarks/bench.py --compile "${ARTIFACTS:-out/bench}" 2>&1 | tail -3
+  # A build cut short leaves some masks without artifacts, and the bench would then time the
+  # peers alone on those (2026-12-05 15:48 UTC: T_COMPILE=90 left 5 of 9 generality masks
+  # out): stop instead, and remove the partial folder so a rerun builds it again.
+  timeout ${T_COMPILE:-240} python3 benchmarks/bench.py --compile "${ARTIFACTS:-out/bench}" >"$out/compile.log" 2>&1
+  rc=$?
+  tail -3 "$out/compile.log"
+  if [ $rc -ne 0 ]; then
+    echo "device_bench: BUILD FAILED or timed out (rc $rc, T_COMPILE=${T_COMPILE:-240} s): $out/compile.log"
+    rm -rf "${ARTIFACTS:-out/bench}"
+    exit 4
+  fi
 fi
 if [ $# -gt 0 ]; then
   timeout ${T_BENCH:-400} python3 benchmarks/bench.py --artifacts ${ARTIFACTS:-out/bench} --lengths "$@" \

@@ -60,10 +60,11 @@ step() {
 
 # 1. the sm_90a kv alternatives, first and before the artifact build (they build their own;
 #    tools/bwd_ablate.py): the warp-specialised kv (ws, the default on linear tilings since
-#    2026-12-05) checked on bwd_kernel_check's cases, and its dQ path taken apart (wsnobulk,
-#    wsnostage, wsnodqgemm: timing only); then TMA loads (tmaload) and red.v4 adds (red4) in
-#    the lockstep kv; all timed beside the lockstep kernel at causal 4K x 8, 16K x 2
-step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnobulk wsnostage wsnodqgemm --check
+#    2026-12-05) and wstma (its dQ added by two TMA tensor reduce-adds per warpgroup and item)
+#    checked on bwd_kernel_check's cases, beside wsnobulk (ws without the dQ adds: wstma's
+#    floor; timing only); then TMA loads (tmaload) and red.v4 adds (red4) in the lockstep kv;
+#    all timed beside the lockstep kernel at causal 4K x 8, 16K x 2
+step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wstma wsnobulk --check
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?

@@ -232,7 +232,8 @@ def synchronize_context() -> None:
     call("cuCtxSynchronize", cu.cuCtxSynchronize())
 
 
-_TMAP_DTYPE = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
+_TMAP_DTYPE = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+               "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
 
 
 def tensor_map_3d(dtype: str, ptr: int, dims: tuple[int, int, int],

@@ -183,6 +183,12 @@ template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * 
 #ifndef CMC_BWD_KV_WS
 #define CMC_BWD_KV_WS 0
 #endif
+// The ws kv's dQ writers add a contiguous item's partial by two TMA tensor reduce-adds per
+// warpgroup (a third map, dq_accum's) instead of one bulk add per row (experiment,
+// tools/bwd_ablate.py wstma).
+#ifndef CMC_WS_DQ_TMA
+#define CMC_WS_DQ_TMA 0
+#endif
 #if !defined(CMC_HOST)
 // Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
 // swizzle): the bwd_kv_sm90_ws kind's second launch parameter (kv_ws_entry). The experiments
@@ -193,6 +199,9 @@ struct alignas(64) cmc_kv_map {
 };
 struct cmc_kv_maps_t {
   cmc_kv_map q, dout;
+#if CMC_WS_DQ_TMA
+  cmc_kv_map dq;  // dq_accum: fp32 [T, Hq, D], box (32, 1, 64), 128-byte swizzle
+#endif
 };
 #if CMC_BWD_KV_TMA || CMC_BWD_KV_WS
 __device__ cmc_kv_maps_t cmc_kv_maps;
@@ -353,6 +362,13 @@ CMC_DEV void red_add_v4(float* p, float a, float b, float c, float d) {
 CMC_DEV void bulk_reduce_add_f32(float* g, unsigned src, unsigned bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                ::"l"(g), "r"(src), "r"(bytes) : "memory");
+}
+// Rows tok .. tok + 63, columns d0 .. d0 + 31 of head h of dq_accum += the staged box at src
+// (64 rows of 128 bytes, 128-byte swizzle) by the TMA unit (bulk group).
+CMC_DEV void tma_reduce_add(const void* map, unsigned src, int d0, int h, int tok) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(src), "r"(d0), "r"(h), "r"(tok)
+               : "memory");
 }
 CMC_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's bulk groups have read their shared memory (the staging may be rewritten).

@@ -223,9 +223,11 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
 // A dQ writer (warps 1, 2 of WG0, for consumer warpgroup w): per item, once the staging is
 // full (barrier 4 + w), one cp.reduce.async.bulk of each row that has a token (256 bytes: the
 // warpgroup's 64 columns at D = 128, the whole row of its key half's partial at D = 64), then
-// the staging is released (barrier 6 + w) once the bulk unit has read it.
+// the staging is released (barrier 6 + w) once the bulk unit has read it. With CMC_WS_DQ_TMA,
+// an item whose 64 rows are consecutive tokens (rows[1] set, rows[2] the first) is added by two
+// TMA reduce-adds of 32 columns from lane 0 instead: 2 operations instead of 64.
 template <int D>
-CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, int heads_q, int w, int lane) {
+CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, int heads_q, int w, int lane) {
   const int* rows = reinterpret_cast<const int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   const unsigned stg = smem_u32(smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow);
   const int col = DQ<D>::kSplitN ? 64 * w : 0;
@@ -246,6 +248,21 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, int heads_q, int w, in
       if (tok >= 0) red_add_v4(acc + ((cmc_i64)tok * heads_q + hq) * D + col + c, v.x, v.y, v.z, v.w);
     }
 #else
+#if CMC_WS_DQ_TMA
+    if (rows[1]) {
+      if (lane == 0) {
+        tma_reduce_add(&maps->dq, stg, col, hq, rows[2]);
+        tma_reduce_add(&maps->dq, stg + 8192, col + 32, hq, rows[2]);
+        bulk_commit();
+        bulk_wait_read();
+      }
+      __syncwarp();
+      ws_bar_arrive(6 + w, 160);
+      continue;
+    }
+#else
+    (void)maps;
+#endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h, tok = rows[4 + r];
@@ -262,14 +279,34 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, int heads_q, int w, in
 // The dQ partial of consumer warpgroup w (dq[4 jj + 2 i + e]: row 16 warp + lane / 4 + 8 i,
 // column 8 jj + 2 (lane % 4) + e of its 64 x 64 block) into its staging, once the writer has
 // read the last one; then the writer is told the query head hq (< 0: the end) and each row's
-// token in the workspace, tok(r) (-1: none).
+// token in the workspace, tok(r) (-1: none). consecutive (CMC_WS_DQ_TMA: the rows are tokens
+// tok(0) .. tok(0) + 63): staged as the two 32-column boxes of dq_accum's map instead (64 rows
+// of 128 bytes each, 128-byte swizzle, at 0 and 8 KiB), for the writer's TMA reduce-adds.
 template <int D, class Tok>
-CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, const Tok& tok) {
+CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, const Tok& tok,
+                         bool consecutive = false) {
   const int warp = wtid >> 5, lane = wtid & 31;
   int* rows = reinterpret_cast<int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   ws_bar_sync(6 + w, 160);
-  if (dq != nullptr) {
+  if (dq != nullptr && CMC_WS_DQ_TMA && consecutive) {
     unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = 16 * warp + (lane >> 2) + 8 * i;
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int chunk = ((jj & 3) << 1) | ((lane & 3) >> 1);
+        *reinterpret_cast<float2*>(stg + (jj >> 2) * 8192 + r * 128 + ((chunk ^ (r & 7)) << 4) + ((lane & 1) << 3)) =
+            make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
+      }
+    }
+    if (wtid == 0) {
+      rows[1] = 1;
+      rows[2] = tok(0);
+    }
+  } else if (dq != nullptr) {
+    unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
+    if (CMC_WS_DQ_TMA && wtid == 0) rows[1] = 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float* row = reinterpret_cast<float*>(stg + (16 * warp + (lane >> 2) + 8 * i) * SmemWS<D>::kStgRow) +
@@ -291,7 +328,8 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
 // workspace token, -1: none). Otherwise dK alone. Then the stage is released (8 warps).
 template <bool BF16, int D, class Tok>
 CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int st, int wg, int wtid, unsigned* pa,
-                         unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq, const Tok& tok) {
+                         unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq, const Tok& tok,
+                         bool consecutive) {
   using L = SmemWS<D>;
   const int warp = wtid >> 5, lane = wtid & 31;
   if (atomic_dq) {
@@ -320,7 +358,7 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
     wg_wait<1>();  // dV and dQ done; dK runs on
     fence_regs<DQ<D>::kRegs>(dq);
     fence_regs<16>(pa);
-    ws_stage_dq<D>(smem, dq, wg, wtid, hq, tok);
+    ws_stage_dq<D>(smem, dq, wg, wtid, hq, tok, consecutive);
   } else {
     kv_dk<BF16, D>(dk, dsa, qB);
   }
@@ -357,6 +395,7 @@ template <class H, class HT> struct WsLinear {
     kv_p_linear<HT>(s, lse_b, cq, sl2, i.is_full, mw_ok, mw, seqt, krow0, krow1, kr, i.qbase, len);
   }
   CMC_DEV int tok(const Item& i, int r) const { return i.qbase + r < len ? (int)(tok0 + i.qbase + r) : -1; }
+  CMC_DEV bool consecutive(const Item& i) const { return i.qbase + kBM <= len; }
   template <bool BF16, int D>
   CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
                      const cmc_bwd_args& args, int hkv) const {
@@ -399,6 +438,7 @@ template <class H, class HT> struct WsPatch {
     const int q = i.qrows(i.r0 + r);
     return q >= 0 ? (int)(tok0 + q) : -1;
   }
+  CMC_DEV bool consecutive(const Item&) const { return false; }
   template <bool BF16, int D>
   CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
                      const cmc_bwd_args& args, int hkv) const {
@@ -450,7 +490,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
     ws_item_end<BF16, D>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq,
-                         [&](int r) { return tiling.tok(item, r); });
+                         [&](int r) { return tiling.tok(item, r); }, tiling.consecutive(item));
   }
   if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; });  // the writer's end
   fence_regs<kAcc>(dk);
@@ -478,12 +518,13 @@ CMC_DEV int ws_key_row(int tid) { return 64 * (wg_index(tid) - 1) + 16 * ((tid >
 // (kWsConsumerRegs): ws_consume on the tiling make_tiling() gives, built after setmaxnreg.
 template <bool BF16, int D, class Load, class MakeTiling, class Desc>
 CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Desc& desc, const cmc_bwd_args& args,
-                      unsigned char* smem, unsigned base, int hkv, bool atomic_dq, int tid) {
+                      const KvMaps* maps, unsigned char* smem, unsigned base, int hkv, bool atomic_dq, int tid) {
   if (wg_index(tid) == 0) {
     ws_setmaxnreg_dec<kWsProducerRegs>();
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
     if (warp == 1 || warp == 2) {
-      if (atomic_dq) ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), desc.heads_q, warp - 1, lane);
+      if (atomic_dq)
+        ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), maps, desc.heads_q, warp - 1, lane);
     } else {
       load(warp, lane);
     }
@@ -526,7 +567,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
       [&](int warp, int lane) {
         if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, maps, plan, tok0, len, k0, hkv * group, group, lane);
       },
-      [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid)); }, desc, args, smem, base, hkv,
+      [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid)); }, desc, args, maps, smem, base, hkv,
       atomic_dq, tid);
 }
 
@@ -571,8 +612,8 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
         ws_load_patch<H, HT, D>(base, smem, desc, args, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
                                 group, lane, warp == 0 ? 0 : 1);
       },
-      [&] { return WsPatch<H, HT>(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid)); }, desc, args, smem,
-      base, hkv, atomic_dq, tid);
+      [&] { return WsPatch<H, HT>(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid)); }, desc, args,
+      nullptr, smem, base, hkv, atomic_dq, tid);
 }
 
 // The bwd_kv_sm90_ws kind's entry (cmc/kernels.py): kv_ws on a linear tiling, kv_patch_ws on a
