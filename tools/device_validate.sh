@@ -120,6 +120,14 @@ step wssan wssan.log 150 bash -c 'rc=0; for t in causal-packed-bf16-d128 chunked
     -p no:cacheprovider "tests/gpu/test_backward_gpu.py::test_backward_matches_reference[$t-ws]" \
     >/tmp/wssan.out 2>&1 || rc=1; grep -v "^\s*$" /tmp/wssan.out | tail -40
   done; done; exit $rc'
+# 4d. is racecheck's LSE-ring report about the cp.async.mbarrier.arrive.noinc ordering? The
+#    same causal cases under ws and wsplain (the loader waits for its copies and arrives
+#    plainly): hazards at the LSE / Dsum slots under ws only would say racecheck does not
+#    model that arrival; under both, a real ordering gap (docs/kernel-notes.md, "Run 14's
+#    validation"). Tiny timing lengths: the sanitizer multiplies kernel times.
+step wsplain wssan.log 150 bash -c 'for v in ws wsplain; do echo "== racecheck $v"; \
+  CMC_ARCH=sm_90a compute-sanitizer --tool racecheck --print-limit 4 python3 tools/bwd_ablate.py \
+  $v --check --cases causal --lengths 512x1 2>&1 | grep -E "hazard|RACECHECK SUMMARY|passed|Race" | head -30; done'
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \
