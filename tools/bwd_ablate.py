@@ -235,6 +235,10 @@ WS_ABLATIONS = {
                     "2 * i], dq[4 * jj + 2 * i + 1]);",
                     "        if (hq < -1) *reinterpret_cast<float2*>(row + 8 * jj) = "  # never: the
                     "make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);", 1)]),  # GEMM stays live
+    "wsnomask": ("ws without the per-element mask of partial tiles (P^T unmasked there; with "
+                 "--mask grid96: what the mask's evaluation costs the backward)",
+                 [("      if (!is_full) {  // (mw_ok implies a partial tile)",
+                   "      if (is_full && !is_full) {  // (never: ablated)", 1)]),
     "wsnodqgemm": ("ws without the dQ GEMM (zeros are staged and added)",
                    [("      ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), "
                      "gdesc(dqB + 2048 * kk, kBN * 128, 1024),\n                         kk);",
@@ -307,6 +311,9 @@ def main() -> int:
     ap.add_argument("--cases", nargs="*", default=None,
                     help="--check only bwd_kernel_check's cases of these masks (e.g. causal; "
                          "under a sanitizer)")
+    ap.add_argument("--mask", default="causal",
+                    help="bwd_kernel_check's mask to time (default causal; grid96: a grid "
+                         "mask whose tiles are all partial)")
     ap.add_argument("--once", action="store_true",
                     help="run each variant's atomic sequence once per length, untimed, for a "
                          "profiler: ncu --kernel-name regex:bwd_kv_sm90 captures base first")
@@ -325,7 +332,10 @@ def main() -> int:
 
     cases = {n: [v for v in bkc.VARIANTS + (bkc.PATCH_VARIANTS if n in PATCH_CHECKED else [])
                  if opts.cases is None or v[0] in opts.cases] for n in checked}
-    jobs = [(n, "causal", "bf16", 128) for n in variants]
+    tm = opts.mask
+    if tm not in bkc.MASKS:
+        raise SystemExit(f"unknown --mask {tm!r}; known: {', '.join(bkc.MASKS)}")
+    jobs = [(n, tm, "bf16", 128) for n in variants]
     jobs += [(n, *v) for n in checked for v in cases[n] if (n, *v) not in jobs]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         futs = {j: pool.submit(_build, j[0], arch, *j[1:]) for j in jobs}
@@ -335,7 +345,7 @@ def main() -> int:
     bkc.torch.zeros(1, device="cuda")  # the primary context the module loads need (no --check)
     print(f"built {len(built)} variants in {time.perf_counter() - t0:.1f} s")
     for n in variants:
-        regs = {s: r for s, r in built[(n, "causal", "bf16", 128)][1].items() if "bwd_kv_sm90" in s}
+        regs = {s: r for s, r in built[(n, tm, "bf16", 128)][1].items() if "bwd_kv_sm90" in s}
         print(f"  {n:9s} {_describe(n):84s} {regs}")
     from cmc.abi import descriptor_layout
 
@@ -354,7 +364,7 @@ def main() -> int:
                 print(f"check {n:9s} {v[0]} {v[1]} d{v[2]:<4d} {mode:12s} "
                       f"{'ok' if ok else 'FAIL'} {msg}", flush=True)
     bkc.Bwd = plain_bwd  # type: ignore[misc]
-    table = bkc.table_of("causal")
+    table = bkc.table_of(tm)
     lay = descriptor_layout(table.mask)
     tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = lay, "bf16", 128
     for lb in opts.lengths:
@@ -362,8 +372,8 @@ def main() -> int:
         for n in variants:
             cls = tma_bwd if n in TMA else plain_bwd
             tma_bwd.dq_map = n in DQ_MAP
-            for line in bkc.timing(cls(built[(n, "causal", "bf16", 128)][0]), lay, table,
-                                   "bf16", L, B, label=f"{n:9s} ", once=opts.once):
+            for line in bkc.timing(cls(built[(n, tm, "bf16", 128)][0]), lay, table,
+                                   "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
     fired = _watchdogs_fired(bkc, tma_bwd._written)
     if fired:

@@ -67,6 +67,9 @@ MASKS = {  # name -> (sample path or mask text, defines)
     # patches from len 1024 (bwd_ablate's patch cases; tests/gpu/test_backward_patch_gpu.py)
     "clear_patch": ("samples/clear.mask", {"TEXT": 77, "W": 128, "R": 16}),
     "residual": (RESIDUAL, {}),
+    # bwd_ablate --mask: a disc in a 96-wide grid, every tile partial, linear tiles below len
+    # 6222 (run 14: backward 0.36 x cuDNN flex at 4K)
+    "grid96": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}),
 }
 # (mask, dtype, head dim) variants to build; every case runs GQA 4/2 on a jagged batch.
 VARIANTS = [
@@ -294,10 +297,12 @@ _LAYOUTS: dict = {}  # (mask, dtype, head dim) -> the descriptor layout (cmc.abi
 
 
 def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
-           label: str = "", once: bool = False) -> list[str]:
-    """Causal L, B, H=16, D=128: backward TFLOP/s (2.5 x forward effective FLOPs). once: one
-    atomic-mode sequence and no timing, for a profiler that captures the first launches
-    (ncu --launch-count)."""
+           label: str = "", once: bool = False, name: str = "causal") -> list[str]:
+    """The mask `name` (table) at L, B, H=16, D=128: backward TFLOP/s (2.5 x forward
+    effective FLOPs, of its visible pairs). once: one atomic-mode sequence and no timing, for
+    a profiler that captures the first launches (ncu --launch-count)."""
+    from cmc.tiles import visible_pairs
+
     H, D = 16, 128
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
     pb = kc.Problem([L] * B, H, H, D, tdt, pad=0)
@@ -313,11 +318,11 @@ def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
     dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
     acc = torch.empty(total, H, D, device="cuda", dtype=torch.float32)
     dsum = torch.empty(H, total, device="cuda", dtype=torch.float32)
-    flops = 2.5 * 4 * B * H * D * (L * (L + 1) // 2)
+    flops = 2.5 * 4 * B * H * D * visible_pairs(table, L, {})
     if once:
         bwd.run(desc, pack_args(do, dq, dk, dv, acc, dsum, total, False), L, H, H, B, False)
         torch.cuda.synchronize()
-        return [f"{label}causal bwd L={L} B={B} H={H} D={D} {dtype} atomic dQ: ran once"]
+        return [f"{label}{name} bwd L={L} B={B} H={H} D={D} {dtype} atomic dQ: ran once"]
     out = []
     for det in (False, True):
         args = pack_args(do, dq, dk, dv, acc, dsum, total, det)
@@ -325,7 +330,7 @@ def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
             bwd.run(desc, args, L, H, H, B, det)
         torch.cuda.synchronize()
         t = fastest_ms(lambda a=args, d=det: bwd.run(desc, a, L, H, H, B, d)) / 1e3
-        out.append(f"{label}causal bwd L={L} B={B} H={H} D={D} {dtype} "
+        out.append(f"{label}{name} bwd L={L} B={B} H={H} D={D} {dtype} "
                    f"{'deterministic' if det else 'atomic dQ':14s} {t * 1e3:8.3f} ms "
                    f"{flops / t / 1e12:7.1f} TFLOP/s  ({role_times(bwd, desc, args, L, H, B, det)})")
     return out

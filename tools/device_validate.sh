@@ -65,6 +65,11 @@ step() {
 #    floor; timing only); then TMA loads (tmaload) and red.v4 adds (red4) in the lockstep kv;
 #    all timed beside the lockstep kernel at causal 4K x 8, 16K x 2
 step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wstma wsnobulk --check
+# 1b. what the per-element mask costs the ws backward on a mask whose tiles are all partial
+#    (grid96: grid_text with W 96, R 40, linear tiles at 4K; run 14: backward 0.36 x cuDNN
+#    flex): ws beside wsnomask (the same kernel with P^T unmasked on partial tiles; timing
+#    only)
+step wsmask ws.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnomask --mask grid96 --lengths 4096x8
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
