@@ -83,6 +83,24 @@ def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
         print(f"compiled {spec.key} -> {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
+def runtime_copy(src: Path, dst: Path) -> int:
+    """The artifacts under src as the runtime loads them, without their NAME.cu sources (which
+    only `cmc compile --check` reads): 8 of out/bench's 19 MB on 2026-12-05, small enough to
+    carry to the device beside the FA4 parts. Returns the bytes copied."""
+    import shutil
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    n = 0
+    for f in sorted(src.rglob("*")):
+        if f.is_file() and f.suffix != ".cu":
+            out = dst / f.relative_to(src)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, out)
+            n += f.stat().st_size
+    return n
+
+
 @dataclass
 class Case:
     pattern: str  # a Spec key, or an ALIASES key
@@ -849,6 +867,9 @@ def main() -> None:
     ap.add_argument("--check", action="store_true",
                     help="first check every system against a float32 reference")
     ap.add_argument("--merge", nargs="*", help="merge bench.json files, print and plot them")
+    ap.add_argument("--runtime-copy", nargs=2, metavar=("SRC", "DST"),
+                    help="copy the artifacts of SRC (--compile's) to DST without their .cu "
+                         "sources, for a device carry")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
     if args.merge:
@@ -868,6 +889,10 @@ def main() -> None:
             plot(merged, out)
         print(summarize(merged))
         (out / "bench.md").write_text(markdown(merged) + "\n")
+        return
+    if args.runtime_copy:
+        src, dst = (Path(p) for p in args.runtime_copy)
+        print(f"{runtime_copy(src, dst) / 2**20:.1f} MiB in {dst}")
         return
     if args.compile:
         compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split)

@@ -161,3 +161,22 @@ def test_cli_help_and_merge(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(ROOT / "benchmarks/bench.py"), "--merge", str(f),
                     "--out", str(tmp_path / "m"), "--no-plot"], check=True, capture_output=True)
     assert "cuDNN flex" in (tmp_path / "m" / "bench.md").read_text()
+
+
+def test_runtime_copy_leaves_out_the_sources_and_loads(tmp_path: Path) -> None:
+    """--runtime-copy: every file but NAME.cu, and the copy still reads as an artifact (the
+    runtime never opens the source)."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from cmc.driver import compile_file
+    from cmc.runtime.manifest import read_manifest
+
+    art = compile_file(ROOT / "samples" / "causal.mask", tmp_path / "bench" / "causal",
+                       archs=["sm_90a"], dtypes=["bf16"], head_dims=[64], backward=False)
+    n = bench.runtime_copy(tmp_path / "bench", tmp_path / "run")
+    kept = sorted(p.relative_to(tmp_path / "run") for p in (tmp_path / "run").rglob("*")
+                  if p.is_file())
+    src = sorted(p.relative_to(tmp_path / "bench") for p in (tmp_path / "bench").rglob("*")
+                 if p.is_file() and p.suffix != ".cu")
+    assert kept == src and n == sum((tmp_path / "run" / p).stat().st_size for p in kept)
+    assert (art / "causal.cu").is_file() and not list((tmp_path / "run").rglob("*.cu"))
+    read_manifest(tmp_path / "run" / art.relative_to(tmp_path / "bench"))
