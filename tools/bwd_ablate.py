@@ -239,6 +239,11 @@ WS_ABLATIONS = {
                  "--mask grid96: what the mask's evaluation costs the backward)",
                  [("      if (!is_full) {  // (mw_ok implies a partial tile)",
                    "      if (is_full && !is_full) {  // (never: ablated)", 1)]),
+    "wsnobar": ("ws without the per-item barrier of both consumer warpgroups before the dQ "
+                "GEMM (D 128: each reads both halves of dS^T; the warpgroups drift apart, dQ "
+                "reads a half-written dS^T): what the lockstep costs",
+                [("    if constexpr (DQ<D>::kSplitN) ws_bar_sync(3, 256);",
+                  "    if constexpr (false) ws_bar_sync(3, 256);", 1)]),
     "wsnodqgemm": ("ws without the dQ GEMM (zeros are staged and added)",
                    [("      ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), "
                      "gdesc(dqB + 2048 * kk, kBN * 128, 1024),\n                         kk);",

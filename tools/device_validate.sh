@@ -70,6 +70,9 @@ step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wstma wsno
 #    flex): ws beside wsnomask (the same kernel with P^T unmasked on partial tiles; timing
 #    only)
 step wsmask ws.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnomask --mask grid96 --lengths 4096x8
+# 1c. what the lockstep of the two consumer warpgroups costs (their barrier before each dQ
+#    GEMM removed: timing only)
+step wsbar ws.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnobar --lengths 4096x8
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
