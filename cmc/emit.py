@@ -313,6 +313,44 @@ class _C:
         return _cast(self.code, self.wide, wide)
 
 
+def _unsigned_op(x: str, op: str, c: int, wide: bool) -> str:
+    """x / c or x % c for x >= 0 and c > 0 (floor == truncation), in unsigned arithmetic:
+    a multiply-high and a shift instead of cmc_fdiv's sign fix-ups."""
+    if wide:
+        return f"(cmc_i64)((unsigned long long)({x}) {op} {c}ull)"
+    return f"(int)((unsigned)({x}) {op} {c}u)"
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+def _narrow_k(p: Pred, holds: bool, rng: tuple[int, int]) -> tuple[int, int]:
+    """k's range once p is known to be `holds`, where p compares k with a constant (else,
+    or if the result would be empty, rng unchanged)."""
+    if not isinstance(p, Cmp):
+        return rng
+    op: str
+    if isinstance(p.a, Var) and p.a.name == "k":
+        op, c = p.op, _const_value(p.b)
+    elif isinstance(p.b, Var) and p.b.name == "k":
+        op, c = _FLIP[p.op], _const_value(p.a)
+    else:
+        return rng
+    if c is None:
+        return rng
+    if not holds:
+        op = _NEGATE[op]
+    lo, hi = rng
+    if op in ("<", "<="):
+        hi = min(hi, c - 1 if op == "<" else c)
+    elif op in (">", ">="):
+        lo = max(lo, c + 1 if op == ">" else c)
+    elif op == "==":
+        lo, hi = max(lo, c), min(hi, c)
+    return (lo, hi) if lo <= hi else rng
+
+
 def _pow2(c: int) -> int | None:
     return c.bit_length() - 1 if c > 0 and c & (c - 1) == 0 else None
 
@@ -361,6 +399,9 @@ class _ExactGen:
         self.row_lines: list[str] = []
         # the largest len (q, k < len): INT32_MAX, or a kernel's max_len (patch tilings)
         self.len_max = I32_MAX
+        # k's range where the code being emitted runs (mode "elem"): narrowed by the
+        # comparisons of k with a constant that && and || have already decided (_narrow_k)
+        self.k_range: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ hoisting
     def _hoist_expr(self, e: Expr) -> _C:
@@ -432,7 +473,7 @@ class _ExactGen:
             if e.name == "k":
                 if mode != "elem":
                     raise ValueError("k in a k-free context")
-                return _C("k", 0, self.len_max - 1)
+                return _C("k", *(self.k_range or (0, self.len_max - 1)))
             if e.name == "len":
                 return _C("s.len", 0, self.len_max)
             raise ValueError(f"unknown variable {e.name!r} in a mask predicate")
@@ -508,6 +549,8 @@ class _ExactGen:
                 code = x
             elif s is not None:
                 code = f"({x} >> {s})"  # arithmetic shift == floor division by 2^s
+            elif c is not None and c > 0 and a.lo >= 0:
+                code = _unsigned_op(x, "/", c, wide)  # floor == truncation when x >= 0
             else:
                 code = f"cmc_fdiv({x}, {y})"
         else:
@@ -518,6 +561,8 @@ class _ExactGen:
                 code = _lit(0, wide)
             elif s is not None and c is not None:
                 code = f"({x} & {_lit(c - 1, wide)})"  # two's complement: floor remainder
+            elif c is not None and c > 0 and a.lo >= 0:
+                code = _unsigned_op(x, "%", c, wide)
             else:
                 code = f"cmc_fmod({x}, {y})"
         return _C(_cast(code, wide, res_wide), lo, hi)
@@ -532,14 +577,19 @@ class _ExactGen:
             a, b = self.expr(p.a, mode), self.expr(p.b, mode)
             wide = a.wide or b.wide
             return f"({a.as_type(wide)} {p.op} {b.as_type(wide)})"
-        if isinstance(p, And):
+        if isinstance(p, (And, Or)):
             if not p.items:
-                return "true"
-            return "(" + " && ".join(self.pred(x, mode) for x in p.items) + ")"
-        if isinstance(p, Or):
-            if not p.items:
-                return "false"
-            return "(" + " || ".join(self.pred(x, mode) for x in p.items) + ")"
+                return "true" if isinstance(p, And) else "false"
+            # C evaluates an item only when the ones before it left the result open: each
+            # true (&&) or false (||), which may bound k for the items after it
+            held, codes = self.k_range, []
+            for x in p.items:
+                codes.append(self.pred(x, mode))
+                if mode == "elem":
+                    self.k_range = _narrow_k(x, isinstance(p, And),
+                                             self.k_range or (0, self.len_max - 1))
+            self.k_range = held
+            return "(" + (" && " if isinstance(p, And) else " || ").join(codes) + ")"
         if isinstance(p, Not):
             return f"(!{self.pred(p.a, mode)})"
         if isinstance(p, Same):

@@ -644,6 +644,64 @@ def test_host_random_predicates_exact(workdir):
         _check_table(t, exe, random.Random(1), n=20, max_len=30)
 
 
+def _guarded_division_masks() -> list[IntervalTable]:
+    """k compared with a constant, then floor division / remainder of k - c by non-powers of
+    two behind it (&&: the guard held; ||: the items before it failed), where k - c < 0 is
+    possible without the guard; each guard form and its flip, and a guard that does not
+    make the numerator non-negative (k >= 2 before (k - 5) / 3)."""
+    def c(v: int) -> Const:
+        return Const(v)
+
+    def grid(off: int) -> tuple[Expr, Expr]:
+        d = BinOp("-", k, c(off))
+        return BinOp("/", d, c(3)), BinOp("%", d, c(5))
+
+    def near(a: Expr, b: Expr) -> Pred:
+        return Cmp("<", BinOp("+", BinOp("*", a, a), BinOp("*", b, b)), c(7))
+
+    qy, qx = BinOp("/", q, c(3)), BinOp("%", q, c(5))
+    preds: list[Pred] = []
+    for guard in (Cmp(">=", k, c(5)), Cmp("<", c(4), k), Cmp(">", k, c(4)), Cmp("<=", c(5), k)):
+        ky, kx = grid(5)
+        preds.append(And((guard, near(BinOp("-", qy, ky), BinOp("-", qx, kx)))))
+        # || : the right side runs when the guard's negation failed
+        ky, kx = grid(5)
+        neg = Cmp({">=": "<", ">": "<="}[guard.op], guard.a, guard.b) if isinstance(guard.a, Var) \
+            else Cmp({"<": ">=", "<=": ">"}[guard.op], guard.a, guard.b)
+        preds.append(Or((neg, Cmp("==", BinOp("%", BinOp("-", k, c(5)), c(6)), qx))))
+    ky, kx = grid(5)
+    preds.append(And((Cmp(">=", k, c(2)), Cmp("==", ky, BinOp("/", q, c(7))))))  # not enough
+    preds.append(Or((Not(Cmp(">=", k, c(6))), Cmp("<", BinOp("%", BinOp("-", k, c(6)), c(7)), c(3)))))
+    preds.append(And((Cmp("==", k, c(9)), Cmp("==", BinOp("/", BinOp("-", k, c(10)), c(3)), c(-1)))))
+    tables = []
+    for i, pr in enumerate(preds):
+        m = _mask(f"guarded{i}", (pr,))
+        whole = Term(TRUE, Bound(Const(0), "const"), Bound(L, "const"), m.predicate)
+        tables.append(IntervalTable(m, (whole,)))
+    return tables
+
+
+def test_guarded_division_is_unsigned_only_where_the_guard_proves_it():
+    """emit's range narrowing: (k - 5) / 3 behind k >= 5 becomes an unsigned division; behind
+    k >= 2 it stays cmc_fdiv."""
+    tables = _guarded_division_masks()
+    first = emit(tables[0], archs=("sm_80",), dtypes=("bf16",), head_dims=(64,)).text
+    assert "(unsigned)((k - 5)) / 3u" in first and "(unsigned)((k - 5)) % 5u" in first
+    weak = emit(tables[-3], archs=("sm_80",), dtypes=("bf16",), head_dims=(64,)).text
+    assert "cmc_fdiv((k - 5), 3)" in weak and "(unsigned)((k - 5))" not in weak
+
+
+@needs_gxx
+def test_host_guarded_division_exact(workdir):
+    """The narrowed code against evaluate(), on every (q, k) of lengths up to 30 (the guards'
+    constants 4-10 sit inside)."""
+    tables = _guarded_division_masks()
+    with ThreadPoolExecutor(2) as pool:
+        exes = list(pool.map(lambda t: _build_harness(t, workdir), tables))
+    for t, exe in zip(tables, exes, strict=True):
+        _check_table(t, exe, random.Random(3), n=12, max_len=30)
+
+
 @needs_gxx
 def test_host_edge_tables(workdir):
     """No terms, an always-false guard, huge products (saturating interval arithmetic)."""
