@@ -64,11 +64,16 @@ def _cc_and_include() -> tuple[str, Path]:
     return cc, inc
 
 
-def compile_demo(header_dir: Path, out: Path) -> subprocess.CompletedProcess[str]:
+def compile_demo(header_dir: Path, out: Path, sanitize: bool = False
+                 ) -> subprocess.CompletedProcess[str]:
+    """sanitize: AddressSanitizer and UBSan, for the runs on the fake driver (whose map
+    encodes write 128 bytes per map into the demo's arrays)."""
     cc, inc = _cc_and_include()
+    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+           "-fno-omit-frame-pointer"] if sanitize else []
     return subprocess.run(
-        [cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{inc}", f"-I{header_dir}",
-         "-o", str(out), str(DEMO), "-ldl", "-lm"],
+        [cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", *san, f"-I{inc}",
+         f"-I{header_dir}", "-o", str(out), str(DEMO), "-ldl", "-lm"],
         capture_output=True, text=True, timeout=120)
 
 
@@ -126,11 +131,12 @@ def run_on_fake_driver(art: Path, tmp_path: Path, args_bytes: int) -> tuple[str,
                         f"-I{inc}", "-o", str(lib / "libcuda.so.1"), str(FAKE)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    r = compile_demo(art, tmp_path / "attn_demo")
+    r = compile_demo(art, tmp_path / "attn_demo", sanitize=True)
     assert r.returncode == 0, r.stderr
     log = tmp_path / "fake.log"
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "FAKE_CUDA_LOG": str(log),
-           "FAKE_CUDA_ARGS_BYTES": str(args_bytes)}
+           "FAKE_CUDA_ARGS_BYTES": str(args_bytes),
+           "ASAN_OPTIONS": "detect_leaks=0"}  # the fake keeps what it hands out
     run = subprocess.run([str(tmp_path / "attn_demo"), str(art)], capture_output=True,
                          text=True, timeout=120, env=env)
     # the fake computes nothing: the outputs stay NaN and the demo says so
