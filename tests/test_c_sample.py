@@ -7,12 +7,14 @@ the driver's entry points against cudaTypedefs.h. One mask, arch, dtype and head
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -64,13 +66,25 @@ def _cc_and_include() -> tuple[str, Path]:
     return cc, inc
 
 
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+
+
+@functools.cache
+def _sanitizers_link(cc: str) -> bool:
+    """Whether cc builds and runs a program with SANITIZE (libasan and libubsan present)."""
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = Path(d) / "t.c", Path(d) / "t"
+        src.write_text("int main(void) { return 0; }\n")
+        r = subprocess.run([cc, *SANITIZE, "-o", str(exe), str(src)], capture_output=True)
+        return r.returncode == 0 and subprocess.run([str(exe)]).returncode == 0
+
+
 def compile_demo(header_dir: Path, out: Path, sanitize: bool = False
                  ) -> subprocess.CompletedProcess[str]:
-    """sanitize: AddressSanitizer and UBSan, for the runs on the fake driver (whose map
-    encodes write 128 bytes per map into the demo's arrays)."""
+    """sanitize: AddressSanitizer and UBSan where cc has them, for the runs on the fake driver
+    (whose map encodes write 128 bytes per map into the demo's arrays)."""
     cc, inc = _cc_and_include()
-    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-           "-fno-omit-frame-pointer"] if sanitize else []
+    san = SANITIZE if sanitize and _sanitizers_link(cc) else []
     return subprocess.run(
         [cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", *san, f"-I{inc}",
          f"-I{header_dir}", "-o", str(out), str(DEMO), "-ldl", "-lm"],
