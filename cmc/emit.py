@@ -403,6 +403,9 @@ class _ExactGen:
         # comparisons of k with a constant that && and || have already decided (_narrow_k)
         self.k_range: tuple[int, int] | None = None
 
+    def _k_bounds(self) -> tuple[int, int]:
+        return self.k_range or (0, self.len_max - 1)
+
     # ------------------------------------------------------------------ hoisting
     def _hoist_expr(self, e: Expr) -> _C:
         c = self.expr(e, "row")
@@ -473,7 +476,7 @@ class _ExactGen:
             if e.name == "k":
                 if mode != "elem":
                     raise ValueError("k in a k-free context")
-                return _C("k", *(self.k_range or (0, self.len_max - 1)))
+                return _C("k", *self._k_bounds())
             if e.name == "len":
                 return _C("s.len", 0, self.len_max)
             raise ValueError(f"unknown variable {e.name!r} in a mask predicate")
@@ -586,8 +589,7 @@ class _ExactGen:
             for x in p.items:
                 codes.append(self.pred(x, mode))
                 if mode == "elem":
-                    self.k_range = _narrow_k(x, isinstance(p, And),
-                                             self.k_range or (0, self.len_max - 1))
+                    self.k_range = _narrow_k(x, isinstance(p, And), self._k_bounds())
             self.k_range = held
             return "(" + (" && " if isinstance(p, And) else " || ").join(codes) + ")"
         if isinstance(p, Not):

@@ -648,28 +648,22 @@ def _guarded_division_masks() -> list[IntervalTable]:
     """k compared with a constant, then floor division / remainder of k - c by non-powers of
     two behind it (&&: the guard held; ||: the items before it failed), where k - c < 0 is
     possible without the guard; each guard form and its flip, and a guard that does not
-    make the numerator non-negative (k >= 2 before (k - 5) / 3)."""
+    make the numerator non-negative (k >= 2 before (k - 5) / 3). First the && of k >= 5;
+    third from last the weak guard."""
     def c(v: int) -> Const:
         return Const(v)
 
-    def grid(off: int) -> tuple[Expr, Expr]:
-        d = BinOp("-", k, c(off))
-        return BinOp("/", d, c(3)), BinOp("%", d, c(5))
-
-    def near(a: Expr, b: Expr) -> Pred:
-        return Cmp("<", BinOp("+", BinOp("*", a, a), BinOp("*", b, b)), c(7))
-
-    qy, qx = BinOp("/", q, c(3)), BinOp("%", q, c(5))
+    ky, kx = BinOp("/", BinOp("-", k, c(5)), c(3)), BinOp("%", BinOp("-", k, c(5)), c(5))
+    dy, dx = BinOp("-", BinOp("/", q, c(3)), ky), BinOp("-", BinOp("%", q, c(5)), kx)
+    near = Cmp("<", BinOp("+", BinOp("*", dy, dy), BinOp("*", dx, dx)), c(7))
+    cycle = Cmp("==", BinOp("%", BinOp("-", k, c(5)), c(6)), BinOp("%", q, c(5)))
     preds: list[Pred] = []
-    for guard in (Cmp(">=", k, c(5)), Cmp("<", c(4), k), Cmp(">", k, c(4)), Cmp("<=", c(5), k)):
-        ky, kx = grid(5)
-        preds.append(And((guard, near(BinOp("-", qy, ky), BinOp("-", qx, kx)))))
-        # || : the right side runs when the guard's negation failed
-        ky, kx = grid(5)
-        neg = Cmp({">=": "<", ">": "<="}[guard.op], guard.a, guard.b) if isinstance(guard.a, Var) \
-            else Cmp({"<": ">=", "<=": ">"}[guard.op], guard.a, guard.b)
-        preds.append(Or((neg, Cmp("==", BinOp("%", BinOp("-", k, c(5)), c(6)), qx))))
-    ky, kx = grid(5)
+    for guard, negation in ((Cmp(">=", k, c(5)), Cmp("<", k, c(5))),
+                            (Cmp("<", c(4), k), Cmp(">=", c(4), k)),
+                            (Cmp(">", k, c(4)), Cmp("<=", k, c(4))),
+                            (Cmp("<=", c(5), k), Cmp(">", c(5), k))):
+        preds.append(And((guard, near)))
+        preds.append(Or((negation, cycle)))  # the right side runs when the negation failed
     preds.append(And((Cmp(">=", k, c(2)), Cmp("==", ky, BinOp("/", q, c(7))))))  # not enough
     preds.append(Or((Not(Cmp(">=", k, c(6))), Cmp("<", BinOp("%", BinOp("-", k, c(6)), c(7)), c(3)))))
     preds.append(And((Cmp("==", k, c(9)), Cmp("==", BinOp("/", BinOp("-", k, c(10)), c(3)), c(-1)))))

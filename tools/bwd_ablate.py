@@ -262,15 +262,16 @@ ALTERNATIVES["wsplain"] = (
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
+# The alternatives built on the ws kernel (_ws): 384 threads, the Q and dO maps.
+WS_BASED = {"ws", "wsred", "wstma", "wsplain", *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
-TMA = {"tmaload", "ws", "wsred", "wstma", "wsplain", *WS_ABLATIONS}
+TMA = {"tmaload", *WS_BASED}
 # ... and a third, of dq_accum (CMC_WS_DQ_TMA).
 DQ_MAP = {"wstma"}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
 PATCH_CHECKED = {"ws", "wsred", "wstma"}
-THREADS = {"ws": WS_THREADS, "wsred": WS_THREADS, "wstma": WS_THREADS, "wsplain": WS_THREADS,
-           **{n: WS_THREADS for n in WS_ABLATIONS}}
+THREADS = {n: WS_THREADS for n in WS_BASED}
 
 
 def apply(text: str, edits: list[tuple[str, str, int]]) -> str:
@@ -356,12 +357,16 @@ def main() -> int:
 
     failed = passed = 0
     plain_bwd, tma_bwd = bkc.Bwd, _tma_bwd(bkc)
+
+    def bwd_class(n: str):
+        """Variant n's launcher: the plain one, or TmaBwd with (DQ_MAP) or without the dq map."""
+        tma_bwd.dq_map = n in DQ_MAP
+        return tma_bwd if n in TMA else plain_bwd
     for n in checked:
         for v in cases[n]:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
             tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = bkc._LAYOUTS[v], v[1], v[2]
-            tma_bwd.dq_map = n in DQ_MAP
-            bkc.Bwd = tma_bwd if n in TMA else plain_bwd  # type: ignore[misc]  # run_case makes its own
+            bkc.Bwd = bwd_class(n)  # type: ignore[misc]  # run_case makes its own
             lens = bkc.PATCH_LENS if v in bkc.PATCH_VARIANTS else None
             for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0]), lens=lens):
                 failed += 0 if ok else 1
@@ -375,9 +380,7 @@ def main() -> int:
     for lb in opts.lengths:
         L, B = (int(x) for x in lb.split("x"))
         for n in variants:
-            cls = tma_bwd if n in TMA else plain_bwd
-            tma_bwd.dq_map = n in DQ_MAP
-            for line in bkc.timing(cls(built[(n, tm, "bf16", 128)][0]), lay, table,
+            for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
     fired = _watchdogs_fired(bkc, tma_bwd._written)

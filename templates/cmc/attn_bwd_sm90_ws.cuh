@@ -287,9 +287,9 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
                          bool consecutive = false) {
   const int warp = wtid >> 5, lane = wtid & 31;
   int* rows = reinterpret_cast<int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
+  unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
   ws_bar_sync(6 + w, 160);
   if (dq != nullptr && CMC_WS_DQ_TMA && consecutive) {
-    unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = 16 * warp + (lane >> 2) + 8 * i;
@@ -305,7 +305,6 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
       rows[2] = tok(0);
     }
   } else if (dq != nullptr) {
-    unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
     if (CMC_WS_DQ_TMA && wtid == 0) rows[1] = 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
