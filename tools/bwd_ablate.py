@@ -362,6 +362,7 @@ def main() -> int:
         """Variant n's launcher: the plain one, or TmaBwd with (DQ_MAP) or without the dq map."""
         tma_bwd.dq_map = n in DQ_MAP
         return tma_bwd if n in TMA else plain_bwd
+
     for n in checked:
         for v in cases[n]:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
