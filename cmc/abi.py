@@ -19,8 +19,13 @@ swizzle 128B, L2 promotion 128B, out-of-bounds fill zeros (FLOAT_OOB_FILL_NONE),
 address the tensor's base pointer. The batch layout is the packed one with T = B * L.
 
 The warp-specialised dK/dV kernel (bwd_kv_sm90_ws) takes three by-value parameters: the
-descriptor, two such maps (Q, then dO: cmc_bwd_args.dout with its strides, heads_q heads) with
-boxes of 64 tokens whatever the tiling (KernelSpec.map_box_rows), then cmc_bwd_args.
+descriptor, three maps, then cmc_bwd_args. The maps: Q, then dO (cmc_bwd_args.dout with its
+strides, heads_q heads), as above with boxes of 64 tokens whatever the tiling
+(KernelSpec.map_box_rows); then dq_accum (cmc_bwd_args.dq_accum, the fp32 workspace [T,
+heads_q, D], contiguous): element type FLOAT32, dims (D, heads_q, T), byte strides (4 D,
+4 heads_q D), box (32, 1, 64) (F32_MAP_BOX: 128 bytes of columns, the swizzle's limit, by
+one 64-row item), the same swizzle, promotion and fill. The kernel's dQ writers add an item's
+partial through it by TMA tensor reduce-adds.
 
 Kernel grid: the manifest's per-kernel rule (cmc/kernels.py). Portable kernel: (ceil(max_len / block_m),
 heads_q, batch). sm90 kernel (persistent-capable): (min(units, max_ctas), 1, 1) with units =
@@ -88,13 +93,22 @@ TENSOR_MAP_BOX = (64, 1, 128)  # head-dim elements, heads, tokens (innermost fir
 # row (cmc.ir.Tiling.box_rows).
 TENSOR_MAP_BOX_ROWS = (8, 16, 32, 64, 128)
 TENSOR_MAP_SWIZZLE = "128B"
+# Maps of fp32 tensors (the rest are of the kernel's 16-bit dtype) and their box.
+F32_MAP_TENSORS = ("dq_accum",)
+F32_MAP_BOX = (32, 1, 64)
+
+
+def map_box(tensor: str, box_rows: int) -> tuple[int, int, int]:
+    """The box of `tensor`'s map: (64, 1, box_rows) for the 16-bit tensors, F32_MAP_BOX
+    for an fp32 one."""
+    return F32_MAP_BOX if tensor in F32_MAP_TENSORS else (64, 1, box_rows)
 
 
 @dataclass(frozen=True)
 class TensorMapSpec:
     """One tensor map of a kernel's second parameter (see the module docstring)."""
 
-    tensor: str  # "q" | "k" | "v" | "do" (the backward's dO)
+    tensor: str  # "q" | "k" | "v" | "do" (the backward's dO) | "dq_accum" (fp32)
     box: tuple[int, int, int] = TENSOR_MAP_BOX
     swizzle: str = TENSOR_MAP_SWIZZLE
 
@@ -109,7 +123,7 @@ def tensor_maps(kernel: str, box_rows: int = 128) -> tuple[TensorMapSpec, ...]:
     box_rows = s.map_box_rows or box_rows
     if box_rows not in TENSOR_MAP_BOX_ROWS:
         raise ValueError(f"tensor map box of {box_rows} tokens (supported: {TENSOR_MAP_BOX_ROWS})")
-    return tuple(TensorMapSpec(t, (64, 1, box_rows)) for t in tensors)
+    return tuple(TensorMapSpec(t, map_box(t, box_rows)) for t in tensors)
 
 
 # sm_90 places the parameter block at byte 0x210 of constant bank 0, and alignment is of the

@@ -482,13 +482,14 @@ def _bwd_kv_sm90_ws_smem(head_dim: int, plan_ints: int) -> int:
 # lockstep kind's backward on the dense and jagged masks, 0.95-0.99x on CLEAR's patch
 # tiling, which therefore keeps BWD_KV_SM90). Its second parameter is the
 # Q and dO tensor maps (boxes of kBM = 64 tokens, whatever the tiling: kv_patch_ws gathers by
-# token and leaves them unused); the dq role stays BWD_DQ_SM90.
+# token and leaves them unused) and dq_accum's (fp32, abi.F32_MAP_BOX: its writers add an item
+# of consecutive query rows by TMA tensor reduce-adds); the dq role stays BWD_DQ_SM90.
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90_WS: dataclasses.replace(
     BWD_SPECS[KernelKind.BWD_KV_SM90],
     kind=KernelKind.BWD_KV_SM90_WS,
     threads={64: BWD_SM90_WS_THREADS, 128: BWD_SM90_WS_THREADS},
     smem=_bwd_kv_sm90_ws_smem,
-    tensor_maps=("q", "do"),
+    tensor_maps=("q", "do", "dq_accum"),
     map_box_rows=BWD_SM90_BM,
     params=("desc", "maps", "bwd_args"),
     cubin_group=KernelKind.BWD_KV_SM90_WS.value,

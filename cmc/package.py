@@ -281,8 +281,8 @@ def _c_string(s: str) -> str:
 
 
 # The header's `which` of each tensor a map can describe (cmc_NAME_tensor_map_args_of and,
-# for dO, cmc_NAME_bwd_tensor_map_args_of).
-HEADER_MAP_WHICH = {"q": 0, "k": 1, "v": 2, "do": 3}
+# for dO and dq_accum, cmc_NAME_bwd_tensor_map_args_of).
+HEADER_MAP_WHICH = {"q": 0, "k": 1, "v": 2, "do": 3, "dq_accum": 4}
 
 
 def render_header(built: BuiltKernels, mask_file: str) -> str:

@@ -39,7 +39,7 @@ def test_ws_choice_swaps_the_kv_kind_on_sm90a_only():
 
 def test_ws_spec():
     assert (WS.role, WS.archs, WS.params, WS.tensor_maps, WS.map_box_rows, WS.choices) == (
-        "kv", ("sm_90a",), ("desc", "maps", "bwd_args"), ("q", "do"), 64, ("ws",))
+        "kv", ("sm_90a",), ("desc", "maps", "bwd_args"), ("q", "do", "dq_accum"), 64, ("ws",))
     assert WS.threads == {64: 384, 128: 384}
     assert "enum : int { kThreadsWS = 128 * (kWG + 1) };" in HEADER.read_text()
     assert WS.grid_rule(TileShape("linear"), WS.block_m) == ["ceil_div(max_len, 128)",
@@ -57,8 +57,8 @@ def test_param_block_is_desc_maps_then_args():
     """The maps at tensor_maps_offset (64-byte aligned in constant bank 0), cmc_bwd_args 8-byte
     aligned after them (the builds below check the total against each cubin)."""
     for size in (152, 160, 168, 176):
-        assert param_bytes(size, 2, True) == tensor_maps_offset(size) + 256 + 120
-        assert kernel_param_bytes(size, "bwd_kv_sm90_ws") == param_bytes(size, 2, True)
+        assert param_bytes(size, 3, True) == tensor_maps_offset(size) + 384 + 120
+        assert kernel_param_bytes(size, "bwd_kv_sm90_ws") == param_bytes(size, 3, True)
     assert param_bytes(152, 0, True) == 152 + 120 and param_bytes(152, 3) == 176 + 384
 
 
@@ -105,18 +105,20 @@ def test_ws_builds_without_local_memory_and_is_in_the_manifest(ws_artifacts, nam
         assert k["file"] == f"{name}.sm_90a.bwd_kv_sm90ws_bf16_d{k['head_dim']}.cubin"
         assert (k["role"], k["params"], k["threads"]) == ("kv", ["desc", "maps", "bwd_args"], 384)
         assert k["tensor_maps"] == [{"tensor": "q", "box": [64, 1, 64], "swizzle": "128B"},
-                                    {"tensor": "do", "box": [64, 1, 64], "swizzle": "128B"}]
+                                    {"tensor": "do", "box": [64, 1, 64], "swizzle": "128B"},
+                                    {"tensor": "dq_accum", "box": [32, 1, 64], "swizzle": "128B"}]
         assert k["tiling"]["kind"] == tiling
         assert (k["local_bytes"], k["spill_stores"], k["spill_loads"]) == (0, 0, 0), k["symbol"]
         assert k["registers"] <= 168  # 384 x 168 at launch: setmaxnreg's 24 / 240 split fits
     assert inspect(art).kernels
     entries = [e for e in read_manifest(art).kernels if e.symbol in {k["symbol"] for k in ws}]
-    assert all(e.tensor_maps == ("q", "do") and e.box_rows == (64, 64) for e in entries)
+    assert all(e.tensor_maps == ("q", "do", "dq_accum") and e.box_rows == (64, 64, 64)
+               for e in entries)
     assert all(e.params == ("desc", "maps", "bwd_args") for e in entries)
 
 
 @pytest.mark.parametrize("lang", ["c", "c++"])
-def test_ws_header_compiles_and_describes_the_do_map(ws_artifacts, tmp_path, lang):
+def test_ws_header_compiles_and_describes_the_do_and_dq_accum_maps(ws_artifacts, tmp_path, lang):
     from cmc.build import cuda_include_dir
 
     from .test_header import CC, CXX, compile_
@@ -127,8 +129,9 @@ def test_ws_header_compiles_and_describes_the_do_map(ws_artifacts, tmp_path, lan
     h = art / "clear.h"
     text = h.read_text()
     tag = "BWD_KV_SM90WS_BF16_D128"
-    for line in (f"#define CMC_CLEAR_{tag}_TENSOR_MAPS 2", f"#define CMC_CLEAR_{tag}_BOX_ROWS 64u",
-                 f"#define CMC_CLEAR_{tag}_TENSOR_MAP_0 0 ", f"#define CMC_CLEAR_{tag}_TENSOR_MAP_1 3 "):
+    for line in (f"#define CMC_CLEAR_{tag}_TENSOR_MAPS 3", f"#define CMC_CLEAR_{tag}_BOX_ROWS 64u",
+                 f"#define CMC_CLEAR_{tag}_TENSOR_MAP_0 0 ", f"#define CMC_CLEAR_{tag}_TENSOR_MAP_1 3 ",
+                 f"#define CMC_CLEAR_{tag}_TENSOR_MAP_2 4 "):
         assert line in text, line
     for extra in ([], ["-DCMC_WITH_DRIVER_API", "-I", cuda_include_dir()]):
         r = compile_(lang, h, None, *extra)
@@ -139,7 +142,7 @@ def test_ws_header_compiles_and_describes_the_do_map(ws_artifacts, tmp_path, lan
         "int main(void) {", "  cmc_clear_desc d; cmc_bwd_args b; cmc_clear_tensor_map_args a;",
         "  memset(&d, 0, sizeof d); memset(&b, 0, sizeof b);",
         "  d.q = 4096u; d.q_stride_tok = 512; d.q_stride_head = 128; d.heads_q = 4;",
-        "  b.dout = 8192u; b.dout_stride_tok = 1024; b.dout_stride_head = 256;",
+        "  b.dout = 8192u; b.dout_stride_tok = 1024; b.dout_stride_head = 256; b.dq_accum = 65536u;",
         f"  cmc_clear_bwd_tensor_map_args_of(&d, &b, CMC_CLEAR_{tag}_TENSOR_MAP_1, 100u, 128u,",
         f"      CMC_CLEAR_{tag}_BOX_ROWS, &a);",
         '  printf("%llu %llu %llu %llu %llu %llu %u\\n", (unsigned long long)a.address,',
@@ -148,13 +151,22 @@ def test_ws_header_compiles_and_describes_the_do_map(ws_artifacts, tmp_path, lan
         "      (unsigned long long)a.strides[1], a.box[2]);",
         f"  cmc_clear_bwd_tensor_map_args_of(&d, &b, CMC_CLEAR_{tag}_TENSOR_MAP_0, 100u, 128u,",
         f"      CMC_CLEAR_{tag}_BOX_ROWS, &a);",
-        '  printf("%llu %llu\\n", (unsigned long long)a.address, (unsigned long long)a.strides[1]);',
+        '  printf("%llu %llu %u\\n", (unsigned long long)a.address, (unsigned long long)a.strides[1],',
+        "      a.f32);",
+        f"  cmc_clear_bwd_tensor_map_args_of(&d, &b, CMC_CLEAR_{tag}_TENSOR_MAP_2, 100u, 128u,",
+        f"      CMC_CLEAR_{tag}_BOX_ROWS, &a);",
+        '  printf("%llu %llu %llu %llu %llu %llu %u %u %u %u\\n", (unsigned long long)a.address,',
+        "      (unsigned long long)a.dims[0], (unsigned long long)a.dims[1],",
+        "      (unsigned long long)a.dims[2], (unsigned long long)a.strides[0],",
+        "      (unsigned long long)a.strides[1], a.box[0], a.box[1], a.box[2], a.f32);",
         "  return 0;", "}"]) + "\n")
     exe = tmp_path / "probe"
     r = compile_(lang, src, exe, "-I", str(art))
     assert r.returncode == 0, r.stderr
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[:2] == ["8192 128 4 100 512 2048 64", "4096 1024"]
+    # dO: its strides x 2 bytes; Q: the descriptor's; dq_accum: fp32 [100, 4, 128] contiguous
+    assert out.split("\n")[:3] == ["8192 128 4 100 512 2048 64", "4096 1024 0",
+                                   "65536 128 4 100 512 2048 32 1 64 1"]
 
 
 # --------------------------------------------------------------------------- the runtime
@@ -171,7 +183,8 @@ def _to_ws(m: dict) -> None:
                       "dynamic_smem": WS.smem(64, WS.plan_ints(3, None)),
                       "kernel": WS.kind.value, "params": ["desc", "maps", "bwd_args"],
                       "tensor_maps": [{"tensor": t, "box": [64, 1, 64], "swizzle": "128B"}
-                                      for t in ("q", "do")]})
+                                      for t in ("q", "do")]
+                      + [{"tensor": "dq_accum", "box": [32, 1, 64], "swizzle": "128B"}]})
 
 
 def _ws_artifact(tmp_path: Path) -> Path:
@@ -185,9 +198,10 @@ def _ws_artifact(tmp_path: Path) -> Path:
     return d
 
 
-def test_runtime_passes_the_q_and_do_maps(tmp_path, monkeypatch):
+def test_runtime_passes_the_q_do_and_dq_accum_maps(tmp_path, monkeypatch):
     """The kv launch gets (desc, maps, args): maps of q and dO (dO's pointer and strides),
-    boxes of 64 tokens, 64-byte aligned; args is cmc_bwd_args."""
+    boxes of 64 tokens, and of the fp32 workspace dq_accum (boxes of 32 x 1 x 64), 64-byte
+    aligned; args is cmc_bwd_args."""
     from cmc.runtime import loader
 
     from .test_backward_cpu import decode, packed_inputs, ptr
@@ -205,7 +219,7 @@ def test_runtime_passes_the_q_and_do_maps(tmp_path, monkeypatch):
                "args": decode(spec_args, ctypes.string_at(p[-1], spec_args.size))}
         if n == 3:
             assert p[1] % 64 == 0
-            rec["maps"] = [ctypes.string_at(p[1] + 128 * i, 128) for i in range(2)]
+            rec["maps"] = [ctypes.string_at(p[1] + 128 * i, 128) for i in range(3)]
         calls.append(rec)
         return (0,)
 
@@ -221,9 +235,12 @@ def test_runtime_passes_the_q_and_do_maps(tmp_path, monkeypatch):
         {"dtype": "fp16", "ptr": ptr(q), "dims": (64, 4, 135), "strides": (128, 512),
          "box": (64, 1, 64)},
         {"dtype": "fp16", "ptr": ptr(dout), "dims": (64, 4, 135), "strides": (128, 512),
-         "box": (64, 1, 64)}]
+         "box": (64, 1, 64)},
+        {"dtype": "f32", "ptr": kv["args"]["dq_accum"], "dims": (64, 4, 135),
+         "strides": (256, 1024), "box": (32, 1, 64)}]
     assert [m[:8] for m in kv["maps"]] == [ptr(q).to_bytes(8, "little"),
-                                          ptr(dout).to_bytes(8, "little")]
+                                          ptr(dout).to_bytes(8, "little"),
+                                          kv["args"]["dq_accum"].to_bytes(8, "little")]
     assert "maps" not in calls[0] and "maps" not in calls[2]
 
 
@@ -257,7 +274,7 @@ def test_reader_takes_do_maps_for_backward_kernels_only(tmp_path):
 
     d = _ws_artifact(tmp_path)
     kv = [e for e in read_manifest(d).kernels if e.role == "kv"]
-    assert [(e.tensor_maps, e.box_rows) for e in kv] == [(("q", "do"), (64, 64))]
+    assert [(e.tensor_maps, e.box_rows) for e in kv] == [(("q", "do", "dq_accum"), (64, 64, 64))]
 
     def do_in_forward(m):
         fwd = next(k for k in m["kernels"] if k["pass"] == "forward")
@@ -265,5 +282,17 @@ def test_reader_takes_do_maps_for_backward_kernels_only(tmp_path):
         fwd["params"] = ["desc", "maps"]
 
     edit_manifest(d, do_in_forward)
-    with pytest.raises(ArtifactError, match="do: backward kernels only"):
+    with pytest.raises(ArtifactError, match="do, dq_accum: backward kernels only"):
+        read_manifest(d)
+
+    def dq_accum_box(m):  # back to the ws kv, with a 16-bit box on dq_accum's map
+        _to_ws(m)
+        fwd = next(k for k in m["kernels"] if k["pass"] == "forward")
+        fwd.pop("tensor_maps")
+        fwd["params"] = ["desc"]
+        kv = next(k for k in m["kernels"] if k.get("role") == "kv")
+        kv["tensor_maps"][2]["box"] = [64, 1, 64]
+
+    edit_manifest(d, dq_accum_box)
+    with pytest.raises(ArtifactError, match=r"entry \{'tensor': 'dq_accum', 'box': \[64, 1, 64\]"):
         read_manifest(d)

@@ -238,16 +238,21 @@ def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
             assert allocs.get(a[n]) == grad_bytes, (n, a)
             assert (a[f"{n}_stride_tok"], a[f"{n}_stride_head"]) == (H * D, D), (n, a)
         assert len({a[n] for n in ("dout", "dq", "dk", "dv", "dq_accum", "dsum")}) == 6, a
-        # a kind with tensor maps (the warp-specialised kv: Q, dO) gets them encoded over
-        # [T, H, D] with its box rows just before its launch; dO's at the dout buffer
+        # a kind with tensor maps (the warp-specialised kv: Q, dO, dq_accum) gets them
+        # encoded over [T, H, D] with its box rows just before its launch; dO's at the dout
+        # buffer; dq_accum's at the workspace, FLOAT32 (7; BFLOAT16 is 9, FLOAT16 6), 4-byte
+        # strides, boxes of 32 x 1 x 64
         tm = [t["tensor"] for t in k.get("tensor_maps", [])]
         got = maps_before[i]
         assert len(got) == len(tm), (role, got)
+        io = 9 if k["dtype"] == "bf16" else 6
         for t, g in zip(tm, got, strict=True):
-            assert [int(x) for x in g[1:]] == [D, H, L, D * 2, H * D * 2, 64, 1,
-                                               k["tensor_maps"][0]["box"][2]], (role, g)
-            if t == "do":
-                assert int(g[0], 16) == a["dout"], (role, g, a["dout"])
+            want_map = [D, H, L, D * 4, H * D * 4, 32, 1, 64, 7] if t == "dq_accum" else \
+                [D, H, L, D * 2, H * D * 2, 64, 1, k["tensor_maps"][0]["box"][2], io]
+            assert [int(x) for x in g[1:]] == want_map, (role, t, g)
+            if t in ("do", "dq_accum"):
+                want_at = a["dout" if t == "do" else "dq_accum"]
+                assert int(g[0], 16) == want_at, (role, g, want_at)
         for n, rule in bwd["workspace"].items():
             assert allocs.get(a[n]) == _eval(rule["bytes"], sizes), (n, rule, allocs.get(a[n]))
 

@@ -100,8 +100,9 @@ def _tmaload(text: str) -> str:
 
 
 def _tma_bwd(bkc):
-    """bwd_kernel_check.Bwd whose kv launches also pass the Q and dO tensor maps (box 64 x 1 x
-    64), made from the descriptor and cmc_bwd_args bytes (TmaBwd.layout: the descriptor's)."""
+    """bwd_kernel_check.Bwd whose kv launches also pass the Q, dO (box 64 x 1 x 64) and dq_accum
+    (fp32, box 32 x 1 x 64) tensor maps, made from the descriptor and cmc_bwd_args bytes
+    (TmaBwd.layout: the descriptor's)."""
     import struct
 
     from cuda.bindings import driver as cu
@@ -117,7 +118,6 @@ def _tma_bwd(bkc):
         layout = None
         dtype = "bf16"
         head_dim = 128
-        dq_map = False  # a third map, of dq_accum (wstma)
         _written: dict = {}
 
         def launch_role(self, role, desc, args, max_len, hq, hk, batch):
@@ -131,9 +131,9 @@ def _tma_bwd(bkc):
                             for ptr, st, sh in ((dv["q"], dv["q_stride_tok"], dv["q_stride_head"]),
                                                 (av["dout"], av["dout_stride_tok"],
                                                  av["dout_stride_head"])))
-            if self.dq_map:  # wstma: dq_accum, fp32 [T, Hq, D] contiguous, boxes of 32 x 64
-                maps += tensor_map_3d("f32", av["dq_accum"], (d, hq, total), (4 * d, 4 * d * hq),
-                                      (32, 1, 64))
+            # dq_accum, fp32 [T, Hq, D] contiguous, boxes of 32 x 64 (the ws writers' adds)
+            maps += tensor_map_3d("f32", av["dq_accum"], (d, hq, total), (4 * d, 4 * d * hq),
+                                  (32, 1, 64))
             f = self.k[role][0]
             if self._written.get(f) != maps:  # the global, written only when the maps change
                 mod = bkc.kc._ok(cu.cuFuncGetModule(f), "cuFuncGetModule")
@@ -208,10 +208,6 @@ ALTERNATIVES: dict[str, tuple[str, Callable[[str], str], Callable[[int], int]]] 
     "wsred": ("ws with the writer warps adding dQ by red.global.add.v4.f32 from the staging "
               "(CMC_WS_DQ_RED 1)", lambda t: "#define CMC_WS_DQ_RED 1\n" + _ws(t),
               lambda d: WS_SMEM_GROWTH),
-    "wstma": ("ws whose writers add an item of 64 consecutive query rows by two TMA tensor "
-              "reduce-adds per warpgroup (a dq_accum map), not 64 row bulk adds "
-              "(CMC_WS_DQ_TMA 1)", lambda t: "#define CMC_WS_DQ_TMA 1\n" + _ws(t),
-              lambda d: WS_SMEM_GROWTH),
 }
 
 
@@ -225,16 +221,21 @@ def _ws_without(edits: list[tuple[str, str, int]]) -> Callable[[str], str]:
 # "The warp-specialised kv on the H200"): the writers' bulk adds, the consumers' staging
 # stores, the dQ GEMM.
 WS_ABLATIONS = {
-    "wsnobulk": ("ws whose dQ writers issue no cp.reduce.async.bulk (they still wait for and "
-                 "release each staging)",
+    "wsnobulk": ("ws whose dQ writers issue no adds, neither the row bulk adds nor the TMA "
+                 "tensor adds (they still wait for and release each staging)",
                  [("      if (tok >= 0)\n        bulk_reduce_add_f32(",
-                   "      if (tok < -1)\n        bulk_reduce_add_f32(", 1)]),
+                   "      if (tok < -1)\n        bulk_reduce_add_f32(", 1),
+                  ("        tma_reduce_add(&maps->dq, stg, col, hq, rows[2]);\n"
+                   "        tma_reduce_add(&maps->dq, stg + 8192, col + 32, hq, rows[2]);\n",
+                   "", 1)]),
     "wsnostage": ("ws whose consumers do not store the dQ partial to the staging (behind a "
                   "condition that never holds, so the GEMM stays; the hand-off stays)",
                   [("        *reinterpret_cast<float2*>(row + 8 * jj) = make_float2(dq[4 * jj + "
                     "2 * i], dq[4 * jj + 2 * i + 1]);",
                     "        if (hq < -1) *reinterpret_cast<float2*>(row + 8 * jj) = "  # never: the
-                    "make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);", 1)]),  # GEMM stays live
+                    "make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);", 1),  # GEMM stays live
+                   ("        *reinterpret_cast<float2*>(stg + (jj >> 2) * 8192",
+                    "        if (hq < -1) *reinterpret_cast<float2*>(stg + (jj >> 2) * 8192", 1)]),
     "wsnomask": ("ws without the per-element mask of partial tiles (P^T unmasked there; with "
                  "--mask grid96: what the mask's evaluation costs the backward)",
                  [("      if (!is_full) {  // (mw_ok implies a partial tile)",
@@ -254,6 +255,13 @@ for _n, (_what, _edits) in WS_ABLATIONS.items():
 # For racecheck, not speed (correct; a little slower): its hazards on the LSE ring
 # (docs/kernel-notes.md, "Run 14's validation") vanish under this variant if racecheck does
 # not model an mbarrier arrival made by cp.async completion.
+# The kind before its writers added consecutive items by TMA tensor reduce-adds (2026-12-05):
+# every item by one bulk add per row. Correct, so --check runs it.
+ALTERNATIVES["wsrows"] = (
+    "ws whose writers add every item by one cp.reduce.async.bulk per row (no TMA tensor adds)",
+    _ws_without([("  CMC_DEV bool consecutive(const Item& i) const { return i.qbase + kBM <= len; }",
+                  "  CMC_DEV bool consecutive(const Item&) const { return false; }", 1)]),
+    lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wsplain"] = (
     "ws whose loader waits for its LSE and Dsum copies and arrives plainly (no "
     "cp.async.mbarrier.arrive.noinc)",
@@ -262,15 +270,14 @@ ALTERNATIVES["wsplain"] = (
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
-# The alternatives built on the ws kernel (_ws): 384 threads, the Q and dO maps.
-WS_BASED = {"ws", "wsred", "wstma", "wsplain", *WS_ABLATIONS}
-# Alternatives whose kv launches pass the Q and dO tensor maps (module global cmc_kv_maps).
+# The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
+WS_BASED = {"ws", "wsred", "wsrows", "wsplain", *WS_ABLATIONS}
+# Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
+# cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
-# ... and a third, of dq_accum (CMC_WS_DQ_TMA).
-DQ_MAP = {"wstma"}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wstma"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 
@@ -359,8 +366,7 @@ def main() -> int:
     plain_bwd, tma_bwd = bkc.Bwd, _tma_bwd(bkc)
 
     def bwd_class(n: str):
-        """Variant n's launcher: the plain one, or TmaBwd with (DQ_MAP) or without the dq map."""
-        tma_bwd.dq_map = n in DQ_MAP
+        """Variant n's launcher: TmaBwd (its kv takes the maps) or the plain one."""
         return tma_bwd if n in TMA else plain_bwd
 
     for n in checked:

@@ -60,11 +60,12 @@ step() {
 
 # 1. the sm_90a kv alternatives, first and before the artifact build (they build their own;
 #    tools/bwd_ablate.py): the warp-specialised kv (ws, the default on linear tilings since
-#    2026-12-05) and wstma (its dQ added by two TMA tensor reduce-adds per warpgroup and item)
-#    checked on bwd_kernel_check's cases, beside wsnobulk (ws without the dQ adds: wstma's
-#    floor; timing only); then TMA loads (tmaload) and red.v4 adds (red4) in the lockstep kv;
-#    all timed beside the lockstep kernel at causal 4K x 8, 16K x 2
-step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wstma wsnobulk --check
+#    2026-12-05; its dQ added by two TMA tensor reduce-adds per warpgroup and item) and wsrows
+#    (the same kernel adding every item by row bulk adds, as until then) checked on
+#    bwd_kernel_check's cases, beside wsnobulk (ws without the dQ adds: the floor; timing
+#    only); then TMA loads (tmaload) and red.v4 adds (red4) in the lockstep kv; all timed
+#    beside the lockstep kernel at causal 4K x 8, 16K x 2
+step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsrows wsnobulk --check
 # 1b. what the per-element mask costs the ws backward on a mask whose tiles are all partial
 #    (grid96: grid_text with W 96, R 40, linear tiles at 4K; run 14: backward 0.36 x cuDNN
 #    flex): ws beside wsnomask (the same kernel with P^T unmasked on partial tiles; timing

@@ -246,10 +246,13 @@ def _launch_all(attn: Attention, roles: Mapping[str, _Kernel], num_sms: int, sh:
                     ptrs.append(ctypes.addressof(dbuf))
                 elif p == "bwd_args":
                     ptrs.append(ctypes.addressof(abuf))
-                else:  # "maps": those the manifest lists, of q, k, v and dO
+                else:  # "maps": those the manifest lists, of q, k, v, dO and dq_accum
                     views = {t: MapTensor(a.ptr, h, st[n].tok, st[n].head, n) for t, n, a, h in (
                         ("q", "q", qi, geo.heads_q), ("k", "k", ki, geo.heads_kv),
                         ("v", "v", vi, geo.heads_kv), ("do", "dout", info["dout"], geo.heads_q))}
+                    hd = geo.head_dim  # the fp32 workspace, [T, heads_q, D] contiguous
+                    views["dq_accum"] = MapTensor(work["dq_accum"], geo.heads_q,
+                                                  geo.heads_q * hd, hd, "dq_accum")
                     block, at = tensor_maps_block(e.tensor_maps, geo.dtype, geo.head_dim,
                                                   geo.tokens, views, e.box_rows)
                     keep.append(block)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 
-from ..abi import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
+from ..abi import F32_MAP_TENSORS, TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES, map_box
 from ..errors import ArtifactError, ParamError
 from . import _driver
 from .arrays import _Allocation
@@ -251,15 +251,15 @@ _tmaps: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
 
 
 def _tensor_map(name: str, dtype: str, ptr: int, dims: tuple[int, int, int],
-                byte_strides: tuple[int, int], box_rows: int) -> bytes:
-    key = (dtype, ptr, dims, byte_strides, box_rows)
+                byte_strides: tuple[int, int], box: tuple[int, int, int]) -> bytes:
+    key = (dtype, ptr, dims, byte_strides, box)
     with _tmap_lock:
         m = _tmaps.get(key)
         if m is not None:
             _tmaps.move_to_end(key)
             return m
     try:
-        m = _driver.tensor_map_3d(dtype, ptr, dims, byte_strides, (64, 1, box_rows))
+        m = _driver.tensor_map_3d(dtype, ptr, dims, byte_strides, box)
     except _driver.DriverError as e:
         raise ParamError(name, f"cannot be described by a TMA tensor map ({e.result}): the "
                                "sm90 kernel needs head and token strides that are nonzero "
@@ -287,21 +287,24 @@ def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens:
                       views: Mapping[str, MapTensor], box_rows: Sequence[int] = ()
                       ) -> tuple[ctypes.Array[ctypes.c_char], int]:
     """The kernel's maps parameter (cmc/abi.py): one map per tensor, boxes of its own
-    box_rows tokens (128 where none is given), in a host buffer (kept alive by the caller
-    until the launch returns: the driver copies it then) and its 64-byte-aligned address."""
+    box_rows tokens (128 where none is given; an fp32 tensor's, dq_accum, abi.F32_MAP_BOX), in
+    a host buffer (kept alive by the caller until the launch returns: the driver copies it
+    then) and its 64-byte-aligned address."""
     if tokens > 2**31 - 1:
         raise ParamError("q", f"{tokens} tokens: the sm90 kernel addresses tokens with int32 "
                               "TMA coordinates (at most 2^31 - 1)")
-    elem = 2
     maps = []
     rows = tuple(box_rows) or (128,) * len(tensors)
     for t, r in zip(tensors, rows, strict=True):
         m = views[t]
+        f32 = t in F32_MAP_TENSORS
+        elem = 4 if f32 else 2
         # size-1 dimensions may carry any stride (never used): give TMA a valid one
         head = m.stride_head if m.heads > 1 else head_dim
         tok = m.stride_tok if tokens > 1 else m.heads * head
-        maps.append(_tensor_map(m.param, dtype, m.ptr, (head_dim, m.heads, tokens),
-                                (head * elem, tok * elem), r))
+        maps.append(_tensor_map(m.param, "f32" if f32 else dtype, m.ptr,
+                                (head_dim, m.heads, tokens), (head * elem, tok * elem),
+                                map_box(t, r)))
     buf = ctypes.create_string_buffer(TENSOR_MAP_BYTES * len(maps) + TENSOR_MAP_ALIGN)
     at = ctypes.addressof(buf) + (-ctypes.addressof(buf) % TENSOR_MAP_ALIGN)
     data = b"".join(maps)

@@ -17,6 +17,8 @@ from typing import Any
 
 from ..abi import (
     CTYPES,
+    F32_MAP_BOX,
+    F32_MAP_TENSORS,
     HEADER_FIELDS,
     SCHEMA_VERSION,
     TENSOR_MAP_BOX_ROWS,
@@ -179,14 +181,19 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         raise ArtifactError(f"manifest: {where}.tensor_maps must be a list")
     boxes = [[64, 1, r] for r in TENSOR_MAP_BOX_ROWS]
     pass_ = k.get("pass", "forward")
-    tensors = ("q", "k", "v", "do") if pass_ == "backward" else ("q", "k", "v")
+    tensors = ("q", "k", "v", "do", *F32_MAP_TENSORS) if pass_ == "backward" else ("q", "k", "v")
     for t in maps:
-        if not (isinstance(t, dict) and t.get("tensor") in tensors
-                and t.get("box") in boxes and t.get("swizzle") == TENSOR_MAP_SWIZZLE):
+        ok = isinstance(t, dict) and t.get("tensor") in tensors \
+            and t.get("swizzle") == TENSOR_MAP_SWIZZLE
+        if ok:
+            f32 = t["tensor"] in F32_MAP_TENSORS
+            ok = t.get("box") == list(F32_MAP_BOX) if f32 else t.get("box") in boxes
+        if not ok:
             raise ArtifactError(f"manifest: {where}.tensor_maps entry {t!r}: this runtime encodes "
-                                f"maps of {', '.join(tensors)} (do: backward kernels only) "
-                                f"with a box [64, 1, R] (R in {list(TENSOR_MAP_BOX_ROWS)}) and "
-                                f"swizzle {TENSOR_MAP_SWIZZLE} only (cmc/abi.py)")
+                                f"maps of {', '.join(tensors)} (do, dq_accum: backward kernels "
+                                f"only) with a box [64, 1, R] (R in {list(TENSOR_MAP_BOX_ROWS)}; "
+                                f"dq_accum: {list(F32_MAP_BOX)}) and swizzle "
+                                f"{TENSOR_MAP_SWIZZLE} only (cmc/abi.py)")
     max_len = k.get("max_len")
     if max_len is not None and not (isinstance(max_len, int) and max_len > 0):
         raise ArtifactError(f"manifest: {where}.max_len must be null or a positive int")

@@ -183,25 +183,17 @@ template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * 
 #ifndef CMC_BWD_KV_WS
 #define CMC_BWD_KV_WS 0
 #endif
-// The ws kv's dQ writers add a contiguous item's partial by two TMA tensor reduce-adds per
-// warpgroup (a third map, dq_accum's) instead of one bulk add per row (experiment,
-// tools/bwd_ablate.py wstma).
-#ifndef CMC_WS_DQ_TMA
-#define CMC_WS_DQ_TMA 0
-#endif
 #if !defined(CMC_HOST)
 // Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
-// swizzle): the bwd_kv_sm90_ws kind's second launch parameter (kv_ws_entry). The experiments
+// swizzle) and of dq_accum (fp32 [T, Hq, D], box (32, 1, 64), 128-byte swizzle): the
+// bwd_kv_sm90_ws kind's second launch parameter (kv_ws_entry). The experiments
 // CMC_BWD_KV_TMA and CMC_BWD_KV_WS read them from a module global the host writes before the
 // launch (tools/bwd_ablate.py), so their kernels keep the shipped kinds' parameters.
 struct alignas(64) cmc_kv_map {
   unsigned long long opaque[16];
 };
 struct cmc_kv_maps_t {
-  cmc_kv_map q, dout;
-#if CMC_WS_DQ_TMA
-  cmc_kv_map dq;  // dq_accum: fp32 [T, Hq, D], box (32, 1, 64), 128-byte swizzle
-#endif
+  cmc_kv_map q, dout, dq;
 };
 #if CMC_BWD_KV_TMA || CMC_BWD_KV_WS
 __device__ cmc_kv_maps_t cmc_kv_maps;

@@ -16,8 +16,10 @@
 //   WG0 (setmaxnreg 24): warp 0 walks the transposed plan and loads each item into a ring
 //        of 2 stages: Q, dO by TMA (thread 0), LSE and Dsum by cp.async (32 lanes, whose
 //        completion arrives on the stage's full barrier: cp.async.mbarrier.arrive.noinc);
-//        warps 1, 2 add the dQ partials of consumer warpgroups 0, 1 to dq_accum, one
-//        cp.reduce.async.bulk per query row, from a staging buffer in shared memory.
+//        warps 1, 2 add the dQ partials of consumer warpgroups 0, 1 to dq_accum from a
+//        staging buffer in shared memory: two TMA tensor reduce-adds (dq_accum's map) when
+//        the item's 64 query rows are consecutive tokens, else one cp.reduce.async.bulk per
+//        query row.
 //   WG1, WG2 (setmaxnreg 240): kv's item per warpgroup, reordered: S^T, dP^T; P^T; dV;
 //        dS^T; dS^T to shared memory (2 buffers) and one barrier of the 256 consumers; then
 //        dQ before dK, so the dQ partial's trip to the staging runs under the dK GEMM; the
@@ -223,9 +225,9 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
 // A dQ writer (warps 1, 2 of WG0, for consumer warpgroup w): per item, once the staging is
 // full (barrier 4 + w), one cp.reduce.async.bulk of each row that has a token (256 bytes: the
 // warpgroup's 64 columns at D = 128, the whole row of its key half's partial at D = 64), then
-// the staging is released (barrier 6 + w) once the bulk unit has read it. With CMC_WS_DQ_TMA,
-// an item whose 64 rows are consecutive tokens (rows[1] set, rows[2] the first) is added by two
-// TMA reduce-adds of 32 columns from lane 0 instead: 2 operations instead of 64.
+// the staging is released (barrier 6 + w) once the bulk unit has read it. An item whose 64 rows
+// are consecutive tokens (rows[1] set, rows[2] the first) is added by two TMA reduce-adds of 32
+// columns (dq_accum's map) from lane 0 instead: 2 operations instead of 64.
 template <int D>
 CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, int heads_q, int w, int lane) {
   const int* rows = reinterpret_cast<const int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
@@ -248,7 +250,6 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
       if (tok >= 0) red_add_v4(acc + ((cmc_i64)tok * heads_q + hq) * D + col + c, v.x, v.y, v.z, v.w);
     }
 #else
-#if CMC_WS_DQ_TMA
     if (rows[1]) {
       if (lane == 0) {
         tma_reduce_add(&maps->dq, stg, col, hq, rows[2]);
@@ -260,9 +261,6 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
       ws_bar_arrive(6 + w, 160);
       continue;
     }
-#else
-    (void)maps;
-#endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h, tok = rows[4 + r];
@@ -279,9 +277,9 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
 // The dQ partial of consumer warpgroup w (dq[4 jj + 2 i + e]: row 16 warp + lane / 4 + 8 i,
 // column 8 jj + 2 (lane % 4) + e of its 64 x 64 block) into its staging, once the writer has
 // read the last one; then the writer is told the query head hq (< 0: the end) and each row's
-// token in the workspace, tok(r) (-1: none). consecutive (CMC_WS_DQ_TMA: the rows are tokens
-// tok(0) .. tok(0) + 63): staged as the two 32-column boxes of dq_accum's map instead (64 rows
-// of 128 bytes each, 128-byte swizzle, at 0 and 8 KiB), for the writer's TMA reduce-adds.
+// token in the workspace, tok(r) (-1: none). consecutive (the rows are tokens tok(0) ..
+// tok(0) + 63): staged as the two 32-column boxes of dq_accum's map instead (64 rows of 128
+// bytes each, 128-byte swizzle, at 0 and 8 KiB), for the writer's TMA reduce-adds.
 template <int D, class Tok>
 CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, const Tok& tok,
                          bool consecutive = false) {
@@ -289,7 +287,7 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
   int* rows = reinterpret_cast<int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
   ws_bar_sync(6 + w, 160);
-  if (dq != nullptr && CMC_WS_DQ_TMA && consecutive) {
+  if (dq != nullptr && consecutive) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = 16 * warp + (lane >> 2) + 8 * i;
@@ -305,7 +303,7 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
       rows[2] = tok(0);
     }
   } else if (dq != nullptr) {
-    if (CMC_WS_DQ_TMA && wtid == 0) rows[1] = 0;
+    if (wtid == 0) rows[1] = 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float* row = reinterpret_cast<float*>(stg + (16 * warp + (lane >> 2) + 8 * i) * SmemWS<D>::kStgRow) +

@@ -234,12 +234,12 @@ static CUresult f_cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType t
                                          CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
                                          CUtensorMapFloatOOBfill oob)
 {
-  (void)t; (void)elem; (void)il; (void)sw; (void)l2; (void)oob;
+  (void)elem; (void)il; (void)sw; (void)l2; (void)oob;
   if (rank == 3)
-    fprintf(log_file(), "tmap %p %llu %llu %llu %llu %llu %u %u %u\n", addr,
+    fprintf(log_file(), "tmap %p %llu %llu %llu %llu %llu %u %u %u %d\n", addr,
             (unsigned long long)dims[0], (unsigned long long)dims[1],
             (unsigned long long)dims[2], (unsigned long long)strides[0],
-            (unsigned long long)strides[1], box[0], box[1], box[2]);
+            (unsigned long long)strides[1], box[0], box[1], box[2], (int)t);
   /* through a pointer, so that the write is libc's memset (AddressSanitizer's, in a demo built
      with it: test_c_sample), not inlined stores: a map array too small for the kernel's maps
      then fails the run */
