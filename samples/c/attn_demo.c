@@ -268,7 +268,7 @@ static void reference_bwd(const float *q, const float *k, const float *v, const 
 
 /* One backward kernel per role, each in its own cubin; the header's launch helper of each
    computes the role's grid (cmc_causal_grid_<tag>) and sets its dynamic shared memory. A kind
-   with tensor maps (the warp-specialised kv: Q and dO) launches through launch_maps after
+   with tensor maps (the warp-specialised kv: Q, dO, dq_accum) launches through launch_maps after
    its maps are encoded (cmc_causal_tensor_maps_<tag>); the others through launch. */
 enum role { PRE, KV, DQ, POST, N_ROLES };
 typedef CUresult (*bwd_launch_fn)(CUfunction, const cmc_causal_desc *, const cmc_bwd_args *,
@@ -285,6 +285,13 @@ struct bwd_kernel {
   bwd_launch_maps_fn launch_maps;
   bwd_maps_fn maps;
 };
+
+/* Room for the maps of any backward kind (cmc_causal_tensor_maps_<tag> writes its
+   TENSOR_MAPS of them: the warp-specialised kv's Q, dO and dq_accum). */
+#define MAX_BWD_MAPS 4
+#ifdef CMC_CAUSAL_BWD_KV_SM90WS_BF16_D128_TENSOR_MAPS
+typedef char bwd_maps_fit[CMC_CAUSAL_BWD_KV_SM90WS_BF16_D128_TENSOR_MAPS <= MAX_BWD_MAPS ? 1 : -1];
+#endif
 
 /* The launch order on one stream (the header's comment; the manifest's backward.sequence):
    atomic dQ (flags 0) pre, kv, post; deterministic (flags bit 0) pre, kv, dq. */
@@ -361,7 +368,7 @@ static int run_sequence(const char *mode, const enum role *seq, int n,
     printf("backward %s: %s (%s) grid (%u, %u, %u)\n", mode, bk[r].name, bk[r].symbol, grid[0],
            grid[1], grid[2]);
     if (bk[r].launch_maps) {
-      CUtensorMap maps[2];
+      CUtensorMap maps[MAX_BWD_MAPS];
       if (check(bk[r].maps(desc, args, (uint64_t)args->total_tokens, maps), "tensor maps"))
         return -1;
       if (check(bk[r].launch_maps(fns[r], desc, maps, args, NULL), bk[r].symbol)) return -1;
