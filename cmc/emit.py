@@ -736,6 +736,7 @@ class Hooks:
     grid_blocks: tuple[str, ...] = ()  # grid_span, one block per grid family
     other_terms: tuple[tuple[int, int], ...] = ()  # (first instance, count) of the others
     span_grid: tuple[int, int] = (0, 128)  # (origin, width) of the grid grid_span rows are on
+    span_words: bool = False  # the sm90 kv kinds mask partial linear items by span words
 
 
 def _indent(lines: Sequence[str], n: int) -> str:
@@ -947,7 +948,31 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),
         span_grid=span_grid if grid_blocks and span_grid else (0, 128),
+        span_words=_span_words(table, counts, len(grid_blocks),
+                               sum(c for _, c in others) if grid_blocks else 0,
+                               span_grid[1] if grid_blocks and span_grid else 128),
     )
+
+
+# Span words (_span_words): at most this many spans per key row and item (their code is
+# inlined per span: natten_clamped's 12 families x 2 grid rows spilled 32 bytes in the patch
+# kv, 2026-12-05).
+SPAN_WORD_SPANS = 10
+
+
+def _span_words(table: IntervalTable, counts: Sequence[int], grid_families: int,
+                others: int, width: int) -> bool:
+    """Whether the sm90 kv kinds mask a partial linear item (64 consecutive queries) by span
+    words of these hooks (templates/cmc/attn_bwd_sm90.cuh, cmc_bwd_kv_span_word) instead of
+    the predicate per element: a grid mask (its predicate divides and reduces per element)
+    whose terms are all residual-free, with at most SPAN_WORD_SPANS spans per key row and
+    item: grid families times the grid rows 64 queries meet, plus the other instances, or
+    every instance. Other masks keep the predicate, which costs them less than the spans."""
+    if grid_of(table) is None or any(t.residual is not None for t in table.terms):
+        return False
+    spans = (grid_families * ((64 - 1) // width + 2) + others if grid_families
+             else sum(counts))
+    return spans <= SPAN_WORD_SPANS
 
 
 def _linear_span_grid(table: IntervalTable, counts: Sequence[int]) -> tuple[int, int] | None:
@@ -1200,6 +1225,7 @@ def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str,
         n_other=sum(c for _, c in hooks.other_terms),
         other_term=_other_term_code(hooks.other_terms),
         span_grid=hooks.span_grid,
+        span_words=1 if hooks.span_words else 0,
     ).rstrip("\n")
 
 

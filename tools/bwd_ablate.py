@@ -55,6 +55,9 @@ ABLATIONS: dict[str, tuple[str, list[tuple[str, str, int]]]] = {
     "noload": ("the next item's copies of Q, dO, LSE and Dsum (stale stages are reused)",
                [("    if (jn >= 0) kv_issue<typename H::desc_t, D>(base, buf ^ 1,",
                  "    if (jn < -1) kv_issue<typename H::desc_t, D>(base, buf ^ 1,", 1)]),
+    "lsvis": ("the lockstep kv masking partial linear items by the transposed predicate per "
+              "element, not span words (CMC_BWD_KV_SPANS 0: as before 2026-12-05 19:00 UTC)",
+              [("#define CMC_BWD_KV_SPANS 1", "#define CMC_BWD_KV_SPANS 0", 1)]),
 }
 
 
@@ -262,6 +265,13 @@ ALTERNATIVES["wsrows"] = (
     _ws_without([("  CMC_DEV bool consecutive(const Item& i) const { return i.qbase + kBM <= len; }",
                   "  CMC_DEV bool consecutive(const Item&) const { return false; }", 1)]),
     lambda d: WS_SMEM_GROWTH)
+# The kind before span words (2026-12-05): partial linear items masked by the transposed
+# predicate per element after the S^T GEMM. Correct, so --check runs it.
+ALTERNATIVES["wsvis"] = (
+    "ws masking partial linear items by the transposed predicate per element, not span words "
+    "(CMC_BWD_KV_SPANS 0)",
+    _ws_without([("#define CMC_BWD_KV_SPANS 1", "#define CMC_BWD_KV_SPANS 0", 1)]),
+    lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wsplain"] = (
     "ws whose loader waits for its LSE and Dsum copies and arrives plainly (no "
     "cp.async.mbarrier.arrive.noinc)",
@@ -271,13 +281,13 @@ ALTERNATIVES["wsplain"] = (
 # they leave out part of the work).
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsrows", "wsplain", *WS_ABLATIONS}
+WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 

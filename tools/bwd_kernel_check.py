@@ -79,6 +79,8 @@ VARIANTS = [
     ("document_causal", "bf16", 128),
     ("clear", "bf16", 64), ("clear", "fp16", 128),
     ("residual", "bf16", 128), ("residual", "fp16", 64),
+    # a grid mask whose kv items are masked by span words of grid rows (cmc_bwd_kv_span_word)
+    ("grid96", "bf16", 128),
 ]
 LENS = [1, 17, 130, 600]
 # --sm90 also runs the sm_90a kinds on CLEAR's patches (built with tiled=True: LENS stay below

@@ -7,7 +7,7 @@
 # Knobs: BUDGET (seconds from start, 530), NPROC (pytest-xdist workers, 4; 0 = serial),
 # CMC_GPU_ARTIFACTS (prebuilt artifact folder: skips the build), SKIP (parts to leave out,
 # e.g. "sanitizer torch"). The parts take more than one call's 600 s: run it twice on the
-# same warm machine, the second time with SKIP="ws probe ncu fwd fwdnew" (the artifacts
+# same warm machine, the second time with SKIP="ws wsmask probe ncu fwd fwdnew" (the artifacts
 # are reused from out/gpuart).
 set -u
 export PYTHONUNBUFFERED=1
@@ -59,21 +59,18 @@ step() {
 }
 
 # 1. the sm_90a kv alternatives, first and before the artifact build (they build their own;
-#    tools/bwd_ablate.py): the warp-specialised kv (ws, the default on linear tilings since
-#    2026-12-05; its dQ added by two TMA tensor reduce-adds per warpgroup and item) and wsrows
-#    (the same kernel adding every item by row bulk adds, as until then) checked on
-#    bwd_kernel_check's cases, beside wsnobulk (ws without the dQ adds: the floor; timing
-#    only); then TMA loads (tmaload) and red.v4 adds (red4) in the lockstep kv; all timed
-#    beside the lockstep kernel at causal 4K x 8, 16K x 2
-step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsrows wsnobulk --check
-# 1b. what the per-element mask costs the ws backward on a mask whose tiles are all partial
-#    (grid96: grid_text with W 96, R 40, linear tiles at 4K; run 14: backward 0.36 x cuDNN
-#    flex): ws beside wsnomask (the same kernel with P^T unmasked on partial tiles; timing
-#    only)
-step wsmask ws.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnomask --mask grid96 --lengths 4096x8
-# 1c. what the lockstep of the two consumer warpgroups costs (their barrier before each dQ
-#    GEMM removed: timing only)
-step wsbar ws.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnobar --lengths 4096x8
+#    tools/bwd_ablate.py): the warp-specialised kv (ws, the default on linear tilings; dQ by
+#    TMA tensor reduce-adds since run 15; span words on the partial items of grid masks since
+#    2026-12-05 19:00 UTC) and wsvis (the same kernel with the transposed predicate per
+#    element, as before) checked on bwd_kernel_check's cases (grid96 among them: span words by
+#    grid row), beside wsnobulk (ws without the dQ adds; timing only); then TMA loads (tmaload)
+#    and red.v4 adds (red4) in the lockstep kv; all timed beside the lockstep kernel at causal
+#    4K x 8, 16K x 2
+step ws ws.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsvis wsnobulk --check
+# 1b. what span words save on a grid mask whose tiles are all partial (grid96: grid_text with
+#    W 96, R 40, linear tiles at 4K; run 15: the per-element mask was 43.5 % of ws's kv): ws
+#    beside wsvis and wsnomask (P^T unmasked on partial tiles: the floor; timing only)
+step wsmask ws.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsvis wsnomask --mask grid96 --lengths 4096x8
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
@@ -129,14 +126,6 @@ step wssan wssan.log 150 bash -c 'rc=0; for t in causal-packed-bf16-d128 chunked
     -p no:cacheprovider "tests/gpu/test_backward_gpu.py::test_backward_matches_reference[$t-ws]" \
     >/tmp/wssan.out 2>&1 || rc=1; grep -v "^\s*$" /tmp/wssan.out | tail -40
   done; done; exit $rc'
-# 4d. is racecheck's LSE-ring report about the cp.async.mbarrier.arrive.noinc ordering? The
-#    same causal cases under ws and wsplain (the loader waits for its copies and arrives
-#    plainly): hazards at the LSE / Dsum slots under ws only would say racecheck does not
-#    model that arrival; under both, a real ordering gap (docs/kernel-notes.md, "Run 14's
-#    validation"). Tiny timing lengths: the sanitizer multiplies kernel times.
-step wsplain wssan.log 150 bash -c 'for v in ws wsplain; do echo "== racecheck $v"; \
-  CMC_ARCH=sm_90a compute-sanitizer --tool racecheck --print-limit 4 python3 tools/bwd_ablate.py \
-  $v --check --cases causal --lengths 512x1 2>&1 | grep -E "hazard|RACECHECK SUMMARY|passed|Race" | head -30; done'
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \

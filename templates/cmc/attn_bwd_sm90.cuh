@@ -91,6 +91,66 @@ CMC_DEV int cmc_bwd_dq_mask_bit(int hh, int jj, int e) { return e * 16 + 8 * hh 
 // row lr + 8 i (lr = 64 wg + 16 warp + lane / 4) against query column 8 jj + 2 (lane % 4) + e
 // of the half (kv_patch).
 CMC_DEV int cmc_bwd_kv_mask_bit(int i, int jj, int e) { return i * 16 + e * 8 + jj; }
+// The bits (cmc_bwd_kv_mask_bit(0, jj, e)) of a kv thread's query columns qa + 8 jj + cq + e
+// (cq = 2 (lane % 4)) that lie in [lo, hi) and below qlim.
+CMC_DEV unsigned cmc_bwd_kv_colmask16(int lo, int hi, int qa, int qlim, int cq) {
+  lo -= qa;
+  hi = (hi < qlim ? hi : qlim) - qa;
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > 64 ? 64 : hi;
+  if (hi <= lo) return 0u;
+  // column 8 jj + cq + e in [lo, hi)  <=>  ceil((lo - cq - e) / 8) <= jj < ceil((hi - cq - e) / 8)
+  const int a0 = (lo - cq + 7) >> 3, b0 = (hi - cq + 7) >> 3;
+  const int a1 = (lo - cq + 6) >> 3, b1 = (hi - cq + 6) >> 3;
+  return ((1u << b0) - (1u << a0)) | (((1u << b1) - (1u << a1)) << 8);
+}
+// The kv mask word of an item of 64 consecutive queries from qa (those at or past qlim cut) for
+// the key rows whose transposed rows are r0, r1, from the transposed hooks' exact spans: grid
+// families by query grid row (grid_span, as the forward's MaskLinear does by key grid row) and
+// the other instances one by one, or every instance one by one. False, and mw untouched, where
+// the hooks say the predicate per element costs less (HT::kSpanWords, cmc/emit.py _span_words)
+// or an instance has a residual. The words are built while the S^T and dP^T GEMMs run; the
+// predicate per element ran after them (docs/kernel-notes.md, "Span words for the kv").
+template <class HT>
+CMC_DEV bool cmc_bwd_kv_span_word(const typename HT::seq_t& s, const typename HT::row_t& r0,
+                                  const typename HT::row_t& r1, int qa, int qlim, int cq, unsigned& mw) {
+  if constexpr (HT::kSpanWords == 0) {
+    return false;
+  } else {
+    unsigned w0 = 0u, w1 = 0u;
+    bool exact = true;
+    auto add = [&](int i) {
+      int lo, hi;
+      exact = HT::span(s, r0, i, lo, hi) && exact;
+      w0 |= cmc_bwd_kv_colmask16(lo, hi, qa, qlim, cq);
+      HT::span(s, r1, i, lo, hi);
+      w1 |= cmc_bwd_kv_colmask16(lo, hi, qa, qlim, cq);
+    };
+    if constexpr (HT::kGridFamilies > 0) {
+      const int qe = (qa + 64 < qlim ? qa + 64 : qlim) - 1 - HT::kSpanGridOrigin;
+      if (qe >= 0) {
+        const int qy0 = qa > HT::kSpanGridOrigin ? (qa - HT::kSpanGridOrigin) / HT::kSpanGridWidth : 0;
+        for (int qy = qy0; qy <= qe / HT::kSpanGridWidth; ++qy) {
+#pragma unroll
+          for (int fm = 0; fm < HT::kGridFamilies; ++fm) {
+            int lo, hi;
+            HT::grid_span(s, r0, fm, qy, lo, hi);
+            w0 |= cmc_bwd_kv_colmask16(lo, hi, qa, qlim, cq);
+            HT::grid_span(s, r1, fm, qy, lo, hi);
+            w1 |= cmc_bwd_kv_colmask16(lo, hi, qa, qlim, cq);
+          }
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < HT::kOtherTerms; ++n) add(HT::other_term(n));
+    } else {
+#pragma unroll
+      for (int i = 0; i < HT::kTerms; ++i) add(i);
+    }
+    if (exact) mw = w0 | (w1 << 16);
+    return exact;
+  }
+}
 // The class of the forward's linear offset masks (H::kOffsetMasks; cmc/tiling.py offset_masks
 // or lattice_offset_masks) of the pair (query tile qt, key tile kt) of 128 tokens, or -1
 // where the tile stage proved none: outside the band (cmc_offset_band) or outside the
@@ -178,6 +238,12 @@ template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * 
 
 #ifndef CMC_BWD_KV_TMA
 #define CMC_BWD_KV_TMA 0
+#endif
+// Partial linear items of the kv kinds masked by the transposed hooks' span words
+// (cmc_bwd_kv_span_word; 0: HT::visible per element, as before 2026-12-05: tools/bwd_ablate.py
+// wsvis, lsvis).
+#ifndef CMC_BWD_KV_SPANS
+#define CMC_BWD_KV_SPANS 1
 #endif
 // The warp-specialised kv of attn_bwd_sm90_ws.cuh (experiment, tools/bwd_ablate.py ws).
 #ifndef CMC_BWD_KV_WS
@@ -808,6 +874,18 @@ CMC_DEV bool kv_offset_word(bool is_full, int j, int k0, int len, int ctid, unsi
     return false;
   }
 }
+// Whether the kv kinds mask HT's partial linear items by span words (callers choose with if
+// constexpr, so that kinds without them compile exactly as before).
+template <class HT> constexpr bool kv_spans() { return CMC_BWD_KV_SPANS != 0 && HT::kSpanWords != 0; }
+// A partial linear item's mask word (query item j of 64, keys from k0) where kv_spans<HT>():
+// the forward's offset mask where the tile stage proved one, else the transposed hooks' span
+// word of this thread's key rows (cmc_bwd_kv_span_word); false: HT::visible per element.
+template <class H, class HT>
+CMC_DEV bool kv_linear_word(bool is_full, int j, int k0, int len, int ctid, int cq, const typename HT::seq_t& seqt,
+                            const typename HT::row_t& krow0, const typename HT::row_t& krow1, unsigned& mw) {
+  if (kv_offset_word<H, HT>(is_full, j, k0, len, ctid, mw)) return true;
+  return !is_full && cmc_bwd_kv_span_word<HT>(seqt, krow0, krow1, j * kBM, len, cq, mw);
+}
 
 // P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
 // s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
@@ -958,7 +1036,9 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     float s[32], dp[32];
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
     unsigned mw = 0u;
-    const bool mw_ok = kv_offset_word<H, HT>(is_full, j, k0, len, tid, mw);
+    bool mw_ok;
+    if constexpr (kv_spans<HT>()) mw_ok = kv_linear_word<H, HT>(is_full, j, k0, len, tid, cq, seqt, krow0, krow1, mw);
+    else mw_ok = kv_offset_word<H, HT>(is_full, j, k0, len, tid, mw);
     wg_wait<1>();
     fence_regs<32>(s);
     kv_p_linear<HT>(s, lse_b, cq, sl2, is_full, mw_ok, mw, seqt, krow0, krow1, kr, qbase, len);
@@ -1038,6 +1118,17 @@ CMC_DEV bool kv_patch_word(bool is_full, const cmc_patch_geo& geo, int j, int kt
   } else {
     return false;
   }
+}
+// A partial patch item's mask word where kv_spans<HT>(): kv_patch_word, else, for half hh of a
+// linear query tile (consecutive tokens from qrows.base, cut at qrows.lim: len, or the grid
+// origin), the span word of kv_linear_word.
+template <class H, class HT>
+CMC_DEV bool kv_patch_item_word(bool is_full, const cmc_patch_geo& geo, int j, int kt, int len, int ctid, int hh,
+                                int cq, const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
+                                const typename HT::row_t& krow1, const cmc_bwd_tile_tokens<H>& qrows, unsigned& mw) {
+  if (kv_patch_word<H, HT>(is_full, geo, j, kt, len, ctid, hh, mw)) return true;
+  return !is_full && qrows.linear &&
+         cmc_bwd_kv_span_word<HT>(seqt, krow0, krow1, qrows.base + 64 * hh, qrows.lim, cq, mw);
 }
 
 // P^T of a patch item in place (kv_patch, kv_patch_ws): element (key row lr + 8 i, query
@@ -1174,7 +1265,11 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     float s[32], dp[32];
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
     unsigned mw = 0u;
-    const bool mw_ok = kv_patch_word<H, HT>(is_full, geo, j, kt, len, tid, hh, mw);
+    bool mw_ok;
+    if constexpr (kv_spans<HT>())
+      mw_ok = kv_patch_item_word<H, HT>(is_full, geo, j, kt, len, tid, hh, cq, seqt, krow0, krow1, qrows, mw);
+    else
+      mw_ok = kv_patch_word<H, HT>(is_full, geo, j, kt, len, tid, hh, mw);
     wg_wait<1>();
     fence_regs<32>(s);
 

@@ -1,0 +1,125 @@
+"""The kv kinds' span words (templates/cmc/attn_bwd_sm90.cuh part A, cmc_bwd_kv_span_word).
+
+A partial linear item of the sm90 kv kinds (64 consecutive queries against a thread's two key
+rows) is masked by a 32-bit word built from the transposed hooks' exact spans (grid families by
+query grid row, the other instances one by one) instead of the transposed predicate per
+element. Built for the host with g++ from the emitted source: for every key row pair, item
+start, cut and lane column, each bit against cmc_hooks_t::visible (the transposed predicate,
+checked against the dense oracle by test_transpose), and the word must be produced (not the
+per-element fallback) for the grid masks cmc/emit.py _span_words picks, and refused for others.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cmc.driver import front
+
+from .conftest import ONE_SEQUENCE, ROOT, host_build, needs_gxx
+from .conftest import emit_tiled as emit
+
+MAIN = r"""
+static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
+
+int main() {
+  const int len = rd(), qlim_cut = rd();
+""" + ONE_SEQUENCE + r"""    const cmc_hooks_t::seq_t st = cmc_hooks_t::seq(d, 1);
+  long words = 0, refused = 0, bits = 0, bad = 0;
+  for (int kr = 0; kr < len; ++kr) {
+    const int kr1 = kr + 8 < len ? kr + 8 : kr;
+    const cmc_hooks_t::row_t r0 = cmc_hooks_t::row(st, kr), r1 = cmc_hooks_t::row(st, kr1);
+    for (int qa = -3; qa < len; qa += (qa % 64 == 0 ? 17 : 47)) {
+      for (int qlim : {len, qlim_cut}) {
+        for (int cq = 0; cq < 8; cq += 2) {
+          unsigned mw = 0xdeadbeefu;
+          if (!cmc_bwd_kv_span_word<cmc_hooks_t>(st, r0, r1, qa, qlim, cq, mw)) {
+            if (mw != 0xdeadbeefu) { printf("refused word written\n"); return 2; }
+            ++refused;
+            continue;
+          }
+          ++words;
+          for (int i = 0; i < 2; ++i)
+            for (int jj = 0; jj < 8; ++jj)
+              for (int e = 0; e < 2; ++e) {
+                const int q = qa + 8 * jj + cq + e;
+                const bool want = q >= 0 && q < qlim && q < len &&
+                                  cmc_hooks_t::visible(st, i ? r1 : r0, q);
+                const bool got = (mw >> cmc_bwd_kv_mask_bit(i, jj, e)) & 1u;
+                bits += got;
+                if (got != want && bad++ < 5)
+                  printf("kr %d i %d qa %d qlim %d cq %d q %d: word %d, visible %d\n", kr, i, qa,
+                         qlim, cq, q, got, want);
+              }
+        }
+      }
+    }
+  }
+  printf("words %ld refused %ld bits %ld bad %ld\n", words, refused, bits, bad);
+  return bad ? 1 : 0;
+}
+"""
+
+CASES = {  # name -> (mask, defines, lengths and cuts)
+    "clear_w32": ("samples/clear.mask", {"TEXT": 64, "W": 32, "R": 4}, [(300, 64), (97, 70)]),
+    "clear_origin0": ("samples/clear.mask", {"TEXT": 0, "W": 16, "R": 3}, [(200, 128)]),
+    "grid_text_w12": ("benchmarks/generality/grid_text.mask", {"TEXT": 7, "W": 12, "R": 3},
+                      [(260, 7), (61, 40)]),
+    "grid_text_w96": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 2},
+                      [(700, 77)]),
+    # patch-tiled (the kv's linear query tiles are those below the patch length): the
+    # transposed hooks' grid families are on the tiling's grid
+    "grid_text_w96_r40": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40},
+                          [(1500, 77), (333, 200)]),
+}
+REFUSED = {  # name -> (mask, defines): the predicate per element costs less than the spans
+    "causal": ("samples/causal.mask", {}),  # no grid
+    # the transposed clamped window: 12 families, 43 instances, no grid family pays
+    "natten_clamped": ("benchmarks/generality/natten_clamped.mask", {"W": 20, "K": 5}),
+    # 12 grid families (the patch tiling's grid) x 2 grid rows per item: 24 spans
+    "natten_clamped_w96": ("benchmarks/generality/natten_clamped.mask", {}),
+    # 11 instances (R 5) and no grid family
+    "clear_r5": ("samples/clear.mask", {"TEXT": 64, "W": 32, "R": 5}),
+}
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    with tempfile.TemporaryDirectory(prefix="cmc-span-word-") as d:
+        yield Path(d)
+
+
+def _run(name: str, workdir: Path, mask: str, defines: dict, runs) -> list[tuple[int, ...]]:
+    table = front(ROOT / mask, defines)
+    src = emit(table, archs=("sm_90a",), backward=True, bwd_kernel="auto")
+    exe = host_build(src.text, MAIN.replace("DESC", src.layout.struct_name), workdir / name)
+    out = []
+    for n, cut in runs:
+        r = subprocess.run([str(exe)], input=f"{n} {cut}", capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, (name, n, r.stdout[-3000:], r.stderr[-3000:])
+        last = r.stdout.strip().splitlines()[-1].split()
+        out.append(tuple(int(x) for x in last[1::2]))
+    return out
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(CASES))
+def test_span_word_matches_the_transposed_predicate(name, workdir):
+    mask, defines, runs = CASES[name]
+    for words, refused, bits, bad in _run(name, workdir, mask, defines, runs):
+        assert bad == 0
+        assert words > 0 and refused == 0, "grid masks must get span words"
+        assert bits > 0
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_span_word_refused_where_the_predicate_is_cheaper(name, workdir):
+    """cmc/emit.py _span_words says no: the kernels keep the per-element predicate."""
+    mask, defines = REFUSED[name]
+    ((words, refused, _, bad),) = _run(name, workdir, mask, defines, [(150, 70)])
+    assert words == 0 and refused > 0 and bad == 0
