@@ -235,3 +235,13 @@ def test_bwd_kernel_check_sm90_builds_the_opt_in_kv(tmp_path, monkeypatch):
     assert kernels["pre"][1] == "cmc_causal_bwd_pre_bf16_d64"
     portable, _ = bkc.build_variant("causal", "bf16", 64, "sm_90a")
     assert portable["kv"][1:6:3] == ("cmc_causal_bwd_kv_bf16_d64", 64)
+
+
+def test_race_probe_builds_every_ordering():
+    """tools/race_probe.py's kernel (one mode per ordering the ws kv relies on) builds for
+    sm_90a, and its modes are the ones its doc runs."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    rp = _tool("race_probe")
+    assert rp.build("sm_90a")[:4] == b"\x7fELF"
+    assert list(rp.MODES) == ["mbar", "noinc", "cpwait", "named", "sync", "none"]
+    assert all(f" {m} " in rp.__doc__ or f" {m};" in rp.__doc__ for m in rp.MODES)

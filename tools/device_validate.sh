@@ -126,6 +126,13 @@ step wssan wssan.log 150 bash -c 'rc=0; for t in causal-packed-bf16-d128 chunked
     -p no:cacheprovider "tests/gpu/test_backward_gpu.py::test_backward_matches_reference[$t-ws]" \
     >/tmp/wssan.out 2>&1 || rc=1; grep -v "^\s*$" /tmp/wssan.out | tail -40
   done; done; exit $rc'
+# 4d. does racecheck model the orderings wssan's hazards sit on? One correct two-warp kernel
+#    per ordering (mbarrier after st.shared, cp.async + .noinc, cp.async.wait_all + arrive,
+#    bar.arrive / bar.sync), a __syncthreads control and an unordered one
+#    (tools/race_probe.py; docs/kernel-notes.md, "Run 15")
+step raceprobe wssan.log 60 bash -c 'for m in mbar noinc cpwait named sync none; do echo "== $m"; \
+  compute-sanitizer --tool racecheck --print-limit 2 python3 tools/race_probe.py $m 2>&1 | \
+  grep -E "values|hazard|RACECHECK SUMMARY|Error" | head -6; done'
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path
 step bwd bwd.log 75 python3 tools/bwd_kernel_check.py
 step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/test_generality_gpu.py \

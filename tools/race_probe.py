@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Does compute-sanitizer's racecheck model the orderings the ws kv kernel relies on?
+
+racecheck reports hazards in bwd_kv_sm90_ws between the loader's cp.async writes of LSE and
+Dsum and the consumers' reads, and between a consumer's store of the dQ item slot and the
+writer warp's reads (docs/kernel-notes.md, "Run 15"), while every gradient check passes. Both
+are ordered by mbarriers or by a named-barrier bar.arrive / bar.sync pair. This probe runs
+one correct kernel of two warps per ordering (warp 0 writes 32 words of shared memory, warp 1
+reads them after the ordering and copies them out), plus a __syncthreads control (no report
+expected) and an unordered one (a report expected: the tool sees this kernel):
+
+  mbar        st.shared, __syncwarp, lane 0 mbarrier.arrive; warp 1 waits on the parity
+  noinc       cp.async of each word, cp.async.mbarrier.arrive.noinc (the ws loader's way)
+  cpwait      cp.async, cp.async.wait_all, __syncwarp, lane 0 mbarrier.arrive (wsplain's)
+  named       st.shared, bar.arrive 1, 64; warp 1 bar.sync 1, 64 (the dQ item slot's way)
+  sync        st.shared, __syncthreads (control: ordered, and racecheck models it)
+  none        st.shared, no ordering; warp 1 spins on a volatile flag word (control: a race)
+
+Run on the GPU machine from the repository root, one process per mode under the tool:
+
+    for m in mbar noinc cpwait named sync none; do
+      compute-sanitizer --tool racecheck python3 tools/race_probe.py $m; done
+
+Each run prints the values check (every mode must read what warp 0 wrote; `none` included,
+thanks to the flag) and racecheck its hazard summary. Hazards under mbar, noinc, cpwait or
+named with none under sync say racecheck does not model that ordering, and its ws reports
+of the same kind are the tool's limit; no hazard under them says the ws reports point at a
+real gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+SOURCE = r"""
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile("{\n .reg .pred p;\n WAIT_%=:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               " @!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+extern "C" __global__ void __launch_bounds__(64) probe(const int* src, int* out, int mode) {
+  __shared__ __align__(8) unsigned long long bar;
+  __shared__ int data[32];
+  __shared__ volatile int flag;
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  const unsigned b = smem_u32(&bar);
+  if (t == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b), "r"(mode == 1 ? 32 : 1) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    flag = 0;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    if (mode == 1 || mode == 2) {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(data + lane)), "l"(src + lane)
+                   : "memory");
+      if (mode == 1) {
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(b) : "memory");
+      } else {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        __syncwarp();
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(b) : "memory");
+      }
+    } else {
+      data[lane] = src[lane];
+      if (mode == 0) {
+        __syncwarp();
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(b) : "memory");
+      } else if (mode == 3) {
+        asm volatile("bar.arrive 1, 64;\n" ::: "memory");
+      } else if (mode == 5) {
+        __threadfence_block();
+        __syncwarp();
+        if (lane == 0) flag = 1;
+      }
+    }
+  } else {
+    if (mode <= 2) mbar_wait(b, 0);
+    else if (mode == 3) asm volatile("bar.sync 1, 64;\n" ::: "memory");
+    else if (mode == 5) {
+      while (flag == 0) {
+      }
+      __threadfence_block();
+    }
+  }
+  if (mode == 4) __syncthreads();
+  if (warp == 1) out[lane] = data[lane];
+}
+"""
+
+MODES = {"mbar": 0, "noinc": 1, "cpwait": 2, "named": 3, "sync": 4, "none": 5}
+
+
+def build(arch: str) -> bytes:
+    from cuda.bindings import nvrtc
+    from kernel_check import _ok
+
+    prog = _ok(nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"race_probe.cu", 0, [], []), "create")
+    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
+    if int(nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]) != 0:
+        n = _ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        log = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        raise SystemExit(log.decode())
+    n = _ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+    cubin = b" " * n
+    _ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
+    return cubin
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("modes", nargs="*", default=list(MODES))
+    ap.add_argument("--arch", default="sm_90a")
+    opts = ap.parse_args()
+    for m in opts.modes:
+        if m not in MODES:
+            raise SystemExit(f"unknown mode {m!r}; known: {', '.join(MODES)}")
+    cubin = build(opts.arch)
+    from cuda.bindings import driver as cu
+    from kernel_check import _ok
+
+    _ok(cu.cuInit(0), "init")
+    dev = _ok(cu.cuDeviceGet(0), "device")
+    ctx = _ok(cu.cuDevicePrimaryCtxRetain(dev), "context")
+    _ok(cu.cuCtxSetCurrent(ctx), "set context")
+    fn = _ok(cu.cuModuleGetFunction(_ok(cu.cuModuleLoadData(cubin), "load"), b"probe"), "function")
+    want = [7 * i + 3 for i in range(32)]
+    host = (ctypes.c_int * 32)(*want)
+    src, out = _ok(cu.cuMemAlloc(128), "alloc"), _ok(cu.cuMemAlloc(128), "alloc")
+    _ok(cu.cuMemcpyHtoD(src, ctypes.addressof(host), 128), "copy in")
+    bad = 0
+    for m in opts.modes:
+        _ok(cu.cuMemsetD8(out, 0, 128), "memset")
+        vals = [ctypes.c_uint64(int(src)), ctypes.c_uint64(int(out)), ctypes.c_int(MODES[m])]
+        argv = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in vals])
+        _ok(cu.cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, 0, ctypes.addressof(argv), 0), "launch")
+        _ok(cu.cuCtxSynchronize(), "synchronize")
+        got = (ctypes.c_int * 32)()
+        _ok(cu.cuMemcpyDtoH(ctypes.addressof(got), out, 128), "copy out")
+        ok = list(got) == want
+        bad += not ok
+        print(f"{m:7s} values {'ok' if ok else 'WRONG'}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
