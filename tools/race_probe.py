@@ -100,20 +100,12 @@ MODES = {"mbar": 0, "noinc": 1, "cpwait": 2, "named": 3, "sync": 4, "none": 5}
 
 
 def build(arch: str) -> bytes:
-    from cuda.bindings import nvrtc
-    from kernel_check import _ok
+    from cmc.build import nvrtc_compile
 
-    prog = _ok(nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"race_probe.cu", 0, [], []), "create")
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
-    if int(nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]) != 0:
-        n = _ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        log = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        raise SystemExit(log.decode())
-    n = _ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-    cubin = b" " * n
-    _ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-    return cubin
+    r = nvrtc_compile(SOURCE, "race_probe.cu", [f"--gpu-architecture={arch}", "-std=c++17"])
+    if not r.ok:
+        raise SystemExit(r.log)
+    return r.cubin
 
 
 def main() -> int:

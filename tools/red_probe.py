@@ -79,20 +79,12 @@ MODES = {"red2": 0, "red4": 1, "bulk": 2, "rows": 4, "store": 3}
 
 
 def build(arch: str) -> bytes:
-    from cuda.bindings import nvrtc
-    from kernel_check import _ok
+    from cmc.build import nvrtc_compile
 
-    prog = _ok(nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"probe.cu", 0, [], []), "create")
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
-    if int(nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]) != 0:
-        n = _ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        log = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        raise SystemExit(log.decode())
-    n = _ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-    cubin = b" " * n
-    _ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-    return cubin
+    r = nvrtc_compile(SOURCE, "probe.cu", [f"--gpu-architecture={arch}", "-std=c++17"])
+    if not r.ok:
+        raise SystemExit(r.log)
+    return r.cubin
 
 
 def main() -> int:
