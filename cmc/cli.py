@@ -108,6 +108,7 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
                 band = _band_masks_line(table)
                 if band:
                     _echo(f"sm90 band tile masks: {band}")
+            _echo(f"sm90 kv partial items: {_kv_words_line(table)}")
     if failed:
         sys.exit(1)
 
@@ -200,6 +201,7 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     _echo(ascii_tiles(classes))
     for line in _tiling_lines(table, length, values, pairs):
         _echo(line)
+    _echo(f"  sm90 kv partial items: {_kv_words_line(table)}")
     for r in table.residuals:
         _echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
@@ -220,6 +222,17 @@ def _offset_masks_line(table: Any) -> str:
         return f"evaluated per element on partial tiles (no tile masks: {why})"
     return (f"per-offset tile masks replace it on partial linear tiles ({why}, "
             f"{masks.classes * 2} KiB in the cubin)")
+
+
+def _kv_words_line(table: Any) -> str:
+    """How the sm90 kv kinds mask a partial item that no tile mask covers: span words of the
+    transposed table (cmc/emit.py _span_words) or its predicate per element, and why."""
+    from .emit import build_hooks
+    from .transpose import transpose
+
+    hooks_t = build_hooks(transpose(table), prefix="cmc_tabT")
+    how = "span words" if hooks_t.span_words else "the transposed predicate per element"
+    return f"{how} ({hooks_t.span_words_why})"
 
 
 def _band_masks_line(table: Any) -> str:

@@ -737,6 +737,7 @@ class Hooks:
     other_terms: tuple[tuple[int, int], ...] = ()  # (first instance, count) of the others
     span_grid: tuple[int, int] = (0, 128)  # (origin, width) of the grid grid_span rows are on
     span_words: bool = False  # the sm90 kv kinds mask partial linear items by span words
+    span_words_why: str = ""  # why or why not (cmc check, cmc show)
 
 
 def _indent(lines: Sequence[str], n: int) -> str:
@@ -931,6 +932,9 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
             grid_blocks.append("\n".join(_grid_block(term, len(grid_blocks), ex, comment)))
         ex.scope = scope
         ex.len_max = I32_MAX
+    words = _span_words(table, counts, len(grid_blocks),
+                        sum(c for _, c in others) if grid_blocks else 0,
+                        span_grid[1] if grid_blocks and span_grid else 128)
     return Hooks(
         n_terms=base,
         tables=tuple(tables),
@@ -948,9 +952,8 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         grid_blocks=tuple(grid_blocks),
         other_terms=tuple(others) if grid_blocks else (),
         span_grid=span_grid if grid_blocks and span_grid else (0, 128),
-        span_words=_span_words(table, counts, len(grid_blocks),
-                               sum(c for _, c in others) if grid_blocks else 0,
-                               span_grid[1] if grid_blocks and span_grid else 128),
+        span_words=words[0],
+        span_words_why=words[1],
     )
 
 
@@ -961,18 +964,29 @@ SPAN_WORD_SPANS = 10
 
 
 def _span_words(table: IntervalTable, counts: Sequence[int], grid_families: int,
-                others: int, width: int) -> bool:
+                others: int, width: int) -> tuple[bool, str]:
     """Whether the sm90 kv kinds mask a partial linear item (64 consecutive queries) by span
     words of these hooks (templates/cmc/attn_bwd_sm90.cuh, cmc_bwd_kv_span_word) instead of
-    the predicate per element: a grid mask (its predicate divides and reduces per element)
-    whose terms are all residual-free, with at most SPAN_WORD_SPANS spans per key row and
-    item: grid families times the grid rows 64 queries meet, plus the other instances, or
-    every instance. Other masks keep the predicate, which costs them less than the spans."""
-    if grid_of(table) is None or any(t.residual is not None for t in table.terms):
-        return False
-    spans = (grid_families * ((64 - 1) // width + 2) + others if grid_families
-             else sum(counts))
-    return spans <= SPAN_WORD_SPANS
+    the predicate per element, and why: a grid mask (its predicate divides and reduces per
+    element) whose terms are all residual-free, with at most SPAN_WORD_SPANS spans per key
+    row and item: grid families times the grid rows 64 queries meet, plus the other
+    instances, or every instance. Other masks keep the predicate, which costs them less
+    than the spans."""
+    if grid_of(table) is None:
+        return False, "not a grid mask: its predicate is cheaper than spans"
+    if any(t.residual is not None for t in table.terms):
+        return False, "a term has a residual"
+    if grid_families:
+        rows = (64 - 1) // width + 2
+        spans = grid_families * rows + others
+        what = (f"{grid_families} grid famil{'y' if grid_families == 1 else 'ies'} x {rows} "
+                f"grid rows + {others} other instance{'' if others == 1 else 's'}")
+    else:
+        spans = sum(counts)
+        what = f"{spans} instance{'' if spans == 1 else 's'}"
+    if spans > SPAN_WORD_SPANS:
+        return False, f"{spans} spans per key row and item, more than {SPAN_WORD_SPANS}: {what}"
+    return True, f"{spans} spans per key row and item: {what}"
 
 
 def _linear_span_grid(table: IntervalTable, counts: Sequence[int]) -> tuple[int, int] | None:

@@ -123,3 +123,27 @@ def test_span_word_refused_where_the_predicate_is_cheaper(name, workdir):
     mask, defines = REFUSED[name]
     ((words, refused, _, bad),) = _run(name, workdir, mask, defines, [(150, 70)])
     assert words == 0 and refused > 0 and bad == 0
+
+
+def test_check_and_show_say_how_the_kv_masks_partial_items():
+    """The masking path is never silent: cmc check and cmc show name it and why."""
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    def run(*args: str) -> str:
+        r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    grid = str(ROOT / "benchmarks/generality/grid_text.mask")
+    out = run("check", grid, "-D", "W=96", "-D", "R=40")
+    assert ("sm90 kv partial items: span words (4 spans per key row and item: 1 grid family x "
+            "2 grid rows + 2 other instances)") in out
+    out = run("show", grid, "--len", "512", "-D", "W=96", "-D", "R=40")
+    assert "  sm90 kv partial items: span words (4 spans" in out
+    out = run("check", str(ROOT / "benchmarks/generality/natten_clamped.mask"))
+    assert ("sm90 kv partial items: the transposed predicate per element (24 spans per key row "
+            "and item, more than 10: 12 grid families x 2 grid rows") in out
+    out = run("check", str(ROOT / "samples/causal.mask"))
+    assert "sm90 kv partial items: the transposed predicate per element (not a grid mask" in out
