@@ -245,3 +245,20 @@ def test_race_probe_builds_every_ordering():
     assert rp.build("sm_90a")[:4] == b"\x7fELF"
     assert list(rp.MODES) == ["mbar", "noinc", "cpwait", "named", "sync", "none"]
     assert all(f" {m} " in rp.__doc__ or f" {m};" in rp.__doc__ for m in rp.MODES)
+
+
+def test_bwd_ablate_combines_ws_ablations():
+    """`a+b` of ws ablations is one timing-only variant with every part's edits."""
+    from cmc.driver import Options, back, front
+
+    ab = _tool("bwd_ablate")
+    assert not ab.combo("wsnodqgemm") and not ab.combo("wsnodqgemm+ws")
+    assert not ab.combo("wsnostage+wsnostage")
+    name = "wsnodqgemm+wsnostage+wsnobar"
+    assert ab.combo(name) and name in ab.UNCHECKED and ab.THREADS[name] == ab.WS_THREADS
+    src = back(front(ROOT / "samples" / "causal.mask"),
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,), bwd_kernel="lockstep"))
+    both = ab.ALTERNATIVES[name][1](src.text)
+    for part in name.split("+"):
+        one = ab.ALTERNATIVES[part][1](src.text)
+        assert one != both and all(new in both for _, new, _ in ab.WS_ABLATIONS[part][1])

@@ -252,6 +252,15 @@ WS_ABLATIONS = {
                    [("      ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), "
                      "gdesc(dqB + 2048 * kk, kBN * 128, 1024),\n                         kk);",
                      "      ;", 1)]),
+    "wsnodsst": ("ws without the dS^T stores to shared memory (dQ reads a stale dS^T; the fence "
+                 "and the barrier stay)",
+                 [("      *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];",
+                   "      if (hq < -1) *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = "
+                   "dsa[2 * jj];", 1),
+                  ("      *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = "
+                   "dsa[2 * jj + 1];",
+                   "      if (hq < -1) *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) "
+                   "= dsa[2 * jj + 1];", 1)]),
 }
 for _n, (_what, _edits) in WS_ABLATIONS.items():
     ALTERNATIVES[_n] = (_what, _ws_without(_edits), lambda d: WS_SMEM_GROWTH)
@@ -291,6 +300,24 @@ PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 
+def combo(name: str) -> bool:
+    """Registers `a+b+...` (ws ablations, e.g. wsnodqgemm+wsnostage): ws with all their edits,
+    timing only, to see where ablations that each save little interact; False if name is not
+    such a combination."""
+    parts = name.split("+")
+    if len(parts) < 2 or not all(p in WS_ABLATIONS for p in parts) or len(set(parts)) < len(parts):
+        return False
+    if name not in ALTERNATIVES:
+        ALTERNATIVES[name] = (" and ".join(WS_ABLATIONS[p][0] for p in parts),
+                              _ws_without([e for p in parts for e in WS_ABLATIONS[p][1]]),
+                              lambda d: WS_SMEM_GROWTH)
+        UNCHECKED.add(name)
+        WS_BASED.add(name)
+        TMA.add(name)
+        THREADS[name] = WS_THREADS
+    return True
+
+
 def apply(text: str, edits: list[tuple[str, str, int]]) -> str:
     for old, new, times in edits:
         if text.count(old) != times:
@@ -305,6 +332,7 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
     alternative's extra shared memory goes into the kv role's launch."""
     import bwd_kernel_check as bkc
 
+    combo(name)  # a worker process registers its combination itself
     if name in ALTERNATIVES:
         _, edit, extra = ALTERNATIVES[name]
         kernels, res = bkc.build_variant(mask, dtype, d, arch, True, edit=edit,
@@ -343,8 +371,9 @@ def main() -> int:
     opts = ap.parse_args()
     names = opts.names or known
     for n in names:
-        if n not in known:
-            raise SystemExit(f"unknown variant {n!r}; known: {', '.join(known)}")
+        if n not in known and not combo(n):
+            raise SystemExit(f"unknown variant {n!r}; known: {', '.join(known)} (and a+b of "
+                             f"{', '.join(WS_ABLATIONS)})")
     checked = [n for n in names if n in ALTERNATIVES and n not in UNCHECKED] if opts.check else []
     arch = os.environ.get("CMC_ARCH", "sm_90a")
     if arch != "sm_90a":
