@@ -6,7 +6,8 @@ query grid row, the other instances one by one) instead of the transposed predic
 element. Built for the host with g++ from the emitted source: for every key row pair, item
 start, cut and lane column, each bit against cmc_hooks_t::visible (the transposed predicate,
 checked against the dense oracle by test_transpose), and the word must be produced (not the
-per-element fallback) for the grid masks cmc/emit.py _span_words picks, and refused for others.
+per-element fallback) for the grid masks cmc/emit.py _span_words picks, and refused for others;
+the same for the forward hooks (`cmc_hooks`), whose words the deterministic dq kind uses.
 """
 
 from __future__ import annotations
@@ -25,18 +26,18 @@ from .conftest import emit_tiled as emit
 MAIN = r"""
 static int rd() { int v; if (scanf("%d", &v) != 1) { exit(3); } return v; }
 
-int main() {
-  const int len = rd(), qlim_cut = rd();
-""" + ONE_SEQUENCE + r"""    const cmc_hooks_t::seq_t st = cmc_hooks_t::seq(d, 1);
+// Every word of hooks HK (rows = its q, columns = its k) against HK::visible; one line:
+// kSpanWords, words built, words refused, bits set, bits wrong.
+template <class HK> static int check(const typename HK::seq_t& st, int len, int qlim_cut) {
   long words = 0, refused = 0, bits = 0, bad = 0;
   for (int kr = 0; kr < len; ++kr) {
     const int kr1 = kr + 8 < len ? kr + 8 : kr;
-    const cmc_hooks_t::row_t r0 = cmc_hooks_t::row(st, kr), r1 = cmc_hooks_t::row(st, kr1);
+    const typename HK::row_t r0 = HK::row(st, kr), r1 = HK::row(st, kr1);
     for (int qa = -3; qa < len; qa += (qa % 64 == 0 ? 17 : 47)) {
       for (int qlim : {len, qlim_cut}) {
         for (int cq = 0; cq < 8; cq += 2) {
           unsigned mw = 0xdeadbeefu;
-          if (!cmc_bwd_kv_span_word<cmc_hooks_t>(st, r0, r1, qa, qlim, cq, mw)) {
+          if (!cmc_bwd_kv_span_word<HK>(st, r0, r1, qa, qlim, cq, mw)) {
             if (mw != 0xdeadbeefu) { printf("refused word written\n"); return 2; }
             ++refused;
             continue;
@@ -46,20 +47,28 @@ int main() {
             for (int jj = 0; jj < 8; ++jj)
               for (int e = 0; e < 2; ++e) {
                 const int q = qa + 8 * jj + cq + e;
-                const bool want = q >= 0 && q < qlim && q < len &&
-                                  cmc_hooks_t::visible(st, i ? r1 : r0, q);
+                const bool want = q >= 0 && q < qlim && q < len && HK::visible(st, i ? r1 : r0, q);
                 const bool got = (mw >> cmc_bwd_kv_mask_bit(i, jj, e)) & 1u;
                 bits += got;
                 if (got != want && bad++ < 5)
-                  printf("kr %d i %d qa %d qlim %d cq %d q %d: word %d, visible %d\n", kr, i, qa,
-                         qlim, cq, q, got, want);
+                  printf("row %d i %d qa %d qlim %d cq %d col %d: word %d, visible %d\n", kr, i,
+                         qa, qlim, cq, q, got, want);
               }
         }
       }
     }
   }
-  printf("words %ld refused %ld bits %ld bad %ld\n", words, refused, bits, bad);
+  printf("hooks %d words %ld refused %ld bits %ld bad %ld\n", (int)HK::kSpanWords, words, refused,
+         bits, bad);
   return bad ? 1 : 0;
+}
+
+int main() {
+  const int len = rd(), qlim_cut = rd();
+""" + ONE_SEQUENCE + r"""    const cmc_hooks_t::seq_t st = cmc_hooks_t::seq(d, 1);
+  const int rt = check<cmc_hooks_t>(st, len, qlim_cut);  // the kv's
+  const int rf = check<cmc_hooks>(s, len, qlim_cut);     // the deterministic dq's
+  return rt | rf;
 }
 """
 
@@ -101,8 +110,11 @@ def _run(name: str, workdir: Path, mask: str, defines: dict, runs) -> list[tuple
         r = subprocess.run([str(exe)], input=f"{n} {cut}", capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0, (name, n, r.stdout[-3000:], r.stderr[-3000:])
-        last = r.stdout.strip().splitlines()[-1].split()
-        out.append(tuple(int(x) for x in last[1::2]))
+        kv, dq = (tuple(int(x) for x in line.split()[1::2])
+                  for line in r.stdout.strip().splitlines()[-2:])
+        assert dq[4] == 0, f"{name}: the forward hooks' words (bwd_dq_sm90) differ"
+        assert (dq[1] > 0) == (dq[0] == 1) and (dq[2] > 0) == (dq[0] == 0), (name, dq)
+        out.append(kv[1:])
     return out
 
 

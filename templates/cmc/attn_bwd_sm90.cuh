@@ -874,10 +874,11 @@ CMC_DEV bool kv_offset_word(bool is_full, int j, int k0, int len, int ctid, unsi
     return false;
   }
 }
-// Whether the kv kinds mask HT's partial linear items by span words (callers choose with if
+// Whether the backward kinds mask partial linear items by span words of hooks HK (the
+// transposed hooks in kv, the forward's in the deterministic dq; callers choose with if
 // constexpr, so that kinds without them compile exactly as before).
-template <class HT> constexpr bool kv_spans() { return CMC_BWD_KV_SPANS != 0 && HT::kSpanWords != 0; }
-// A partial linear item's mask word (query item j of 64, keys from k0) where kv_spans<HT>():
+template <class HK> constexpr bool span_words_on() { return CMC_BWD_KV_SPANS != 0 && HK::kSpanWords != 0; }
+// A partial linear item's mask word (query item j of 64, keys from k0) where span_words_on<HT>():
 // the forward's offset mask where the tile stage proved one, else the transposed hooks' span
 // word of this thread's key rows (cmc_bwd_kv_span_word); false: HT::visible per element.
 template <class H, class HT>
@@ -1037,7 +1038,7 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
     unsigned mw = 0u;
     bool mw_ok;
-    if constexpr (kv_spans<HT>()) mw_ok = kv_linear_word<H, HT>(is_full, j, k0, len, tid, cq, seqt, krow0, krow1, mw);
+    if constexpr (span_words_on<HT>()) mw_ok = kv_linear_word<H, HT>(is_full, j, k0, len, tid, cq, seqt, krow0, krow1, mw);
     else mw_ok = kv_offset_word<H, HT>(is_full, j, k0, len, tid, mw);
     wg_wait<1>();
     fence_regs<32>(s);
@@ -1119,7 +1120,7 @@ CMC_DEV bool kv_patch_word(bool is_full, const cmc_patch_geo& geo, int j, int kt
     return false;
   }
 }
-// A partial patch item's mask word where kv_spans<HT>(): kv_patch_word, else, for half hh of a
+// A partial patch item's mask word where span_words_on<HT>(): kv_patch_word, else, for half hh of a
 // linear query tile (consecutive tokens from qrows.base, cut at qrows.lim: len, or the grid
 // origin), the span word of kv_linear_word.
 template <class H, class HT>
@@ -1266,7 +1267,7 @@ CMC_DEV void kv_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
     unsigned mw = 0u;
     bool mw_ok;
-    if constexpr (kv_spans<HT>())
+    if constexpr (span_words_on<HT>())
       mw_ok = kv_patch_item_word<H, HT>(is_full, geo, j, kt, len, tid, hh, cq, seqt, krow0, krow1, qrows, mw);
     else
       mw_ok = kv_patch_word<H, HT>(is_full, geo, j, kt, len, tid, hh, mw);

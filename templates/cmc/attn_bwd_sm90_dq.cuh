@@ -200,6 +200,13 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     // S and dP (two commit groups).
     float s[32], dp[32];
     issue_s_dp<BF16, D, kDqRows, kDqKeys>(s, dp, qA, kb, doA, vb);
+    // Else a grid mask's span word of this thread's rows over the half's 64 keys (the kv's
+    // cmc_bwd_kv_span_word over the forward hooks: rows are queries here), built under the GEMMs.
+    unsigned sw = 0u;
+    bool sw_ok = false;
+    if constexpr (span_words_on<H>()) {
+      if (!mw_ok && !is_full) sw_ok = cmc_bwd_kv_span_word<H>(seq, rc0, rc1, j * kDqKeys, len, cq, sw);
+    }
     wg_wait<1>();
     fence_regs<32>(s);
 
@@ -215,6 +222,9 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
           const bool in = kbase + 8 * jj + e < len;
           if (!(in && ((mw.x >> bit) & 1u))) p0 = 0.f;
           if (!(in && ((mw.y >> bit) & 1u))) p1 = 0.f;
+        } else if (sw_ok) {  // (the word is cut at len)
+          if (!((sw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u)) p0 = 0.f;
+          if (!((sw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u)) p1 = 0.f;
         } else if (!is_full) {
           const int k = kbase + 8 * jj + e;
           const bool in = k < len;

@@ -386,7 +386,7 @@ template <class H, class HT> struct WsLinear {
         krow1(HT::row(s, key0 + lr + 8)) {}
   CMC_DEV Item item(const int4& it) const { return {it.x, it.x * kBM, it.z != 0}; }
   CMC_DEV bool word(const Item& i, int ctid, unsigned& mw) const {
-    if constexpr (kv_spans<HT>())
+    if constexpr (span_words_on<HT>())
       return kv_linear_word<H, HT>(i.is_full, i.j, k0, len, ctid, 2 * (ctid & 3), seqt, krow0, krow1, mw);
     else
       return kv_offset_word<H, HT>(i.is_full, i.j, k0, len, ctid, mw);
@@ -429,7 +429,7 @@ template <class H, class HT> struct WsPatch {
     return {it.x, 64 * it.z, keys_all && tile_bit(full, it.x), cmc_bwd_tokens_of<H>(geo, it.x, len)};
   }
   CMC_DEV bool word(const Item& i, int ctid, unsigned& mw) const {
-    if constexpr (kv_spans<HT>())
+    if constexpr (span_words_on<HT>())
       return kv_patch_item_word<H, HT>(i.is_full, geo, i.j, kt, len, ctid, i.r0 >> 6, 2 * (ctid & 3), seqt, krow0,
                                        krow1, i.qrows, mw);
     else
