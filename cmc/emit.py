@@ -736,7 +736,7 @@ class Hooks:
     grid_blocks: tuple[str, ...] = ()  # grid_span, one block per grid family
     other_terms: tuple[tuple[int, int], ...] = ()  # (first instance, count) of the others
     span_grid: tuple[int, int] = (0, 128)  # (origin, width) of the grid grid_span rows are on
-    span_words: bool = False  # the sm90 kv kinds mask partial linear items by span words
+    span_words: bool = False  # the sm90 backward kinds mask partial linear items by span words
     span_words_why: str = ""  # why or why not (cmc check, cmc show)
 
 
@@ -965,11 +965,12 @@ SPAN_WORD_SPANS = 10
 
 def _span_words(table: IntervalTable, counts: Sequence[int], grid_families: int,
                 others: int, width: int) -> tuple[bool, str]:
-    """Whether the sm90 kv kinds mask a partial linear item (64 consecutive queries) by span
-    words of these hooks (templates/cmc/attn_bwd_sm90.cuh, cmc_bwd_kv_span_word) instead of
-    the predicate per element, and why: a grid mask (its predicate divides and reduces per
+    """Whether the sm90 backward kinds mask a partial linear item (64 consecutive columns: the
+    kv's queries with the transposed hooks, the deterministic dq's keys with the forward's) by
+    span words of these hooks (templates/cmc/attn_bwd_sm90.cuh, cmc_bwd_kv_span_word) instead
+    of the predicate per element, and why: a grid mask (its predicate divides and reduces per
     element) whose terms are all residual-free, with at most SPAN_WORD_SPANS spans per key
-    row and item: grid families times the grid rows 64 queries meet, plus the other
+    row and item: grid families times the grid rows 64 columns meet, plus the other
     instances, or every instance. Other masks keep the predicate, which costs them less
     than the spans."""
     if grid_of(table) is None:
