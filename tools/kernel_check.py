@@ -117,6 +117,17 @@ def count_visible(mask: Mask, length: int, params: dict, rows: int = 256) -> int
 # ============================================================================ for bwd_kernel_check
 
 
+def probe_cubin(source: str, name: str, arch: str) -> bytes:
+    """A probe kernel's source (tools/red_probe.py, race_probe.py) built for arch by NVRTC
+    (cmc.build's compile); the log ends the run if it does not build."""
+    from cmc.build import nvrtc_compile
+
+    r = nvrtc_compile(source, name, [f"--gpu-architecture={arch}", "-std=c++17"])
+    if not r.ok:
+        raise SystemExit(r.log)
+    return r.cubin
+
+
 def _ok(res: Any, what: str) -> Any:
     """A cuda-bindings result: raises on an error, else the value(s) after it."""
     from cuda.bindings import driver as cu

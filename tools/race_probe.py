@@ -100,12 +100,9 @@ MODES = {"mbar": 0, "noinc": 1, "cpwait": 2, "named": 3, "sync": 4, "none": 5}
 
 
 def build(arch: str) -> bytes:
-    from cmc.build import nvrtc_compile
+    from kernel_check import probe_cubin
 
-    r = nvrtc_compile(SOURCE, "race_probe.cu", [f"--gpu-architecture={arch}", "-std=c++17"])
-    if not r.ok:
-        raise SystemExit(r.log)
-    return r.cubin
+    return probe_cubin(SOURCE, "race_probe.cu", arch)
 
 
 def main() -> int:

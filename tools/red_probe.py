@@ -79,12 +79,9 @@ MODES = {"red2": 0, "red4": 1, "bulk": 2, "rows": 4, "store": 3}
 
 
 def build(arch: str) -> bytes:
-    from cmc.build import nvrtc_compile
+    from kernel_check import probe_cubin
 
-    r = nvrtc_compile(SOURCE, "probe.cu", [f"--gpu-architecture={arch}", "-std=c++17"])
-    if not r.ok:
-        raise SystemExit(r.log)
-    return r.cubin
+    return probe_cubin(SOURCE, "probe.cu", arch)
 
 
 def main() -> int:
