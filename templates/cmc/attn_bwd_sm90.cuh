@@ -94,15 +94,10 @@ CMC_DEV int cmc_bwd_kv_mask_bit(int i, int jj, int e) { return i * 16 + e * 8 + 
 // The bits (cmc_bwd_kv_mask_bit(0, jj, e)) of a kv thread's query columns qa + 8 jj + cq + e
 // (cq = 2 (lane % 4)) that lie in [lo, hi) and below qlim.
 CMC_DEV unsigned cmc_bwd_kv_colmask16(int lo, int hi, int qa, int qlim, int cq) {
-  lo -= qa;
   hi = (hi < qlim ? hi : qlim) - qa;
-  lo = lo < 0 ? 0 : lo;
-  hi = hi > 64 ? 64 : hi;
-  if (hi <= lo) return 0u;
-  // column 8 jj + cq + e in [lo, hi)  <=>  ceil((lo - cq - e) / 8) <= jj < ceil((hi - cq - e) / 8)
-  const int a0 = (lo - cq + 7) >> 3, b0 = (hi - cq + 7) >> 3;
-  const int a1 = (lo - cq + 6) >> 3, b1 = (hi - cq + 6) >> 3;
-  return ((1u << b0) - (1u << a0)) | (((1u << b1) - (1u << a1)) << 8);
+  // the forward's 128-column mask of columns below 64: n < 8 of each e, moved to bit e 8 + n
+  const unsigned m = cmc_colmask32(lo - qa, hi < 64 ? hi : 64, cq);
+  return (m & 0xffu) | ((m >> 8) & 0xff00u);
 }
 // The kv mask word of an item of 64 consecutive queries from qa (those at or past qlim cut) for
 // the key rows whose transposed rows are r0, r1, from the transposed hooks' exact spans: grid
