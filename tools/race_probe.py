@@ -131,7 +131,8 @@ def main() -> int:
         _ok(cu.cuMemsetD8(out, 0, 128), "memset")
         vals = [ctypes.c_uint64(int(src)), ctypes.c_uint64(int(out)), ctypes.c_int(MODES[m])]
         argv = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in vals])
-        _ok(cu.cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, 0, ctypes.addressof(argv), 0), "launch")
+        _ok(cu.cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, cu.CUstream(0), ctypes.addressof(argv), 0),
+              "launch")
         _ok(cu.cuCtxSynchronize(), "synchronize")
         got = (ctypes.c_int * 32)()
         _ok(cu.cuMemcpyDtoH(ctypes.addressof(got), out, 128), "copy out")
