@@ -101,14 +101,15 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
         else:
             _echo(f"{f}: ok")
             _echo(table_text(table))
-            _echo(f"transposed: {transposed_summary(transpose(table))}")
+            transposed = transpose(table)
+            _echo(f"transposed: {transposed_summary(transposed)}")
             if not table.exact:
                 _echo(f"sm90 residual: {_offset_masks_line(table)}")
             else:
                 band = _band_masks_line(table)
                 if band:
                     _echo(f"sm90 band tile masks: {band}")
-            _echo(f"sm90 kv partial items: {_kv_words_line(table)}")
+            _echo(f"sm90 kv partial items: {_kv_words_line(transposed)}")
     if failed:
         sys.exit(1)
 
@@ -168,6 +169,7 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     from .driver import front
     from .render import ascii_tiles
     from .tiles import EMPTY, FULL, PARTIAL, classify, visible_pairs
+    from .transpose import transpose
 
     try:
         tm, tn = (int(x) for x in tile.lower().split("x"))
@@ -201,7 +203,7 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     _echo(ascii_tiles(classes))
     for line in _tiling_lines(table, length, values, pairs):
         _echo(line)
-    _echo(f"  sm90 kv partial items: {_kv_words_line(table)}")
+    _echo(f"  sm90 kv partial items: {_kv_words_line(transpose(table))}")
     for r in table.residuals:
         _echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
@@ -224,13 +226,12 @@ def _offset_masks_line(table: Any) -> str:
             f"{masks.classes * 2} KiB in the cubin)")
 
 
-def _kv_words_line(table: Any) -> str:
+def _kv_words_line(transposed: Any) -> str:
     """How the sm90 kv kinds mask a partial item that no tile mask covers: span words of the
     transposed table (cmc/emit.py _span_words) or its predicate per element, and why."""
     from .emit import build_hooks
-    from .transpose import transpose
 
-    hooks_t = build_hooks(transpose(table), prefix="cmc_tabT")
+    hooks_t = build_hooks(transposed, prefix="cmc_tabT")
     how = "span words" if hooks_t.span_words else "the transposed predicate per element"
     return f"{how} ({hooks_t.span_words_why})"
 

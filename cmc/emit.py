@@ -932,9 +932,10 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
             grid_blocks.append("\n".join(_grid_block(term, len(grid_blocks), ex, comment)))
         ex.scope = scope
         ex.len_max = I32_MAX
-    words = _span_words(table, counts, len(grid_blocks),
-                        sum(c for _, c in others) if grid_blocks else 0,
-                        span_grid[1] if grid_blocks and span_grid else 128)
+    other_terms = tuple(others) if grid_blocks else ()
+    grid = span_grid if grid_blocks and span_grid else (0, 128)
+    span_words, why = _span_words(table, counts, len(grid_blocks),
+                                  sum(c for _, c in other_terms), grid[1])
     return Hooks(
         n_terms=base,
         tables=tuple(tables),
@@ -950,10 +951,10 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
             f"tiling's grid: linear tiles"),
         grid_terms=" || ".join(grid_ranges) or "false",
         grid_blocks=tuple(grid_blocks),
-        other_terms=tuple(others) if grid_blocks else (),
-        span_grid=span_grid if grid_blocks and span_grid else (0, 128),
-        span_words=words[0],
-        span_words_why=words[1],
+        other_terms=other_terms,
+        span_grid=grid,
+        span_words=span_words,
+        span_words_why=why,
     )
 
 

@@ -264,9 +264,6 @@ WS_ABLATIONS = {
 }
 for _n, (_what, _edits) in WS_ABLATIONS.items():
     ALTERNATIVES[_n] = (_what, _ws_without(_edits), lambda d: WS_SMEM_GROWTH)
-# For racecheck, not speed (correct; a little slower): its hazards on the LSE ring
-# (docs/kernel-notes.md, "Run 14's validation") vanish under this variant if racecheck does
-# not model an mbarrier arrival made by cp.async completion.
 # The kind before its writers added consecutive items by TMA tensor reduce-adds (2026-12-05):
 # every item by one bulk add per row. Correct, so --check runs it.
 ALTERNATIVES["wsrows"] = (
@@ -281,6 +278,9 @@ ALTERNATIVES["wsvis"] = (
     "(CMC_BWD_KV_SPANS 0)",
     _ws_without([("#define CMC_BWD_KV_SPANS 1", "#define CMC_BWD_KV_SPANS 0", 1)]),
     lambda d: WS_SMEM_GROWTH)
+# For racecheck, not speed (correct; a little slower): whether its hazards on the LSE ring
+# came from the cp.async-completed mbarrier arrival. Run 15: the same hazards as ws, so not
+# (docs/kernel-notes.md, "Run 15").
 ALTERNATIVES["wsplain"] = (
     "ws whose loader waits for its LSE and Dsum copies and arrives plainly (no "
     "cp.async.mbarrier.arrive.noinc)",

@@ -115,30 +115,27 @@ def main() -> int:
             raise SystemExit(f"unknown mode {m!r}; known: {', '.join(MODES)}")
     cubin = build(opts.arch)
     from cuda.bindings import driver as cu
-    from kernel_check import _ok
 
-    _ok(cu.cuInit(0), "init")
-    dev = _ok(cu.cuDeviceGet(0), "device")
-    ctx = _ok(cu.cuDevicePrimaryCtxRetain(dev), "context")
-    _ok(cu.cuCtxSetCurrent(ctx), "set context")
-    fn = _ok(cu.cuModuleGetFunction(_ok(cu.cuModuleLoadData(cubin), "load"), b"probe"), "function")
+    from cmc.runtime import _driver
+
     want = [7 * i + 3 for i in range(32)]
-    host = (ctypes.c_int * 32)(*want)
-    src, out = _ok(cu.cuMemAlloc(128), "alloc"), _ok(cu.cuMemAlloc(128), "alloc")
-    _ok(cu.cuMemcpyHtoD(src, ctypes.addressof(host), 128), "copy in")
+    host, got = (ctypes.c_int * 32)(*want), (ctypes.c_int * 32)()
     bad = 0
-    for m in opts.modes:
-        _ok(cu.cuMemsetD8(out, 0, 128), "memset")
-        vals = [ctypes.c_uint64(int(src)), ctypes.c_uint64(int(out)), ctypes.c_int(MODES[m])]
-        argv = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in vals])
-        _ok(cu.cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, cu.CUstream(0), ctypes.addressof(argv), 0),
-              "launch")
-        _ok(cu.cuCtxSynchronize(), "synchronize")
-        got = (ctypes.c_int * 32)()
-        _ok(cu.cuMemcpyDtoH(ctypes.addressof(got), out, 128), "copy out")
-        ok = list(got) == want
-        bad += not ok
-        print(f"{m:7s} values {'ok' if ok else 'WRONG'}", flush=True)
+    with _driver.on_device(0):
+        mod = _driver.call("cuModuleLoadData", cu.cuModuleLoadData(cubin))
+        fn = _driver.call("cuModuleGetFunction", cu.cuModuleGetFunction(mod, b"probe"))
+        src, out = _driver.mem_alloc(128), _driver.mem_alloc(128)
+        _driver.htod(src, ctypes.addressof(host), 128)
+        for m in opts.modes:
+            _driver.call("cuMemsetD8", cu.cuMemsetD8(out, 0, 128))
+            vals = [ctypes.c_uint64(src), ctypes.c_uint64(out), ctypes.c_int(MODES[m])]
+            argv = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in vals])
+            _driver.call("cuLaunchKernel", cu.cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, _driver.stream(0),
+                                                             ctypes.addressof(argv), 0))
+            _driver.dtoh_sync(ctypes.addressof(got), out, 128, 0)
+            ok = list(got) == want
+            bad += not ok
+            print(f"{m:7s} values {'ok' if ok else 'WRONG'}", flush=True)
     return 1 if bad else 0
 
 

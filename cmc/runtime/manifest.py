@@ -25,6 +25,7 @@ from ..abi import (
     TENSOR_MAP_SWIZZLE,
     DescriptorLayout,
     Field,
+    map_box,
 )
 from ..contract import INT32_MAX, INT32_MIN, ParamRange
 from ..errors import ArtifactError
@@ -179,16 +180,12 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
     maps = k.get("tensor_maps", [])
     if not isinstance(maps, list):
         raise ArtifactError(f"manifest: {where}.tensor_maps must be a list")
-    boxes = [[64, 1, r] for r in TENSOR_MAP_BOX_ROWS]
     pass_ = k.get("pass", "forward")
     tensors = ("q", "k", "v", "do", *F32_MAP_TENSORS) if pass_ == "backward" else ("q", "k", "v")
     for t in maps:
-        ok = isinstance(t, dict) and t.get("tensor") in tensors \
-            and t.get("swizzle") == TENSOR_MAP_SWIZZLE
-        if ok:
-            f32 = t["tensor"] in F32_MAP_TENSORS
-            ok = t.get("box") == list(F32_MAP_BOX) if f32 else t.get("box") in boxes
-        if not ok:
+        if not (isinstance(t, dict) and t.get("tensor") in tensors
+                and t.get("swizzle") == TENSOR_MAP_SWIZZLE
+                and t.get("box") in [list(map_box(t["tensor"], r)) for r in TENSOR_MAP_BOX_ROWS]):
             raise ArtifactError(f"manifest: {where}.tensor_maps entry {t!r}: this runtime encodes "
                                 f"maps of {', '.join(tensors)} (do, dq_accum: backward kernels "
                                 f"only) with a box [64, 1, R] (R in {list(TENSOR_MAP_BOX_ROWS)}; "
