@@ -262,3 +262,41 @@ def test_bwd_ablate_combines_ws_ablations():
     for part in name.split("+"):
         one = ab.ALTERNATIVES[part][1](src.text)
         assert one != both and all(new in both for _, new, _ in ab.WS_ABLATIONS[part][1])
+
+
+def test_ws_probe_slots_match_the_kernel_and_the_summary_reads_them():
+    """bwd_ablate's probe slots are attn_bwd_sm90_ws.cuh's enum WsProbe, in order; the summary
+    divides each phase by the items, the writers' and loader's by theirs, and the CTA's by
+    the CTAs (the epilogue by both consumer warpgroups' leads)."""
+    import re
+
+    ab = _tool("bwd_ablate")
+    text = (ROOT / "templates" / "cmc" / "attn_bwd_sm90_ws.cuh").read_text()
+    enum = re.search(r"enum WsProbe : int \{(.*?)\};", text, re.S)
+    assert enum is not None
+    slots, at = {}, -1
+    for name, value in re.findall(r"kPr(\w+)(?: = (\d+))?", enum.group(1)):
+        at = int(value) if value else at + 1
+        slots[name] = at
+    phases = ["Full", "Issue", "Word", "WaitS", "P", "DvDs", "DsSt", "Bar", "IssueDqDk", "WaitDq",
+              "StgWait", "Stage", "WaitDk"]
+    assert [slots[p] for p in phases] == list(range(len(ab.PROBE_PHASES)))
+    assert (slots["Items"], slots["Loop"]) == (ab.PROBE_ITEMS, ab.PROBE_LOOP)
+    assert [slots[n] for n in ("WrFull", "WrAdd", "WrItems")] == list(ab.PROBE_WRITER.values())
+    assert [slots[n] for n in ("LdEmpty", "LdIssue", "LdItems")] == list(ab.PROBE_LOADER.values())
+    assert [slots[n] for n in ("Prologue", "Epilogue", "Ctas")] == list(ab.PROBE_CTA.values())
+    for n in slots:  # every slot is used by the kernel
+        assert len(re.findall(rf"\bkPr{n}\b", text)) >= 2, n
+    sums = np.zeros(32)
+    sums[:13] = np.arange(1, 14) * 100.0  # 10 items
+    sums[ab.PROBE_ITEMS], sums[ab.PROBE_LOOP] = 10, 9100.0
+    sums[16:19] = (500.0, 300.0, 5)
+    sums[20:23] = (40.0, 60.0, 20)
+    sums[24:27] = (8000.0, 4000.0, 2)
+    lines = ab.probe_summary(sums, calls=2)
+    assert "5 warpgroup items per call, 910 cycles per item (phases sum to 910)" in lines[0]
+    assert "full 10  issue 20" in lines[1] and "wait_dk 130" in lines[1]
+    assert "wait_dk 14.3%" in lines[2]
+    assert "staging full wait 100, adds and release 60" in lines[3]
+    assert "empty wait 2, issue 3" in lines[4]
+    assert "set-up 4000, dK and dV stores 1000 cycles (1 CTAs per call)" in lines[5]

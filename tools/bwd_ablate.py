@@ -286,11 +286,81 @@ ALTERNATIVES["wsplain"] = (
     "cp.async.mbarrier.arrive.noinc)",
     _ws_without([("    ws_filled(fullb, edge);", "    ws_filled(fullb, true);", 1)]),
     lambda d: WS_SMEM_GROWTH)
+# Where a ws item's cycles go, phase by phase (CMC_WS_PROBE: clock64 laps by thread 0 of each
+# consumer warpgroup, lane 0 of each dQ writer and of the loader; correct gradients, so --check
+# runs it). The 1.1 ms between ws's atomic and deterministic kv (run 15) is read off as the
+# phases that grow between the two modes (ws_probe below).
+ALTERNATIVES["wsprobe"] = (
+    "ws with clock64 cycle counters per phase of an item (CMC_WS_PROBE; correct, a little "
+    "slower), read back and printed per mode after the timings",
+    lambda t: "#define CMC_WS_PROBE 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+# attn_bwd_sm90_ws.cuh enum WsProbe: consumer phases of an item, in their order
+PROBE_PHASES = ("full", "issue", "word", "wait_s", "p", "dv_ds", "ds_st", "bar", "issue_dq_dk",
+                "wait_dq", "stg_wait", "stage", "wait_dk")
+PROBE_ITEMS, PROBE_LOOP = 13, 14
+PROBE_WRITER = {"full": 16, "add": 17, "items": 18}
+PROBE_LOADER = {"empty": 20, "issue": 21, "items": 22}
+PROBE_CTA = {"prologue": 24, "epilogue": 25, "ctas": 26}
+
+
+def probe_summary(sums, calls: int) -> list[str]:
+    """The lines ws_probe prints from the 32 counters summed over every CTA row (cycles, and
+    counts in the items / ctas slots): consumer cycles per warpgroup item by phase, the dQ
+    writers' and the loader's per item, and the CTA's set-up and dK / dV stores per CTA."""
+    items = max(float(sums[PROBE_ITEMS]), 1.0)
+    phases = {n: float(sums[i]) / items for i, n in enumerate(PROBE_PHASES)}
+    loop = float(sums[PROBE_LOOP]) / items
+    share = {n: 100 * v / max(loop, 1.0) for n, v in phases.items()}
+    wi = max(float(sums[PROBE_WRITER["items"]]), 1.0)
+    li = max(float(sums[PROBE_LOADER["items"]]), 1.0)
+    ctas = max(float(sums[PROBE_CTA["ctas"]]), 1.0)
+    return [
+        f"  consumer: {items / calls:.0f} warpgroup items per call, {loop:.0f} cycles per item "
+        f"(phases sum to {sum(phases.values()):.0f})",
+        "  per item: " + "  ".join(f"{n} {v:.0f}" for n, v in phases.items()),
+        "  share:    " + "  ".join(f"{n} {v:.1f}%" for n, v in share.items()),
+        f"  dQ writers per item: staging full wait {sums[PROBE_WRITER['full']] / wi:.0f}, "
+        f"adds and release {sums[PROBE_WRITER['add']] / wi:.0f} ({wi / calls:.0f} items per call)",
+        f"  loader per item: empty wait {sums[PROBE_LOADER['empty']] / li:.0f}, issue "
+        f"{sums[PROBE_LOADER['issue']] / li:.0f} ({li / calls:.0f} pushes per call)",
+        f"  per CTA: set-up {sums[PROBE_CTA['prologue']] / ctas:.0f}, dK and dV stores "
+        f"{sums[PROBE_CTA['epilogue']] / (2 * ctas):.0f} cycles ({ctas / calls:.0f} CTAs per call)",
+    ]
+
+
+def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[str]:
+    """Variant wsprobe's counters (module global cmc_ws_probe) over `calls` kv launches alone,
+    atomic then deterministic, each from zero: probe_summary per mode."""
+    import numpy as np
+    from cuda.bindings import driver as cu
+
+    desc, make_args, _ = bkc.timing_problem(layout, table, "bf16", L, B)
+    H = 16
+    out = []
+    for det in (False, True):
+        args = make_args(det)
+        bwd.run(desc, args, L, H, H, B, det)  # writes the kv's maps (TmaBwd) and warms up
+        mod = bkc.kc._ok(cu.cuFuncGetModule(bwd.k["kv"][0]), "cuFuncGetModule")
+        ptr, size = bkc.kc._ok(cu.cuModuleGetGlobal(mod, b"cmc_ws_probe"), "cmc_ws_probe")
+        bkc.kc._ok(cu.cuCtxSynchronize(), "sync")
+        bkc.kc._ok(cu.cuMemsetD8(ptr, 0, size), "cuMemsetD8")
+        for _ in range(calls):
+            bwd.launch_role("kv", desc, args, L, H, H, B)
+        bkc.kc._ok(cu.cuCtxSynchronize(), "sync")
+        host = np.zeros(int(size) // 8, dtype=np.uint64)
+        bkc.kc._ok(cu.cuMemcpyDtoH(host.ctypes.data, ptr, int(size)), "cuMemcpyDtoH")
+        sums = host.reshape(-1, 32).astype(np.float64).sum(axis=0)
+        out.append(f"wsprobe {'deterministic' if det else 'atomic dQ'} L={L} B={B}, {calls} kv "
+                   "launches:")
+        out += probe_summary(sums, calls)
+    return out
+
+
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", *WS_ABLATIONS}
+WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
@@ -429,6 +499,10 @@ def main() -> int:
             for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
+            if n == "wsprobe" and not opts.once:
+                for line in ws_probe(bkc, bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay,
+                                     table, L, B):
+                    print(line, flush=True)
     fired = _watchdogs_fired(bkc, tma_bwd._written)
     if fired:
         print(f"WATCHDOG FIRED in {fired} kv module(s): an mbarrier wait gave up (the ws "

@@ -298,19 +298,17 @@ def run_case(name, dtype, d, built, table, lens: list[int] | None = None) -> lis
 _LAYOUTS: dict = {}  # (mask, dtype, head dim) -> the descriptor layout (cmc.abi)
 
 
-def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
-           label: str = "", once: bool = False, name: str = "causal") -> list[str]:
-    """The mask `name` (table) at L, B, H=16, D=128: backward TFLOP/s (2.5 x forward
-    effective FLOPs, of its visible pairs). once: one atomic-mode sequence and no timing, for
-    a profiler that captures the first launches (ncu --launch-count)."""
+def timing_problem(layout, table, dtype: str, L: int, B: int, H: int = 16, D: int = 128):
+    """The inputs timing() runs on: (descriptor bytes, args(deterministic) -> cmc_bwd_args
+    bytes, backward FLOPs: 2.5 x the forward's of the visible pairs). Random Q, K, V, dO and
+    any finite LSE: timing only."""
     from cmc.tiles import visible_pairs
 
-    H, D = 16, 128
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
     pb = kc.Problem([L] * B, H, H, D, tdt, pad=0)
     qt, kt, vt, o, lse = kc.make_inputs(pb, 7)
     o.normal_()
-    lse.fill_(20.0)  # any finite LSE: timing only
+    lse.fill_(20.0)
     keep: list = []
     vals = kc.descriptor_values(table.mask, pb, qt, kt, vt, o, lse, [{} for _ in range(B)], keep)
     vals.setdefault("sched", 0)
@@ -320,14 +318,29 @@ def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
     dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
     acc = torch.empty(total, H, D, device="cuda", dtype=torch.float32)
     dsum = torch.empty(H, total, device="cuda", dtype=torch.float32)
-    flops = 2.5 * 4 * B * H * D * visible_pairs(table, L, {})
+    keep += [qt, kt, vt, o, lse, do, dq, dk, dv, acc, dsum]
+
+    def args(det: bool) -> bytes:
+        _ = keep  # the tensors live as long as the packed pointers are used
+        return pack_args(do, dq, dk, dv, acc, dsum, total, det)
+
+    return desc, args, 2.5 * 4 * B * H * D * visible_pairs(table, L, {})
+
+
+def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
+           label: str = "", once: bool = False, name: str = "causal") -> list[str]:
+    """The mask `name` (table) at L, B, H=16, D=128: backward TFLOP/s (2.5 x forward
+    effective FLOPs, of its visible pairs). once: one atomic-mode sequence and no timing, for
+    a profiler that captures the first launches (ncu --launch-count)."""
+    H, D = 16, 128
+    desc, make_args, flops = timing_problem(layout, table, dtype, L, B, H, D)
     if once:
-        bwd.run(desc, pack_args(do, dq, dk, dv, acc, dsum, total, False), L, H, H, B, False)
+        bwd.run(desc, make_args(False), L, H, H, B, False)
         torch.cuda.synchronize()
         return [f"{label}{name} bwd L={L} B={B} H={H} D={D} {dtype} atomic dQ: ran once"]
     out = []
     for det in (False, True):
-        args = pack_args(do, dq, dk, dv, acc, dsum, total, det)
+        args = make_args(det)
         for _ in range(2):
             bwd.run(desc, args, L, H, H, B, det)
         torch.cuda.synchronize()

@@ -76,6 +76,48 @@ CMC_DEV bool ws_wait(unsigned bar, unsigned parity) {
   return true;
 #endif
 }
+// Cycle probe of the ws roles (tools/bwd_ablate.py wsprobe defines CMC_WS_PROBE; timing
+// diagnosis only, the gradients stay right). Thread 0 of each consumer warpgroup, lane 0 of each
+// dQ writer and of the loader add the clock64 cycles of each phase of an item (CMC_WS_LAP: since
+// the last lap) to their CTA's row of cmc_ws_probe (32 counters, row blockIdx.x % 256) by
+// fire-and-forget atomics; slots: WsProbe. Without the macro every kernel is byte-identical.
+enum WsProbe : int {
+  kPrFull = 0, kPrIssue, kPrWord, kPrWaitS, kPrP, kPrDvDs, kPrDsSt, kPrBar, kPrIssueDqDk, kPrWaitDq,
+  kPrStgWait, kPrStage, kPrWaitDk, kPrItems, kPrLoop,
+  kPrWrFull = 16, kPrWrAdd, kPrWrItems,
+  kPrLdEmpty = 20, kPrLdIssue, kPrLdItems,
+  kPrPrologue = 24, kPrEpilogue, kPrCtas
+};
+#if defined(CMC_WS_PROBE)
+extern "C" {
+__device__ unsigned long long cmc_ws_probe[256 * 32];
+}
+#define CMC_WS_PROBE_DECL(lead) long long pr_t_ = clock64(); const bool pr_lead_ = (lead); \
+  unsigned long long* const pr_row_ = cmc_ws_probe + 32 * (blockIdx.x & 255)
+#define CMC_WS_ADD(slot, v) do { if (pr_lead_) atomicAdd(pr_row_ + (slot), (unsigned long long)(v)); } while (0)
+#define CMC_WS_LAP(slot) do { const long long pr_n_ = clock64(); CMC_WS_ADD(slot, pr_n_ - pr_t_); \
+  pr_t_ = pr_n_; } while (0)
+#define CMC_WS_COUNT(slot) CMC_WS_ADD(slot, 1)
+#define CMC_WS_MARK(t) const long long t = clock64()
+#define CMC_WS_SINCE(slot, t) CMC_WS_ADD(slot, clock64() - (t))
+// the probe state as the last parameters / arguments of a part of a role
+#define CMC_WS_PROBE_PARAMS , long long& pr_t_, const bool pr_lead_, unsigned long long* const pr_row_
+#define CMC_WS_PROBE_ARGS , pr_t_, pr_lead_, pr_row_
+// a CTA's set-up before the roles split (K, V, the plan, the barrier), by its thread 128
+#define CMC_WS_CTA_READY(t0, tid) do { if ((tid) == 128) { \
+  atomicAdd(cmc_ws_probe + 32 * (blockIdx.x & 255) + kPrPrologue, (unsigned long long)(clock64() - (t0))); \
+  atomicAdd(cmc_ws_probe + 32 * (blockIdx.x & 255) + kPrCtas, 1ull); } } while (0)
+#else
+#define CMC_WS_PROBE_DECL(lead)
+#define CMC_WS_ADD(slot, v)
+#define CMC_WS_LAP(slot)
+#define CMC_WS_COUNT(slot)
+#define CMC_WS_MARK(t)
+#define CMC_WS_SINCE(slot, t)
+#define CMC_WS_PROBE_PARAMS
+#define CMC_WS_PROBE_ARGS
+#define CMC_WS_CTA_READY(t0, tid)
+#endif
 template <int N> CMC_DEV void ws_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> CMC_DEV void ws_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 // 384 x 168 registers (__launch_bounds__(384, 1)) = 128 x 24 + 256 x 240.
@@ -133,12 +175,16 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
   const int* full = plan + 6 * NTT;
   const int nrun = plan[8 * NTT], nfull = plan[8 * NTT + 1];
   int n = 0;
+  CMC_WS_PROBE_DECL(lane == 0);
   // One push: j < 0 is the end item. Lane 0 writes the item and arrives (with the TMA bytes
   // of Q and dO, unless the tile crosses len: then they are gathered by cp.async).
   auto push = [&](int j, int g, bool is_full) {
     const int st = n & 1;
     const unsigned fullb = base + SmemWS<D>::kFull + 8 * st;
+    CMC_WS_LAP(kPrLdIssue);  // (the walk to this item)
     if (!ws_wait(base + SmemWS<D>::kEmpty + 8 * st, ((n >> 1) & 1) ^ 1)) return false;
+    CMC_WS_LAP(kPrLdEmpty);
+    CMC_WS_COUNT(kPrLdItems);
     const int hq = hq0 + g, q0 = j * kBM;
     const bool edge = j >= 0 && q0 + kBM > len;
     if (lane == 0) {
@@ -162,6 +208,7 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
       ws_copy_rows<D>(base, st, desc, args, tok0, hq, [&](int r) { return q0 + r < len ? q0 + r : -1; }, edge,
                       lane);
     ws_filled(fullb, edge);
+    CMC_WS_LAP(kPrLdIssue);
     ++n;
     return true;
   };
@@ -233,10 +280,14 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
   const int* rows = reinterpret_cast<const int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   const unsigned stg = smem_u32(smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow);
   const int col = DQ<D>::kSplitN ? 64 * w : 0;
+  CMC_WS_PROBE_DECL(lane == 0);
   ws_bar_arrive(6 + w, 160);
 #pragma unroll 1
   for (;;) {
+    CMC_WS_LAP(kPrWrAdd);  // (the last item's release)
     ws_bar_sync(4 + w, 160);
+    CMC_WS_LAP(kPrWrFull);
+    CMC_WS_COUNT(kPrWrItems);
     const int hq = rows[0];
     if (hq < 0) break;
 #if CMC_WS_DQ_RED
@@ -282,11 +333,12 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
 // bytes each, 128-byte swizzle, at 0 and 8 KiB), for the writer's TMA reduce-adds.
 template <int D, class Tok>
 CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, const Tok& tok,
-                         bool consecutive = false) {
+                         bool consecutive CMC_WS_PROBE_PARAMS) {
   const int warp = wtid >> 5, lane = wtid & 31;
   int* rows = reinterpret_cast<int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
   ws_bar_sync(6 + w, 160);
+  CMC_WS_LAP(kPrStgWait);
   if (dq != nullptr && consecutive) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -317,6 +369,7 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
   if (wtid == 0) rows[0] = hq;
   fence_proxy_async();  // the staging, to the bulk unit
   ws_bar_arrive(4 + w, 160);
+  CMC_WS_LAP(kPrStage);
 }
 
 // The end of a ws item, after kv_dv_ds (ws_consume). Atomic mode: dS^T rows
@@ -326,7 +379,7 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
 template <bool BF16, int D, class Tok>
 CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int st, int wg, int wtid, unsigned* pa,
                          unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq, const Tok& tok,
-                         bool consecutive) {
+                         bool consecutive CMC_WS_PROBE_PARAMS) {
   using L = SmemWS<D>;
   const int warp = wtid >> 5, lane = wtid & 31;
   if (atomic_dq) {
@@ -339,8 +392,10 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
       *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
     }
     fence_proxy_async();
+    CMC_WS_LAP(kPrDsSt);
     if constexpr (DQ<D>::kSplitN) ws_bar_sync(3, 256);
     else ws_bar_sync(1 + wg, 128);
+    CMC_WS_LAP(kPrBar);
     const unsigned dqA = smem_u32(sds) + (DQ<D>::kSplitN ? 0 : wg * 64 * 128);
     float dq[DQ<D>::kRegs];
 #pragma unroll
@@ -352,18 +407,22 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
                          kk);
     wg_commit();
     kv_dk<BF16, D>(dk, dsa, qB);
+    CMC_WS_LAP(kPrIssueDqDk);
     wg_wait<1>();  // dV and dQ done; dK runs on
     fence_regs<DQ<D>::kRegs>(dq);
     fence_regs<16>(pa);
-    ws_stage_dq<D>(smem, dq, wg, wtid, hq, tok, consecutive);
+    CMC_WS_LAP(kPrWaitDq);
+    ws_stage_dq<D>(smem, dq, wg, wtid, hq, tok, consecutive CMC_WS_PROBE_ARGS);
   } else {
     kv_dk<BF16, D>(dk, dsa, qB);
+    CMC_WS_LAP(kPrIssueDqDk);
   }
   wg_wait<0>();
   fence_regs<16>(pa);
   fence_regs<16>(dsa);
   __syncwarp();
   if (lane == 0) ws_arrive(base + L::kEmpty + 8 * st);
+  CMC_WS_LAP(kPrWaitDk);
 }
 
 // What a ws consumer needs of its tiling. WsLinear: key rows k0 + lr, items of 64 query rows
@@ -474,33 +533,47 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
 
+  CMC_WS_PROBE_DECL(wtid == 0);
+  CMC_WS_MARK(pr_loop);
 #pragma unroll 1
   for (int n = 0;; ++n) {
     const int st = n & 1;
     if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
+    CMC_WS_LAP(kPrFull);
     const int4 slot = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
     if (slot.x < 0) break;
+    CMC_WS_COUNT(kPrItems);
     const typename T::Item item = tiling.item(slot);
     const int hq = hkv * group + slot.y;
     const unsigned qB = base + L::kQ + st * Cfg<D>::kTileQ, doB = base + L::kDO + st * Cfg<D>::kTileQ;
 
     float s[32], dp[32];
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
+    CMC_WS_LAP(kPrIssue);
     unsigned mw = 0u;
     const bool mw_ok = tiling.word(item, ctid, mw);
+    CMC_WS_LAP(kPrWord);
     wg_wait<1>();
     fence_regs<32>(s);
+    CMC_WS_LAP(kPrWaitS);
     tiling.p(s, lse_s + st * kBM, cq, sl2, item, mw_ok, mw);
+    CMC_WS_LAP(kPrP);
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
+    CMC_WS_LAP(kPrDvDs);
     ws_item_end<BF16, D>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq,
-                         [&](int r) { return tiling.tok(item, r); }, tiling.consecutive(item));
+                         [&](int r) { return tiling.tok(item, r); }, tiling.consecutive(item)
+                         CMC_WS_PROBE_ARGS);
   }
-  if (atomic_dq) ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; });  // the writer's end
+  CMC_WS_SINCE(kPrLoop, pr_loop);
+  if (atomic_dq)  // the writer's end
+    ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; }, false CMC_WS_PROBE_ARGS);
   fence_regs<kAcc>(dk);
   fence_regs<kAcc>(dv);
   ws_bar_sync(3, 256);  // K, V no longer read (dQ reads both halves of K): they stage dK, dV
+  CMC_WS_MARK(pr_epi);
   tiling.template store<BF16, D>(smem, dk, dv, sl2 * 0.6931471805599453f, wg, wtid, args, hkv);
+  CMC_WS_SINCE(kPrEpilogue, pr_epi);
 }
 
 // The ring's mbarriers (thread 0, before the CTA barrier that publishes them): full, 33
@@ -546,6 +619,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
   const unsigned base = smem_u32(smem);
   const int tid = threadIdx.x;
+  CMC_WS_MARK(pr_start);
   const int hkv = blockIdx.y, b = blockIdx.z;
   const int k0 = blockIdx.x * kBN;
   const typename HT::seq_t seqt = HT::seq(desc, b);
@@ -566,6 +640,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   cp_wait<0>();
   fence_proxy_async();
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
+  CMC_WS_CTA_READY(pr_start, tid);
 
   ws_roles<BF16, D>(
       [&](int warp, int lane) {
@@ -586,6 +661,7 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
   const unsigned base = smem_u32(smem);
   const int tid = threadIdx.x;
+  CMC_WS_MARK(pr_start);
   const int hkv = blockIdx.y, b = blockIdx.z, kt = blockIdx.x;
   const typename HT::seq_t seqt = HT::seq(desc, b);
   const int len = seqt.len;
@@ -610,6 +686,7 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   cp_wait<0>();
   fence_proxy_async();
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
+  CMC_WS_CTA_READY(pr_start, tid);
 
   ws_roles<BF16, D>(
       [&](int warp, int lane) {  // warps 0 and 3: stages 0 and 1
