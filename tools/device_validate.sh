@@ -79,6 +79,9 @@ step wsmask ws.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsvis 
 step wsparts ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe wsnodsst wsnodqgemm+wsnostage \
   wsnodsst+wsnodqgemm+wsnostage wsnodsst+wsnodqgemm+wsnostage+wsnobar \
   wsnodsst+wsnodqgemm+wsnostage+wsnobar+wsnobulk --lengths 4096x8
+#    ... and the same probe on CLEAR's patch tiling (kv_patch_ws: gathered items, per-row dQ
+#    adds; 0.95-0.99 x the lockstep kind there, which CLEAR's default build keeps)
+step wsparts ws.log 80 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask clear_patch --lengths 4096x8
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?

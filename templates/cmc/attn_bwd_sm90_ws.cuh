@@ -78,7 +78,7 @@ CMC_DEV bool ws_wait(unsigned bar, unsigned parity) {
 }
 // Cycle probe of the ws roles (tools/bwd_ablate.py wsprobe defines CMC_WS_PROBE; timing
 // diagnosis only, the gradients stay right). Thread 0 of each consumer warpgroup, lane 0 of each
-// dQ writer and of the loader add the clock64 cycles of each phase of an item (CMC_WS_LAP: since
+// dQ writer and of the loaders add the clock cycles of each phase of an item (CMC_WS_LAP: since
 // the last lap) to their CTA's row of cmc_ws_probe (32 counters, row blockIdx.x % 256) by
 // fire-and-forget atomics; slots: WsProbe. Without the macro every kernel is byte-identical.
 enum WsProbe : int {
@@ -92,21 +92,22 @@ enum WsProbe : int {
 extern "C" {
 __device__ unsigned long long cmc_ws_probe[256 * 32];
 }
-#define CMC_WS_PROBE_DECL(lead) long long pr_t_ = clock64(); const bool pr_lead_ = (lead); \
-  unsigned long long* const pr_row_ = cmc_ws_probe + 32 * (blockIdx.x & 255)
-#define CMC_WS_ADD(slot, v) do { if (pr_lead_) atomicAdd(pr_row_ + (slot), (unsigned long long)(v)); } while (0)
-#define CMC_WS_LAP(slot) do { const long long pr_n_ = clock64(); CMC_WS_ADD(slot, pr_n_ - pr_t_); \
+// 32-bit clock laps and no row pointer kept: the loader runs in 24 registers
+#define CMC_WS_ROW_ (cmc_ws_probe + 32 * (blockIdx.x & 255))
+#define CMC_WS_PROBE_DECL(lead) unsigned pr_t_ = (unsigned)clock(); const bool pr_lead_ = (lead)
+#define CMC_WS_ADD(slot, v) do { if (pr_lead_) atomicAdd(CMC_WS_ROW_ + (slot), (unsigned long long)(v)); } while (0)
+#define CMC_WS_LAP(slot) do { const unsigned pr_n_ = (unsigned)clock(); CMC_WS_ADD(slot, pr_n_ - pr_t_); \
   pr_t_ = pr_n_; } while (0)
 #define CMC_WS_COUNT(slot) CMC_WS_ADD(slot, 1)
-#define CMC_WS_MARK(t) const long long t = clock64()
-#define CMC_WS_SINCE(slot, t) CMC_WS_ADD(slot, clock64() - (t))
+#define CMC_WS_MARK(t) const unsigned t = (unsigned)clock()
+#define CMC_WS_SINCE(slot, t) CMC_WS_ADD(slot, (unsigned)clock() - (t))
 // the probe state as the last parameters / arguments of a part of a role
-#define CMC_WS_PROBE_PARAMS , long long& pr_t_, const bool pr_lead_, unsigned long long* const pr_row_
-#define CMC_WS_PROBE_ARGS , pr_t_, pr_lead_, pr_row_
+#define CMC_WS_PROBE_PARAMS , unsigned& pr_t_, const bool pr_lead_
+#define CMC_WS_PROBE_ARGS , pr_t_, pr_lead_
 // a CTA's set-up before the roles split (K, V, the plan, the barrier), by its thread 128
 #define CMC_WS_CTA_READY(t0, tid) do { if ((tid) == 128) { \
-  atomicAdd(cmc_ws_probe + 32 * (blockIdx.x & 255) + kPrPrologue, (unsigned long long)(clock64() - (t0))); \
-  atomicAdd(cmc_ws_probe + 32 * (blockIdx.x & 255) + kPrCtas, 1ull); } } while (0)
+  atomicAdd(CMC_WS_ROW_ + kPrPrologue, (unsigned long long)((unsigned)clock() - (t0))); \
+  atomicAdd(CMC_WS_ROW_ + kPrCtas, 1ull); } } while (0)
 #else
 #define CMC_WS_PROBE_DECL(lead)
 #define CMC_WS_ADD(slot, v)
@@ -241,12 +242,16 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
                            const cmc_bwd_args& args, const unsigned* touched, int nw, const cmc_patch_geo& geo,
                            cmc_i64 tok0, int len, int hq0, int group, int lane, int mine) {
   int n = 0;
+  CMC_WS_PROBE_DECL(lane == 0);
   auto push = [&](int j, int g, int hh) {
     const int st = n & 1;
     ++n;
     if (st != mine) return true;
     const unsigned fullb = base + SmemWS<D>::kFull + 8 * st;
+    CMC_WS_LAP(kPrLdIssue);  // (the walk to this item)
     if (!ws_wait(base + SmemWS<D>::kEmpty + 8 * st, (((n - 1) >> 1) & 1) ^ 1)) return false;
+    CMC_WS_LAP(kPrLdEmpty);
+    CMC_WS_COUNT(kPrLdItems);
     if (lane == 0) {
       *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, hh, 0);
       ws_arrive(fullb);
@@ -255,7 +260,8 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
       const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(geo, j, len);
       ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return rows(64 * hh + r); }, true, lane);
     }
-    ws_filled(fullb, true);
+    ws_filled(fullb, true);  // (waits for this lane's copies)
+    CMC_WS_LAP(kPrLdIssue);
     return true;
   };
 #pragma unroll 1
