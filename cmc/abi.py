@@ -20,12 +20,13 @@ address the tensor's base pointer. The batch layout is the packed one with T = B
 
 The warp-specialised dK/dV kernel (bwd_kv_sm90_ws) takes three by-value parameters: the
 descriptor, three maps, then cmc_bwd_args. The maps: Q, then dO (cmc_bwd_args.dout with its
-strides, heads_q heads), as above with boxes of 64 tokens whatever the tiling
-(KernelSpec.map_box_rows); then dq_accum (cmc_bwd_args.dq_accum, the fp32 workspace [T,
-heads_q, D], contiguous): element type FLOAT32, dims (D, heads_q, T), byte strides (4 D,
-4 heads_q D), box (32, 1, 64) (F32_MAP_BOX: 128 bytes of columns, the swizzle's limit, by
-one 64-row item), the same swizzle, promotion and fill. The kernel's dQ writers add an item's
-partial through it by TMA tensor reduce-adds.
+strides, heads_q heads), as above with boxes of R tokens, the tiling's box capped at one
+64-row item (KernelSpec.map_box_cap: 64 on a linear tiling, one patch row of PW tokens on a
+patch tiling); then dq_accum (cmc_bwd_args.dq_accum, the fp32 workspace [T, heads_q, D],
+contiguous): element type FLOAT32, dims (D, heads_q, T), byte strides (4 D, 4 heads_q D), box
+(32, 1, R) (F32_MAP_COLS = 32: 128 bytes of columns, the swizzle's limit), the same swizzle,
+promotion and fill. The kernel loads an item's Q and dO rows and adds its dQ partial as boxes
+of R consecutive tokens (64 / R boxes per item) where they are, by TMA.
 
 Kernel grid: the manifest's per-kernel rule (cmc/kernels.py). Portable kernel: (ceil(max_len / block_m),
 heads_q, batch). sm90 kernel (persistent-capable): (min(units, max_ctas), 1, 1) with units =
@@ -93,15 +94,15 @@ TENSOR_MAP_BOX = (64, 1, 128)  # head-dim elements, heads, tokens (innermost fir
 # row (cmc.ir.Tiling.box_rows).
 TENSOR_MAP_BOX_ROWS = (8, 16, 32, 64, 128)
 TENSOR_MAP_SWIZZLE = "128B"
-# Maps of fp32 tensors (the rest are of the kernel's 16-bit dtype) and their box.
+# Maps of fp32 tensors (the rest are of the kernel's 16-bit dtype) and their box's columns.
 F32_MAP_TENSORS = ("dq_accum",)
-F32_MAP_BOX = (32, 1, 64)
+F32_MAP_COLS = 32
 
 
 def map_box(tensor: str, box_rows: int) -> tuple[int, int, int]:
-    """The box of `tensor`'s map: (64, 1, box_rows) for the 16-bit tensors, F32_MAP_BOX
-    for an fp32 one."""
-    return F32_MAP_BOX if tensor in F32_MAP_TENSORS else (64, 1, box_rows)
+    """The box of `tensor`'s map: (64, 1, box_rows) for the 16-bit tensors, (F32_MAP_COLS,
+    1, box_rows) for an fp32 one: 128 bytes of columns either way."""
+    return (F32_MAP_COLS if tensor in F32_MAP_TENSORS else 64, 1, box_rows)
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,12 @@ class TensorMapSpec:
 
 def tensor_maps(kernel: str, box_rows: int = 128) -> tuple[TensorMapSpec, ...]:
     """The tensor maps a kernel takes after its descriptor (its spec's, e.g. sm90 Q, K, V),
-    boxes of `box_rows` tokens (the tiling's), or of the spec's map_box_rows if it fixes them."""
+    boxes of `box_rows` tokens (the tiling's), at most the spec's map_box_cap."""
     s = spec(kernel)
     tensors = s.tensor_maps
     if not tensors:
         return ()
-    box_rows = s.map_box_rows or box_rows
+    box_rows = min(box_rows, s.map_box_cap or box_rows)
     if box_rows not in TENSOR_MAP_BOX_ROWS:
         raise ValueError(f"tensor map box of {box_rows} tokens (supported: {TENSOR_MAP_BOX_ROWS})")
     return tuple(TensorMapSpec(t, map_box(t, box_rows)) for t in tensors)

@@ -88,8 +88,8 @@ class KernelSpec:
     # the build choices (Options.kernel / bwd_kernel) under which an arch-specific kind
     # claims its archs (kinds_for); portable kinds (archs None) take what is left
     choices: tuple[str, ...] = ("auto",)
-    # tokens per map box when the kernel fixes it; None: the tiling's (Tiling.box_rows)
-    map_box_rows: int | None = None
+    # tokens per map box at most (None: the tiling's, Tiling.box_rows, whatever it is)
+    map_box_cap: int | None = None
 
     def reg_split_candidates(self, tiling_kind: str) -> tuple[RegSplit, ...]:
         """The splits the build tries for a kernel of this tiling kind (() for kinds without
@@ -481,16 +481,17 @@ def _bwd_kv_sm90_ws_smem(head_dim: int, plan_ints: int) -> int:
 # kv on linear tilings (backward_kinds' "auto"; on the H200, 2026-12-05, 1.22-1.32x the
 # lockstep kind's backward on the dense and jagged masks, 0.95-0.99x on CLEAR's patch
 # tiling, which therefore keeps BWD_KV_SM90). Its second parameter is the
-# Q and dO tensor maps (boxes of kBM = 64 tokens, whatever the tiling: kv_patch_ws gathers by
-# token and leaves them unused) and dq_accum's (fp32, abi.F32_MAP_BOX: its writers add an item
-# of consecutive query rows by TMA tensor reduce-adds); the dq role stays BWD_DQ_SM90.
+# Q and dO tensor maps and dq_accum's (fp32, abi.F32_MAP_COLS columns), boxes of the tiling's
+# box rows capped at kBM = 64 tokens (map_box_cap: 64 on a linear tiling, a patch row on a
+# patch tiling): an item's rows are loaded and its dQ partial added as boxes of consecutive
+# tokens by TMA where they are (attn_bwd_sm90_ws.cuh); the dq role stays BWD_DQ_SM90.
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90_WS: dataclasses.replace(
     BWD_SPECS[KernelKind.BWD_KV_SM90],
     kind=KernelKind.BWD_KV_SM90_WS,
     threads={64: BWD_SM90_WS_THREADS, 128: BWD_SM90_WS_THREADS},
     smem=_bwd_kv_sm90_ws_smem,
     tensor_maps=("q", "do", "dq_accum"),
-    map_box_rows=BWD_SM90_BM,
+    map_box_cap=BWD_SM90_BM,
     params=("desc", "maps", "bwd_args"),
     cubin_group=KernelKind.BWD_KV_SM90_WS.value,
     symbol="cmc_{mask}_bwd_kv_sm90ws_{dtype}_d{head_dim}",

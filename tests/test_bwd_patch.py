@@ -56,6 +56,14 @@ int main() {
       const cmc_bwd_tile_tokens<cmc_hooks> m = cmc_bwd_tokens_of<cmc_hooks>(g, t, len);
       for (int r = 0; r < 128; ++r) printf("%d ", m(r));
       putchar('\n');
+      // the ws kind's dQ boxes of each half: cmc_bwd_item_runs, and each run's own check
+      constexpr int kBox = cmc_hooks::kPatchCols < 64 ? cmc_hooks::kPatchCols : 64;
+      for (int hh = 0; hh < 2; ++hh) {
+        int whole = 1;
+        for (int b = 0; b < 64 / kBox; ++b) whole &= cmc_bwd_item_box<kBox>(m, 64 * hh, b) ? 1 : 0;
+        printf("%d %d %d ", kBox, cmc_bwd_item_runs<kBox>(m, 64 * hh), whole);
+      }
+      putchar('\n');
       int a, b;
       if (!cmc_bwd_tile_hull(g, t, len, a, b)) { printf("-\n-\n"); continue; }
       plan<cmc_hooks>(s, g, t, a, b);
@@ -94,13 +102,27 @@ def _check_plan(line: str, vis: np.ndarray, toks: list[np.ndarray], t: int, side
     return touched
 
 
+def _check_runs(tok: np.ndarray, got: list[int], seen: dict[str, int]) -> None:
+    """One tile's ws dQ boxes (per half: box rows, cmc_bwd_item_runs, every run's own check)
+    against the token map: a half of whole runs has 64 / box of them, each box rows
+    consecutive tokens; any other half none (a half with no token is never an item)."""
+    for hh in range(2):
+        box, runs, whole = got[3 * hh:3 * hh + 3]
+        half = tok[64 * hh:64 * hh + 64]
+        ok = all((half[b * box:(b + 1) * box] == half[b * box] + np.arange(box)).all()
+                 and half[b * box] >= 0 for b in range(64 // box))
+        assert (runs, whole) == ((64 // box, 1) if ok else (0, 0)), (hh, box, half)
+        if half[0] >= 0:
+            seen["boxed" if ok else "gathered"] += 1
+
+
 def _run(table, transposed, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, int]:
     r = subprocess.run([str(exe)], input=" ".join(map(str, [len(lengths), *lengths])),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     lines = r.stdout.split("\n")
     pos = 0
-    seen = {"f": 0, "p": 0, "half_empty": 0}
+    seen = {"f": 0, "p": 0, "half_empty": 0, "boxed": 0, "gathered": 0}
     for n in lengths:
         vis = _dense(table, n)
         nqt = int(lines[pos])
@@ -109,8 +131,9 @@ def _run(table, transposed, tiling: Tiling, exe: Path, lengths: list[int]) -> di
         toks, plans = [], []
         for _ in range(nqt):
             toks.append(np.array([int(x) for x in lines[pos].split()]))
-            plans.append((lines[pos + 1], lines[pos + 2]))
-            pos += 3
+            _check_runs(toks[-1], [int(x) for x in lines[pos + 1].split()], seen)
+            plans.append((lines[pos + 2], lines[pos + 3]))
+            pos += 4
         owner = np.full(n, -1)
         for t, tk in enumerate(toks):
             live = tk[tk >= 0]
@@ -161,6 +184,7 @@ def test_host_bwd_patch_plans_clear(origin, width, shape, workdir):
                       origin + width * (2 * ph) + 3, origin + width * (3 * ph)})
     seen = _run(table, transposed, tiling, exe, lengths)
     assert seen["p"] > 0 and (seen["f"] > 0) == (origin > 0)  # full: text rows and columns
+    assert seen["boxed"] > 0 and seen["gathered"] > 0
 
 
 @needs_gxx

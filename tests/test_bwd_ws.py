@@ -38,7 +38,7 @@ def test_ws_choice_swaps_the_kv_kind_on_sm90a_only():
 
 
 def test_ws_spec():
-    assert (WS.role, WS.archs, WS.params, WS.tensor_maps, WS.map_box_rows, WS.choices) == (
+    assert (WS.role, WS.archs, WS.params, WS.tensor_maps, WS.map_box_cap, WS.choices) == (
         "kv", ("sm_90a",), ("desc", "maps", "bwd_args"), ("q", "do", "dq_accum"), 64, ("ws",))
     assert WS.threads == {64: 384, 128: 384}
     assert "enum : int { kThreadsWS = 128 * (kWG + 1) };" in HEADER.read_text()
@@ -90,8 +90,10 @@ def ws_artifacts(tmp_path_factory) -> dict[str, Path]:
             for name in ("causal", "clear")}
 
 
-@pytest.mark.parametrize("name,tiling", [("causal", "linear"), ("clear", "patch")])
-def test_ws_builds_without_local_memory_and_is_in_the_manifest(ws_artifacts, name, tiling):
+@pytest.mark.parametrize("name,tiling,rows", [("causal", "linear", 64), ("clear", "patch", 16)])
+def test_ws_builds_without_local_memory_and_is_in_the_manifest(ws_artifacts, name, tiling, rows):
+    """The ws kv's maps have boxes of the tiling's box rows capped at one 64-row item: 64
+    tokens on a linear tiling, one patch row (CLEAR's 8 x 16 patches: 16) on a patch tiling."""
     from cmc.inspection import inspect
     from cmc.runtime.manifest import read_manifest
 
@@ -104,15 +106,15 @@ def test_ws_builds_without_local_memory_and_is_in_the_manifest(ws_artifacts, nam
         assert (art / k["file"]).is_file()
         assert k["file"] == f"{name}.sm_90a.bwd_kv_sm90ws_bf16_d{k['head_dim']}.cubin"
         assert (k["role"], k["params"], k["threads"]) == ("kv", ["desc", "maps", "bwd_args"], 384)
-        assert k["tensor_maps"] == [{"tensor": "q", "box": [64, 1, 64], "swizzle": "128B"},
-                                    {"tensor": "do", "box": [64, 1, 64], "swizzle": "128B"},
-                                    {"tensor": "dq_accum", "box": [32, 1, 64], "swizzle": "128B"}]
+        assert k["tensor_maps"] == [{"tensor": "q", "box": [64, 1, rows], "swizzle": "128B"},
+                                    {"tensor": "do", "box": [64, 1, rows], "swizzle": "128B"},
+                                    {"tensor": "dq_accum", "box": [32, 1, rows], "swizzle": "128B"}]
         assert k["tiling"]["kind"] == tiling
         assert (k["local_bytes"], k["spill_stores"], k["spill_loads"]) == (0, 0, 0), k["symbol"]
         assert k["registers"] <= 168  # 384 x 168 at launch: setmaxnreg's 24 / 240 split fits
     assert inspect(art).kernels
     entries = [e for e in read_manifest(art).kernels if e.symbol in {k["symbol"] for k in ws}]
-    assert all(e.tensor_maps == ("q", "do", "dq_accum") and e.box_rows == (64, 64, 64)
+    assert all(e.tensor_maps == ("q", "do", "dq_accum") and e.box_rows == (rows,) * 3
                for e in entries)
     assert all(e.params == ("desc", "maps", "bwd_args") for e in entries)
 
@@ -129,7 +131,7 @@ def test_ws_header_compiles_and_describes_the_do_and_dq_accum_maps(ws_artifacts,
     h = art / "clear.h"
     text = h.read_text()
     tag = "BWD_KV_SM90WS_BF16_D128"
-    for line in (f"#define CMC_CLEAR_{tag}_TENSOR_MAPS 3", f"#define CMC_CLEAR_{tag}_BOX_ROWS 64u",
+    for line in (f"#define CMC_CLEAR_{tag}_TENSOR_MAPS 3", f"#define CMC_CLEAR_{tag}_BOX_ROWS 16u",
                  f"#define CMC_CLEAR_{tag}_TENSOR_MAP_0 0 ", f"#define CMC_CLEAR_{tag}_TENSOR_MAP_1 3 ",
                  f"#define CMC_CLEAR_{tag}_TENSOR_MAP_2 4 "):
         assert line in text, line
@@ -164,9 +166,10 @@ def test_ws_header_compiles_and_describes_the_do_and_dq_accum_maps(ws_artifacts,
     r = compile_(lang, src, exe, "-I", str(art))
     assert r.returncode == 0, r.stderr
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
-    # dO: its strides x 2 bytes; Q: the descriptor's; dq_accum: fp32 [100, 4, 128] contiguous
-    assert out.split("\n")[:3] == ["8192 128 4 100 512 2048 64", "4096 1024 0",
-                                   "65536 128 4 100 512 2048 32 1 64 1"]
+    # dO: its strides x 2 bytes; Q: the descriptor's; dq_accum: fp32 [100, 4, 128] contiguous;
+    # boxes of one patch row of CLEAR's 8 x 16 patches, dq_accum's too
+    assert out.split("\n")[:3] == ["8192 128 4 100 512 2048 16", "4096 1024 0",
+                                   "65536 128 4 100 512 2048 32 1 16 1"]
 
 
 # --------------------------------------------------------------------------- the runtime

@@ -103,9 +103,10 @@ def _tmaload(text: str) -> str:
 
 
 def _tma_bwd(bkc):
-    """bwd_kernel_check.Bwd whose kv launches also pass the Q, dO (box 64 x 1 x 64) and dq_accum
-    (fp32, box 32 x 1 x 64) tensor maps, made from the descriptor and cmc_bwd_args bytes
-    (TmaBwd.layout: the descriptor's)."""
+    """bwd_kernel_check.Bwd whose kv launches also pass the Q, dO (box 64 x 1 x R) and dq_accum
+    (fp32, box 32 x 1 x R) tensor maps, made from the descriptor and cmc_bwd_args bytes
+    (TmaBwd.layout: the descriptor's; TmaBwd.box_rows: R, as abi.tensor_maps gives the ws kind
+    for the build's tiling: 64 on a linear one, a patch row on a patch one)."""
     import struct
 
     from cuda.bindings import driver as cu
@@ -121,6 +122,7 @@ def _tma_bwd(bkc):
         layout = None
         dtype = "bf16"
         head_dim = 128
+        box_rows = 64
         _written: dict = {}
 
         def launch_role(self, role, desc, args, max_len, hq, hk, batch):
@@ -129,14 +131,15 @@ def _tma_bwd(bkc):
             dv, av = read(self.layout, desc), read(bwd_args_layout(), args)
             d = self.head_dim
             total = av["total_tokens"]
+            r = self.box_rows
             maps = b"".join(tensor_map_3d(self.dtype, ptr, (d, hq, total), (2 * sh, 2 * st),
-                                          (64, 1, 64))
+                                          (64, 1, r))
                             for ptr, st, sh in ((dv["q"], dv["q_stride_tok"], dv["q_stride_head"]),
                                                 (av["dout"], av["dout_stride_tok"],
                                                  av["dout_stride_head"])))
-            # dq_accum, fp32 [T, Hq, D] contiguous, boxes of 32 x 64 (the ws writers' adds)
+            # dq_accum, fp32 [T, Hq, D] contiguous, boxes of 32 x R (the ws writers' adds)
             maps += tensor_map_3d("f32", av["dq_accum"], (d, hq, total), (4 * d, 4 * d * hq),
-                                  (32, 1, 64))
+                                  (32, 1, r))
             f = self.k[role][0]
             if self._written.get(f) != maps:  # the global, written only when the maps change
                 mod = bkc.kc._ok(cu.cuFuncGetModule(f), "cuFuncGetModule")
@@ -228,9 +231,9 @@ WS_ABLATIONS = {
                  "tensor adds (they still wait for and release each staging)",
                  [("      if (tok >= 0)\n        bulk_reduce_add_f32(",
                    "      if (tok < -1)\n        bulk_reduce_add_f32(", 1),
-                  ("        tma_reduce_add(&maps->dq, stg, col, hq, rows[2]);\n"
-                   "        tma_reduce_add(&maps->dq, stg + 8192, col + 32, hq, rows[2]);\n",
-                   "", 1)]),
+                  ("          tma_reduce_add(&maps->dq, stg + b * (BOX * 128), col, hq, rows[4 + b]);\n"
+                   "          tma_reduce_add(&maps->dq, stg + 8192 + b * (BOX * 128), col + 32, hq, "
+                   "rows[4 + b]);\n", "", 1)]),
     "wsnostage": ("ws whose consumers do not store the dQ partial to the staging (behind a "
                   "condition that never holds, so the GEMM stays; the hand-off stays)",
                   [("        *reinterpret_cast<float2*>(row + 8 * jj) = make_float2(dq[4 * jj + "
@@ -264,12 +267,15 @@ WS_ABLATIONS = {
 }
 for _n, (_what, _edits) in WS_ABLATIONS.items():
     ALTERNATIVES[_n] = (_what, _ws_without(_edits), lambda d: WS_SMEM_GROWTH)
-# The kind before its writers added consecutive items by TMA tensor reduce-adds (2026-12-05):
-# every item by one bulk add per row. Correct, so --check runs it.
+# The kind before its writers added items of consecutive tokens by TMA tensor reduce-adds
+# (linear items: 2026-12-05 run 15; patch items, by patch-row boxes: later that day): every
+# item by one bulk add per row. Correct, so --check runs it.
 ALTERNATIVES["wsrows"] = (
     "ws whose writers add every item by one cp.reduce.async.bulk per row (no TMA tensor adds)",
-    _ws_without([("  CMC_DEV bool consecutive(const Item& i) const { return i.qbase + kBM <= len; }",
-                  "  CMC_DEV bool consecutive(const Item&) const { return false; }", 1)]),
+    _ws_without([("  CMC_DEV int boxes(const Item& i) const { return i.qbase + kBM <= len ? 1 : 0; }",
+                  "  CMC_DEV int boxes(const Item&) const { return 0; }", 1),
+                 ("  CMC_DEV int boxes(const Item& i) const { return cmc_bwd_item_runs<kBox>(i.qrows, i.r0); }",
+                  "  CMC_DEV int boxes(const Item&) const { return 0; }", 1)]),
     lambda d: WS_SMEM_GROWTH)
 # The kind before span words (2026-12-05): partial linear items masked by the transposed
 # predicate per element after the S^T GEMM. Correct, so --check runs it.
@@ -415,6 +421,20 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
                              edit=(lambda t: apply(t, edits)) if edits else None)
 
 
+def _box_rows(case: tuple[str, str, int]) -> int:
+    """The ws kind's map box rows for bwd_kernel_check's case (mask, dtype, head dim) as the
+    alternatives build it: the tile stage's tiling where the case is one of PATCH_VARIANTS
+    (built tiled), else linear (64)."""
+    import bwd_kernel_check as bkc
+
+    from cmc.abi import tensor_maps
+    from cmc.tiling import choose_tiling
+
+    if case not in bkc.PATCH_VARIANTS:
+        return 64
+    return tensor_maps("bwd_kv_sm90_ws", choose_tiling(bkc.table_of(case[0])).box_rows)[0].box[2]
+
+
 def _describe(name: str) -> str:
     if name == "base":
         return "the shipped kernel"
@@ -482,6 +502,7 @@ def main() -> int:
         for v in cases[n]:
             bkc._LAYOUTS[v] = descriptor_layout(bkc.table_of(v[0]).mask)
             tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = bkc._LAYOUTS[v], v[1], v[2]
+            tma_bwd.box_rows = _box_rows(v)
             bkc.Bwd = bwd_class(n)  # type: ignore[misc]  # run_case makes its own
             lens = bkc.PATCH_LENS if v in bkc.PATCH_VARIANTS else None
             for mode, ok, msg in bkc.run_case(*v, built[(n, *v)], bkc.table_of(v[0]), lens=lens):
@@ -493,6 +514,7 @@ def main() -> int:
     table = bkc.table_of(tm)
     lay = descriptor_layout(table.mask)
     tma_bwd.layout, tma_bwd.dtype, tma_bwd.head_dim = lay, "bf16", 128
+    tma_bwd.box_rows = _box_rows((tm, "bf16", 128))
     for lb in opts.lengths:
         L, B = (int(x) for x in lb.split("x"))
         for n in variants:

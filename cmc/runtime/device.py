@@ -287,7 +287,7 @@ def tensor_maps_block(tensors: Sequence[str], dtype: str, head_dim: int, tokens:
                       views: Mapping[str, MapTensor], box_rows: Sequence[int] = ()
                       ) -> tuple[ctypes.Array[ctypes.c_char], int]:
     """The kernel's maps parameter (cmc/abi.py): one map per tensor, boxes of its own
-    box_rows tokens (128 where none is given; an fp32 tensor's, dq_accum, abi.F32_MAP_BOX), in
+    box_rows tokens (128 where none is given; an fp32 tensor's, dq_accum, of F32_MAP_COLS), in
     a host buffer (kept alive by the caller until the launch returns: the driver copies it
     then) and its 64-byte-aligned address."""
     if tokens > 2**31 - 1:

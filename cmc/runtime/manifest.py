@@ -17,7 +17,7 @@ from typing import Any
 
 from ..abi import (
     CTYPES,
-    F32_MAP_BOX,
+    F32_MAP_COLS,
     F32_MAP_TENSORS,
     HEADER_FIELDS,
     SCHEMA_VERSION,
@@ -189,7 +189,7 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
             raise ArtifactError(f"manifest: {where}.tensor_maps entry {t!r}: this runtime encodes "
                                 f"maps of {', '.join(tensors)} (do, dq_accum: backward kernels "
                                 f"only) with a box [64, 1, R] (R in {list(TENSOR_MAP_BOX_ROWS)}; "
-                                f"dq_accum: {list(F32_MAP_BOX)}) and swizzle "
+                                f"dq_accum: [{F32_MAP_COLS}, 1, R]) and swizzle "
                                 f"{TENSOR_MAP_SWIZZLE} only (cmc/abi.py)")
     max_len = k.get("max_len")
     if max_len is not None and not (isinstance(max_len, int) and max_len > 0):

@@ -73,6 +73,22 @@ template <class H> CMC_DEV cmc_bwd_tile_tokens<H> cmc_bwd_tokens_of(const cmc_pa
   m.linear = t < g.nlin;
   return m;
 }
+// Rows r0 .. r0 + 63 of a tile's token map (cmc_bwd_tile_tokens) as runs of BOX consecutive
+// tokens: 64 / BOX runs, run b from row r0 + b BOX (a patch row of PW = BOX tokens, or BOX rows
+// of a linear tile), when the last row has a token, else 0. A map's tokens grow with the row
+// and stop at its limit, so the last row's token is what every run needs (host-checked against
+// cmc_bwd_item_box on every item: tests/test_bwd_patch.py). The ws kind adds such an item's dQ
+// partial by BOX-row TMA boxes (attn_bwd_sm90_ws.cuh).
+template <int BOX, class Rows> CMC_DEV int cmc_bwd_item_runs(const Rows& rows, int r0) {
+  static_assert(BOX >= 8 && 64 % BOX == 0, "boxes of 8 .. 64 rows");
+  return rows(r0 + 63) >= 0 ? 64 / BOX : 0;
+}
+// Whether run b of rows r0 .. r0 + 63 (rows r0 + b BOX ..) is BOX consecutive tokens (the
+// definition cmc_bwd_item_runs relies on).
+template <int BOX, class Rows> CMC_DEV bool cmc_bwd_item_box(const Rows& rows, int r0, int b) {
+  const int first = rows(r0 + b * BOX);
+  return first >= 0 && rows(r0 + b * BOX + BOX - 1) == first + BOX - 1;
+}
 // The hull [a, b] of tile t's tokens; false when it has none (past the last tile, or a patch
 // wholly past len).
 CMC_DEV bool cmc_bwd_tile_hull(const cmc_patch_geo& g, int t, int len, int& a, int& b) {
@@ -245,8 +261,9 @@ template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * 
 #define CMC_BWD_KV_WS 0
 #endif
 #if !defined(CMC_HOST)
-// Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, 64), 128-byte
-// swizzle) and of dq_accum (fp32 [T, Hq, D], box (32, 1, 64), 128-byte swizzle): the
+// Tensor maps of Q and dO (cuTensorMapEncodeTiled: [T, H, D], box (64, 1, R), 128-byte
+// swizzle) and of dq_accum (fp32 [T, Hq, D], box (32, 1, R), 128-byte swizzle), R = 64 on a
+// linear tiling, a patch row (H::kPatchCols) on a patch tiling (abi.py): the
 // bwd_kv_sm90_ws kind's second launch parameter (kv_ws_entry). The experiments
 // CMC_BWD_KV_TMA and CMC_BWD_KV_WS read them from a module global the host writes before the
 // launch (tools/bwd_ablate.py), so their kernels keep the shipped kinds' parameters.

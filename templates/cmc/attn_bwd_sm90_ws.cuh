@@ -6,7 +6,8 @@
 // module global cmc_kv_maps the host writes (as CMC_BWD_KV_TMA). Templates only: a build
 // that instantiates neither emits no code from this part. Same semantics as kv /
 // kv_patch; kv_ws takes Q and dO by TMA, kv_patch_ws gathers rows by token with cp.async from
-// two loader warps (warps 0 and 3, one per stage).
+// two loader warps (warps 0 and 3, one per stage); both add an item's dQ by TMA boxes where its
+// rows are runs of consecutive tokens (64 rows, or patch rows).
 //
 // Why (docs/kernel-notes.md, "The warp-specialised kv"): kv's item loop runs both warpgroups
 // in lockstep behind one CTA barrier per item, issues the next item's copies from the
@@ -236,7 +237,9 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
 // items' time for its copies): kv_patch's items (head of the group g, touched query tile j,
 // half hh: query rows 64 hh .. of tile j's token map), each into stage n % 2 as ws_load, all by
 // cp.async with zero fill (rows without a token) from the 32 lanes, which wait for their copies
-// and fence them to the async proxy before they arrive; then the end item.
+// and fence them to the async proxy before they arrive; then the end item. (TMA boxes of one
+// patch row for whole-row items, as ws_load's, did not fit the loaders' 24 registers: even the
+// runs' check spilled, and ptxas moved the spill into the consumers' item loop; 2026-12-05.)
 template <class H, class HT, int D>
 CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H::desc_t& desc,
                            const cmc_bwd_args& args, const unsigned* touched, int nw, const cmc_patch_geo& geo,
@@ -279,9 +282,11 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
 // full (barrier 4 + w), one cp.reduce.async.bulk of each row that has a token (256 bytes: the
 // warpgroup's 64 columns at D = 128, the whole row of its key half's partial at D = 64), then
 // the staging is released (barrier 6 + w) once the bulk unit has read it. An item whose 64 rows
-// are consecutive tokens (rows[1] set, rows[2] the first) is added by two TMA reduce-adds of 32
-// columns (dq_accum's map) from lane 0 instead: 2 operations instead of 64.
-template <int D>
+// are rows[1] = 64 / BOX runs of BOX consecutive tokens (run b from token rows[4 + b]) is added
+// by two TMA reduce-adds of 32 columns per run (dq_accum's map, boxes of BOX rows) from lane 0
+// instead: 2 64 / BOX operations instead of 64 (2 for a linear item, BOX = 64; 8 for a
+// patch item of CLEAR's 8 x 16 patches, BOX = 16).
+template <int D, int BOX>
 CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, int heads_q, int w, int lane) {
   const int* rows = reinterpret_cast<const int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   const unsigned stg = smem_u32(smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow);
@@ -309,8 +314,11 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
 #else
     if (rows[1]) {
       if (lane == 0) {
-        tma_reduce_add(&maps->dq, stg, col, hq, rows[2]);
-        tma_reduce_add(&maps->dq, stg + 8192, col + 32, hq, rows[2]);
+#pragma unroll 1
+        for (int b = 0; b < rows[1]; ++b) {
+          tma_reduce_add(&maps->dq, stg + b * (BOX * 128), col, hq, rows[4 + b]);
+          tma_reduce_add(&maps->dq, stg + 8192 + b * (BOX * 128), col + 32, hq, rows[4 + b]);
+        }
         bulk_commit();
         bulk_wait_read();
       }
@@ -334,18 +342,20 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
 // The dQ partial of consumer warpgroup w (dq[4 jj + 2 i + e]: row 16 warp + lane / 4 + 8 i,
 // column 8 jj + 2 (lane % 4) + e of its 64 x 64 block) into its staging, once the writer has
 // read the last one; then the writer is told the query head hq (< 0: the end) and each row's
-// token in the workspace, tok(r) (-1: none). consecutive (the rows are tokens tok(0) ..
-// tok(0) + 63): staged as the two 32-column boxes of dq_accum's map instead (64 rows of 128
-// bytes each, 128-byte swizzle, at 0 and 8 KiB), for the writer's TMA reduce-adds.
-template <int D, class Tok>
+// token in the workspace, tok(r) (-1: none). nb > 0 (the rows are nb = 64 / BOX runs of BOX
+// consecutive tokens from tok(b BOX)): staged as the two 32-column halves of dq_accum's boxes
+// instead (64 rows of 128 bytes each, 128-byte swizzle, at 0 and 8 KiB; run b's box at b BOX
+// rows, 1 KiB-aligned as the swizzle needs), for the writer's TMA reduce-adds.
+template <int D, int BOX, class Tok>
 CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, const Tok& tok,
-                         bool consecutive CMC_WS_PROBE_PARAMS) {
+                         int nb CMC_WS_PROBE_PARAMS) {
+  static_assert(BOX >= 8 && 64 % BOX == 0, "boxes of whole 1 KiB swizzle atoms");
   const int warp = wtid >> 5, lane = wtid & 31;
   int* rows = reinterpret_cast<int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
   unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
   ws_bar_sync(6 + w, 160);
   CMC_WS_LAP(kPrStgWait);
-  if (dq != nullptr && consecutive) {
+  if (dq != nullptr && nb > 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = 16 * warp + (lane >> 2) + 8 * i;
@@ -356,10 +366,8 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
             make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
       }
     }
-    if (wtid == 0) {
-      rows[1] = 1;
-      rows[2] = tok(0);
-    }
+    if (wtid == 0) rows[1] = nb;
+    if (wtid < nb) rows[4 + wtid] = tok(wtid * BOX);
   } else if (dq != nullptr) {
     if (wtid == 0) rows[1] = 0;
 #pragma unroll
@@ -381,11 +389,12 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
 // The end of a ws item, after kv_dv_ds (ws_consume). Atomic mode: dS^T rows
 // of this warpgroup into buffer st ([kBN keys][kBM queries]), one barrier, then dQ (DQ<D>)
 // ahead of dK, so that dK runs under the partial's trip to the staging (tok: each row's
-// workspace token, -1: none). Otherwise dK alone. Then the stage is released (8 warps).
-template <bool BF16, int D, class Tok>
+// workspace token, -1: none; nb: its runs of BOX tokens, ws_stage_dq). Otherwise dK alone.
+// Then the stage is released (8 warps).
+template <bool BF16, int D, int BOX, class Tok>
 CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int st, int wg, int wtid, unsigned* pa,
                          unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq, const Tok& tok,
-                         bool consecutive CMC_WS_PROBE_PARAMS) {
+                         int nb CMC_WS_PROBE_PARAMS) {
   using L = SmemWS<D>;
   const int warp = wtid >> 5, lane = wtid & 31;
   if (atomic_dq) {
@@ -418,7 +427,7 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
     fence_regs<DQ<D>::kRegs>(dq);
     fence_regs<16>(pa);
     CMC_WS_LAP(kPrWaitDq);
-    ws_stage_dq<D>(smem, dq, wg, wtid, hq, tok, consecutive CMC_WS_PROBE_ARGS);
+    ws_stage_dq<D, BOX>(smem, dq, wg, wtid, hq, tok, nb CMC_WS_PROBE_ARGS);
   } else {
     kv_dk<BF16, D>(dk, dsa, qB);
     CMC_WS_LAP(kPrIssueDqDk);
@@ -434,9 +443,11 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
 // What a ws consumer needs of its tiling. WsLinear: key rows k0 + lr, items of 64 query rows
 // from qbase = 64 j (kv's). WsPatch: the key rows of forward tile kt by token, items of query
 // tile j's rows 64 hh .. by token map (kv_patch's). Each gives per item its fullness, the
-// forward's tile-mask word, P^T in place, each row's workspace token for dQ; and the final
-// dK, dV stores.
+// forward's tile-mask word, P^T in place, each row's workspace token for dQ and its runs of
+// kBox consecutive tokens (boxes: 64 / kBox, or 0 where the rows are not such runs); and the
+// final dK, dV stores.
 template <class H, class HT> struct WsLinear {
+  static constexpr int kBox = kBM;
   const typename HT::seq_t& seqt;
   int len, k0;
   cmc_i64 tok0;
@@ -460,7 +471,7 @@ template <class H, class HT> struct WsLinear {
     kv_p_linear<HT>(s, lse_b, cq, sl2, i.is_full, mw_ok, mw, seqt, krow0, krow1, kr, i.qbase, len);
   }
   CMC_DEV int tok(const Item& i, int r) const { return i.qbase + r < len ? (int)(tok0 + i.qbase + r) : -1; }
-  CMC_DEV bool consecutive(const Item& i) const { return i.qbase + kBM <= len; }
+  CMC_DEV int boxes(const Item& i) const { return i.qbase + kBM <= len ? 1 : 0; }
   template <bool BF16, int D>
   CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
                      const cmc_bwd_args& args, int hkv) const {
@@ -473,6 +484,7 @@ template <class H, class HT> struct WsLinear {
   }
 };
 template <class H, class HT> struct WsPatch {
+  static constexpr int kBox = H::kPatchCols < kBM ? H::kPatchCols : kBM;  // abi.py: the maps' boxes
   const typename HT::seq_t& seqt;
   const cmc_patch_geo& geo;
   const cmc_bwd_tile_tokens<H>& keys;
@@ -507,7 +519,7 @@ template <class H, class HT> struct WsPatch {
     const int q = i.qrows(i.r0 + r);
     return q >= 0 ? (int)(tok0 + q) : -1;
   }
-  CMC_DEV bool consecutive(const Item&) const { return false; }
+  CMC_DEV int boxes(const Item& i) const { return cmc_bwd_item_runs<kBox>(i.qrows, i.r0); }
   template <bool BF16, int D>
   CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
                      const cmc_bwd_args& args, int hkv) const {
@@ -567,13 +579,13 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
     CMC_WS_LAP(kPrDvDs);
-    ws_item_end<BF16, D>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq,
-                         [&](int r) { return tiling.tok(item, r); }, tiling.consecutive(item)
-                         CMC_WS_PROBE_ARGS);
+    ws_item_end<BF16, D, T::kBox>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq,
+                                  [&](int r) { return tiling.tok(item, r); }, tiling.boxes(item)
+                                  CMC_WS_PROBE_ARGS);
   }
   CMC_WS_SINCE(kPrLoop, pr_loop);
   if (atomic_dq)  // the writer's end
-    ws_stage_dq<D>(smem, nullptr, wg, wtid, -1, [](int) { return -1; }, false CMC_WS_PROBE_ARGS);
+    ws_stage_dq<D, T::kBox>(smem, nullptr, wg, wtid, -1, [](int) { return -1; }, 0 CMC_WS_PROBE_ARGS);
   fence_regs<kAcc>(dk);
   fence_regs<kAcc>(dv);
   ws_bar_sync(3, 256);  // K, V no longer read (dQ reads both halves of K): they stage dK, dV
@@ -597,9 +609,9 @@ template <int D> CMC_DEV void ws_init_barriers(unsigned base) {
 CMC_DEV int ws_key_row(int tid) { return 64 * (wg_index(tid) - 1) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); }
 
 // The roles once the CTA is set up. WG0 (kWsProducerRegs): warps 1, 2 the dQ writers of the
-// consumer warpgroups (atomic mode), warps 0 and 3 load(warp, lane). WG1, WG2
-// (kWsConsumerRegs): ws_consume on the tiling make_tiling() gives, built after setmaxnreg.
-template <bool BF16, int D, class Load, class MakeTiling, class Desc>
+// consumer warpgroups (atomic mode; runs of BOX tokens), warps 0 and 3 load(warp, lane). WG1,
+// WG2 (kWsConsumerRegs): ws_consume on the tiling make_tiling() gives, built after setmaxnreg.
+template <bool BF16, int D, int BOX, class Load, class MakeTiling, class Desc>
 CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Desc& desc, const cmc_bwd_args& args,
                       const KvMaps* maps, unsigned char* smem, unsigned base, int hkv, bool atomic_dq, int tid) {
   if (wg_index(tid) == 0) {
@@ -607,7 +619,7 @@ CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Des
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
     if (warp == 1 || warp == 2) {
       if (atomic_dq)
-        ws_write_dq<D>(smem, reinterpret_cast<float*>(args.dq_accum), maps, desc.heads_q, warp - 1, lane);
+        ws_write_dq<D, BOX>(smem, reinterpret_cast<float*>(args.dq_accum), maps, desc.heads_q, warp - 1, lane);
     } else {
       load(warp, lane);
     }
@@ -648,7 +660,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
   CMC_WS_CTA_READY(pr_start, tid);
 
-  ws_roles<BF16, D>(
+  ws_roles<BF16, D, WsLinear<H, HT>::kBox>(
       [&](int warp, int lane) {
         if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, maps, plan, tok0, len, k0, hkv * group, group, lane);
       },
@@ -659,7 +671,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
 // kv_patch warp-specialised (kv_ws's roles; ws_load_patch, ws_consume with WsPatch): the CTA's 128
 // keys are forward tile blockIdx.x, K and V gathered by token as kv_patch does.
 template <class H, class HT, bool BF16, int D>
-CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args) {
+CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, const KvMaps* maps) {
   static_assert(H::kPatchRows % 2 == 0 && H::kPatchRows * H::kPatchCols == kBN, "patch halves of 64 rows");
   constexpr int NTT = HT::kTerms;
   using L = SmemWS<D>;
@@ -694,20 +706,21 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
   CMC_WS_CTA_READY(pr_start, tid);
 
-  ws_roles<BF16, D>(
+  ws_roles<BF16, D, WsPatch<H, HT>::kBox>(
       [&](int warp, int lane) {  // warps 0 and 3: stages 0 and 1
         ws_load_patch<H, HT, D>(base, smem, desc, args, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
                                 group, lane, warp == 0 ? 0 : 1);
       },
       [&] { return WsPatch<H, HT>(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid)); }, desc, args,
-      nullptr, smem, base, hkv, atomic_dq, tid);
+      maps, smem, base, hkv, atomic_dq, tid);
 }
 
 // The bwd_kv_sm90_ws kind's entry (cmc/kernels.py): kv_ws on a linear tiling, kv_patch_ws on a
-// patch tiling (whose loaders gather Q and dO by token: the maps go unused there).
+// patch tiling (which gathers Q and dO by token, and adds dQ through the maps' boxes of one
+// patch row: abi.py).
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws_entry(const typename H::desc_t& desc, const KvMaps& maps, const cmc_bwd_args& args) {
-  if constexpr (H::kTiling == 1) kv_patch_ws<H, HT, BF16, D>(desc, args);
+  if constexpr (H::kTiling == 1) kv_patch_ws<H, HT, BF16, D>(desc, args, &maps);
   else kv_ws<H, HT, BF16, D>(desc, args, &maps);
 }
 
