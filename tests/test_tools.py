@@ -300,3 +300,16 @@ def test_ws_probe_slots_match_the_kernel_and_the_summary_reads_them():
     assert "staging full wait 100, adds and release 60" in lines[3]
     assert "empty wait 2, issue 3" in lines[4]
     assert "set-up 4000, dK and dV stores 1000 cycles (1 CTAs per call)" in lines[5]
+
+
+def test_host_cost_split_attributes_the_benchmarks_backward():
+    """host_cost --split: the benchmark's backward (step - forward) = attn.backward + the
+    rest, with the rest signed."""
+    hc = _tool("host_cost")
+    lines = hc.split_lines("causal 4096x8", 0.9, 3.2, 4.35)
+    assert lines[0] == ("  causal 4096x8: forward (LSE) 0.900 ms, attn.backward 3.200 ms, autograd "
+                        "step 4.350 ms")
+    assert lines[1].endswith("(step - forward) 3.450 ms: attn.backward 3.200 + autograd and the "
+                             "op's own work +0.250")
+    assert hc.split_lines("x", 1.0, 3.0, 3.9)[1].endswith("-0.100")
+    assert hc.params_of("hstu", 2, 64) == {"n_targets": [8, 8]} and hc.params_of("causal", 1, 8) == {}

@@ -152,6 +152,10 @@ step bwd bwd.log 100 "${PYTEST[@]}" "${XDIST[@]}" $T/test_backward_gpu.py $T/tes
 #    fwd+bwd, training
 step torch torch.log 120 "${PYTEST[@]}" $T/test_backward_gpu.py -k "autograd or compile or graph"
 step torch torch.log 90 python3 examples/train_tiny.py --out "$CMC_GPU_ARTIFACTS"
+# 6b. where the benchmark's backward column spends more than the kernels' sequence (run 15:
+#    3.45 against 3.18 ms at causal 4K x 8): attn.backward alone beside the autograd step
+#    (tools/host_cost.py --split; the default build in out/gpuart)
+step split torch.log 60 python3 tools/host_cost.py --artifacts "$CMC_GPU_ARTIFACTS" causal hstu --split 4096x8
 # 7. compute-sanitizer memcheck, forward then backward (skips without compute-sanitizer)
 step sanitizer sanitizer.log 200 "${PYTEST[@]}" $T/test_sanitizer.py \
   $T/test_backward_gpu.py::test_backward_memcheck

@@ -5,9 +5,18 @@ the wall time per call is the Python path (checks, descriptor, tensor maps, laun
 the kernel. Batches are 8 calls: the pinned staging ring lets calls with host parameters
 and no plan run 8 launches ahead of the GPU, no more. `back to back`: a small problem
 called in a loop without the sleep, wall time per call including the GPU, which is what
-a caller with small launches sees.
+a caller with small launches sees. The backward's host path is timed the same way
+("backward ..." rows: attn.backward on a planned forward's out and LSE).
+
+`--split LxB` (GPU time, not host time): where the benchmark's backward column, (forward +
+backward through autograd) - forward, spends more than the kernels' sequence. Medians of
+CUDA-event timings at the benchmark's shape [B, L, 16, 128] of the forward with LSE, of
+attn.backward alone, and of the autograd step, so that the runtime's part and autograd's part
+of the gap are told apart (run 15: 3.45 ms of backward through the benchmark against 3.18 ms of
+bwd_kernel_check's pre, kv, post at causal 4K x 8):
 
     python3 tools/host_cost.py --artifacts out/gpu_new causal hstu
+    python3 tools/host_cost.py --artifacts out/benchrun causal --split 4096x8
 """
 
 from __future__ import annotations
@@ -47,19 +56,26 @@ def back_to_back_us(fn: Callable[[], object], calls: int, torch) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def params_of(name: str, b: int, n: int) -> dict[str, object]:
+    """Run-time parameters for the samples that have them (others: none)."""
+    return {"hstu": {"n_targets": [n // 8] * b},
+            "shared_prefix": {"prompt_len": [n // 4] * b,
+                              "responses": [[n // 4, n // 2, 3 * n // 4]] * b}}.get(name, {})
+
+
 def calls_of(attn, name: str, torch, b: int, n: int, h: int, d: int
              ) -> dict[str, Callable[[], object]]:
     import numpy as np
 
-    params = {"hstu": {"n_targets": [n // 8] * b},
-              "shared_prefix": {"prompt_len": [n // 4] * b,
-                                "responses": [[n // 4, n // 2, 3 * n // 4]] * b}}.get(name, {})
+    params = params_of(name, b, n)
     q = torch.randn((b, n, h, d), device="cuda").bfloat16()
     k, v = torch.randn_like(q), torch.randn_like(q)
     plan = attn.plan(batch=b, seq_len=n, **params)
     out = torch.empty_like(q)
     checked = np.float32(1 / d ** 0.5)  # a scale that is not a Python number: never replayed
-    return {
+    dout = torch.randn_like(q)
+    fwd_out, lse = attn(q, k, v, plan=plan, return_lse=True)
+    calls = {
         "plan (replayed)": lambda: attn(q, k, v, plan=plan),
         "plan, out= (replayed)": lambda: attn(q, k, v, plan=plan, out=out),
         "plan, lse (replayed)": lambda: attn(q, k, v, plan=plan, return_lse=True),
@@ -67,6 +83,53 @@ def calls_of(attn, name: str, torch, b: int, n: int, h: int, d: int
         "no plan (checked)": lambda: attn(q, k, v, **params),
         "torch.empty_like alone": lambda: torch.empty_like(q),
     }
+    if getattr(attn, "has_backward", False):
+        calls["backward, plan"] = lambda: attn.backward(dout, q, k, v, fwd_out, lse, plan=plan)
+        calls["backward, plan, det."] = lambda: attn.backward(dout, q, k, v, fwd_out, lse, plan=plan,
+                                                              deterministic=True)
+    return calls
+
+
+def median_ms(fn: Callable[[], object], torch, reps: int = 20) -> float:
+    """Median of `reps` CUDA-event timings of fn (after 3 warm-up calls)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    return statistics.median(times)
+
+
+def split_lines(name: str, fwd: float, bwd: float, step: float) -> list[str]:
+    """The --split report: the runtime's backward beside the benchmark's way of taking it."""
+    return [f"  {name}: forward (LSE) {fwd:.3f} ms, attn.backward {bwd:.3f} ms, autograd step "
+            f"{step:.3f} ms",
+            f"    benchmark's backward (step - forward) {step - fwd:.3f} ms: attn.backward "
+            f"{bwd:.3f} + autograd and the op's own work {step - fwd - bwd:+.3f}"]
+
+
+def split(attn, name: str, torch, length: int, batch: int) -> list[str]:
+    """--split for one artifact at [batch, length, 16, 128] bf16."""
+    shape = (batch, length, 16, 128)
+    q, k, v, dout = (torch.randn(shape, device="cuda").bfloat16() for _ in range(4))
+    plan = attn.plan(batch=batch, seq_len=length, **params_of(name, batch, length))
+    out, lse = attn(q, k, v, plan=plan, return_lse=True)
+    qg, kg, vg = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+
+    def step() -> None:
+        o = attn(qg, kg, vg, plan=plan)
+        (o[0] if isinstance(o, tuple) else o).backward(dout)
+        qg.grad = kg.grad = vg.grad = None
+
+    return split_lines(f"{name} {length}x{batch}",
+                       median_ms(lambda: attn(q, k, v, plan=plan, return_lse=True), torch),
+                       median_ms(lambda: attn.backward(dout, q, k, v, out, lse, plan=plan), torch),
+                       median_ms(step, torch))
 
 
 def main() -> None:
@@ -74,10 +137,18 @@ def main() -> None:
     ap.add_argument("names", nargs="+")
     ap.add_argument("--artifacts", type=Path, required=True)
     ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--split", metavar="LxB", help="GPU times of the backward's parts instead")
     args = ap.parse_args()
     import torch
 
     from cmc.runtime import load
+
+    if args.split:
+        length, batch = (int(x) for x in args.split.split("x"))
+        for name in args.names:
+            for line in split(load(args.artifacts / name), name, torch, length, batch):
+                print(line, flush=True)
+        return
 
     shapes = {"queued": (4, 1024, 16, 128), "back to back": (1, 512, 8, 128)}
     print(f"us per call; queued: median of {args.batches} batches of {BATCH} behind a sleep "
