@@ -201,9 +201,10 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     _echo(f"  work skipped {counts[EMPTY] / n:.1%} of tiles; "
                f"mask work on {counts[PARTIAL] / n:.1%}")
     _echo(ascii_tiles(classes))
-    for line in _tiling_lines(table, length, values, pairs):
+    transposed = transpose(table)
+    for line in _tiling_lines(table, length, values, pairs, transposed):
         _echo(line)
-    _echo(f"  sm90 kv partial items: {_kv_words_line(transpose(table))}")
+    _echo(f"  sm90 kv partial items: {_kv_words_line(transposed)}")
     for r in table.residuals:
         _echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
@@ -251,9 +252,12 @@ def _band_masks_line(table: Any) -> str:
     return f"applied on interior query tiles ({t.offset_masks.classes * 2} KiB in the cubin)"
 
 
-def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -> list[str]:
+def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
+                  transposed: Any = None) -> list[str]:
     """The sm90 kernel's tiling as the tile stage chooses it, its reason, and the pairs it
-    computes at this length (TILE^2 per query tile x key tile that a row interval reaches)."""
+    computes at this length (TILE^2 per query tile x key tile that a row interval reaches);
+    with the transposed table, the sm90 kv kinds' too (key tiles of the same tiling against
+    items of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
     from .ir import TILE
     from .tiling import choose_tiling, computed_pairs
 
@@ -296,6 +300,11 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int) -
     n = computed_pairs(table, t, length, values)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
     out.append(f"  computed pairs {n} ({TILE}x{TILE} tiles), {per}")
+    if transposed is not None:
+        item = 64 if t.kind == "linear" else TILE
+        n = computed_pairs(transposed, t, length, values, col_tile=item)
+        per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
+        out.append(f"  backward (sm90 kv) computed pairs {n} ({TILE} keys x {item} queries), {per}")
     return out
 
 

@@ -102,12 +102,16 @@ def tile_ids(tiling: Tiling, length: int) -> np.ndarray:
 
 
 def computed_pairs(table: IntervalTable, tiling: Tiling, length: int,
-                   params: Mapping[str, ParamValue] | None = None) -> int:
+                   params: Mapping[str, ParamValue] | None = None, col_tile: int = TILE) -> int:
     """Pairs the kernel computes on one sequence: TILE^2 per (query tile, key tile) that a
     term instance touches (exactly, from the row intervals). It holds
-    query_tiles(length) x (length + 1) counters."""
+    query_tiles(length) x (length + 1) counters. col_tile < TILE (linear tilings only): the
+    table's columns in tiles of col_tile tokens instead, TILE x col_tile per touched pair (the
+    sm90 kv kinds' items of 64 queries, counted on the transposed table)."""
+    if col_tile != TILE and (tiling.kind != "linear" or TILE % col_tile):
+        raise ValueError(f"column tiles of {col_tile} tokens: linear tilings, dividing {TILE}")
     qt = tile_ids(tiling, length)
-    kt = tile_ids(tiling, length)
+    kt = tile_ids(tiling, length) if col_tile == TILE else np.arange(length) // col_tile
     nt = tiling.query_tiles(length)
     # cover[a, k] > 0: key k lies in some row interval of a row of query tile a
     cover = np.zeros((nt, length + 1), dtype=np.int32)
@@ -116,10 +120,10 @@ def computed_pairs(table: IntervalTable, tiling: Tiling, length: int,
         np.add.at(cover, (qt[rows], ri.lo[rows]), 1)
         np.add.at(cover, (qt[rows], ri.hi[rows]), -1)
     covered = np.cumsum(cover, axis=1)[:, :length] > 0
-    touched = np.zeros((nt, nt), dtype=bool)
+    touched = np.zeros((nt, -(-length // col_tile) if col_tile != TILE else nt), dtype=bool)
     for a in range(nt):
         touched[a, np.unique(kt[covered[a]])] = True
-    return int(touched.sum()) * TILE * TILE
+    return int(touched.sum()) * TILE * col_tile
 
 
 def patch_tokens(tiling: Tiling, rows: int) -> np.ndarray:

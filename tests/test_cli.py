@@ -92,12 +92,16 @@ def test_show_reports_the_sm90_tiling_and_its_computed_pairs():
     # 10 of the 16 tiles of 128 x 128 are reached (the diagonal and below)
     assert "  sm90 tiling: linear (128-token tiles)\n    reason: default\n" in r.output
     assert f"computed pairs {10 * 128 * 128} (128x128 tiles), 1.25 per visible pair" in r.output
+    # the kv's items: key tile kt against the 64-query items from 2 kt on (8 + 6 + 4 + 2 of them)
+    assert (f"backward (sm90 kv) computed pairs {20 * 128 * 64} (128 keys x 64 queries), 1.25 per "
+            "visible pair") in r.output
     r = run("show", str(ROOT / "samples/clear.mask"), "--len", "4096")
     assert r.exit_code == 0, r.output
     assert ("sm90 tiling: patches of 8 grid rows x 16 tokens (grid width 128 from token 512; "
             "linear tiles below len 2560)") in r.output
     assert "    reason: computed pairs at len 8704: linear " in r.output
     assert "(128x128 tiles), 1.59 per visible pair" in r.output
+    assert "backward (sm90 kv) computed pairs 9502720 (128 keys x 128 queries), 1.59" in r.output
     r = run("show", str(ROOT / "samples/clear.mask"), "--len", "2000")  # below min_len
     assert ": at len 2000, linear tiles" in r.output
     r = run("show", str(ROOT / "benchmarks/generality/video3d.mask"), "--len", "2048")
