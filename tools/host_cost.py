@@ -90,19 +90,12 @@ def calls_of(attn, name: str, torch, b: int, n: int, h: int, d: int
     return calls
 
 
-def median_ms(fn: Callable[[], object], torch, reps: int = 20) -> float:
-    """Median of `reps` CUDA-event timings of fn (after 3 warm-up calls)."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
+def median_ms(fn: Callable[[], object], torch) -> float:
+    """Median of 20 CUDA-event timings of fn, queued (runtime_check.time_calls), in ms."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from runtime_check import time_calls
+
+    return statistics.median(time_calls(torch, fn)) * 1e3
 
 
 def split_lines(name: str, fwd: float, bwd: float, step: float) -> list[str]:
