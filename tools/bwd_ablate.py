@@ -292,12 +292,12 @@ ALTERNATIVES["wsplain"] = (
     "cp.async.mbarrier.arrive.noinc)",
     _ws_without([("    ws_filled(fullb, edge);", "    ws_filled(fullb, true);", 1)]),
     lambda d: WS_SMEM_GROWTH)
-# Where a ws item's cycles go, phase by phase (CMC_WS_PROBE: clock64 laps by thread 0 of each
+# Where a ws item's cycles go, phase by phase (CMC_WS_PROBE: clock laps by thread 0 of each
 # consumer warpgroup, lane 0 of each dQ writer and of the loader; correct gradients, so --check
 # runs it). The 1.1 ms between ws's atomic and deterministic kv (run 15) is read off as the
 # phases that grow between the two modes (ws_probe below).
 ALTERNATIVES["wsprobe"] = (
-    "ws with clock64 cycle counters per phase of an item (CMC_WS_PROBE; correct, a little "
+    "ws with clock cycle counters per phase of an item (CMC_WS_PROBE; correct, a little "
     "slower), read back and printed per mode after the timings",
     lambda t: "#define CMC_WS_PROBE 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
 # attn_bwd_sm90_ws.cuh enum WsProbe: consumer phases of an item, in their order

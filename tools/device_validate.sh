@@ -74,8 +74,8 @@ step wsmask ws.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsvis 
 # 1c. where ws's atomic kv spends the 1.1 ms above its deterministic kv (run 15: 2.98 against
 #    1.88 ms at causal 4K x 8, while removing any one part of the dQ path saved 0.1 ms or
 #    less): its parts removed together (timing only; docs/kernel-notes.md, "Run 15"), and
-#    wsprobe: ws with clock64 laps per phase of an item, printed per mode (kernel notes, "A
-#    cycle probe of the ws kv")
+#    wsprobe: ws with clock laps per phase of an item, printed per mode (kernel notes, "How
+#    FA3 and FA4 lay out the same backward, and a cycle probe of the ws kv")
 step wsparts ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe wsnodsst wsnodqgemm+wsnostage \
   wsnodsst+wsnodqgemm+wsnostage wsnodsst+wsnodqgemm+wsnostage+wsnobar \
   wsnodsst+wsnodqgemm+wsnostage+wsnobar+wsnobulk --lengths 4096x8
