@@ -700,11 +700,32 @@ template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws_entry(const typename H::desc_t& desc, const KvMaps& maps,
                          const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
 
+// A kv thread's per-query values (LSE, Dsum) of an item: query 8 jj + cq + e read from the
+// stage's row (a shared-memory pointer), or held in registers (KvRowRegs, v[2 jj + e]: loaded
+// under the GEMMs; ws with CMC_WS_LSE_REGS). Passed by value: a reference parameter changed
+// the lockstep patch kv's code.
+struct KvRowRegs {
+  float v[16];
+};
+CMC_DEV float kv_row_at(const float* b, int jj, int e, int cq) { return b[8 * jj + cq + e]; }
+CMC_DEV float kv_row_at(const KvRowRegs& r, int jj, int e, int) { return r.v[2 * jj + e]; }
+// KvRowRegs of a stage's row b: issued as 8 shared loads now, used after the next waits.
+CMC_DEV KvRowRegs kv_row_regs(const float* b, int cq) {
+  KvRowRegs r;
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+    const float2 x = *reinterpret_cast<const float2*>(b + 8 * jj + cq);
+    r.v[2 * jj] = x.x;
+    r.v[2 * jj + 1] = x.y;
+  }
+  return r;
+}
+
 // One kv item after P^T (kv, kv_patch, kv_ws): P^T packed as dV's A operand, dV += P^T dO
 // issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed into dsa. pa, dsa: the packed
 // operands, live until the caller's last wgmma wait.
-template <bool BF16, int D>
-CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* dv, unsigned doB, unsigned* pa,
+template <bool BF16, int D, class Row = const float*>
+CMC_DEV void kv_dv_ds(float* s, float* dp, Row dsum_b, int cq, float* dv, unsigned doB, unsigned* pa,
                       unsigned* dsa) {
 #pragma unroll
   for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
@@ -718,7 +739,7 @@ CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* d
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float dd = dsum_b[8 * jj + cq + e];
+      const float dd = kv_row_at(dsum_b, jj, e, cq);
       dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
       dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
     }
@@ -903,8 +924,8 @@ CMC_DEV bool kv_linear_word(bool is_full, int j, int k0, int len, int ctid, int 
 // P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
 // s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
 // the key rows' transposed rows, and cut at len on both sides.
-template <class HT>
-CMC_DEV void kv_p_linear(float* s, const float* lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
+template <class HT, class Row = const float*>
+CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
                          const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
                          const typename HT::row_t& krow1, int kr, int qbase, int len) {
 #pragma unroll
@@ -912,7 +933,7 @@ CMC_DEV void kv_p_linear(float* s, const float* lse_b, int cq, float sl2, bool i
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int c = 8 * jj + cq + e;
-      const float off = cmc_bwd::lse_offset(lse_b[c]);
+      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
       float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
       if (!is_full) {  // (mw_ok implies a partial tile)
         const int q = qbase + c;
@@ -1151,8 +1172,8 @@ CMC_DEV bool kv_patch_item_word(bool is_full, const cmc_patch_geo& geo, int j, i
 // stays finite, adds exactly 0 to dQ (times its zero K row), and its dK, dV are never
 // stored. A per-row token check here instead made D = 128 spill (ptxas, 2026-12-05: 255
 // registers, 4 B spilled).
-template <class HT, class Tok>
-CMC_DEV void kv_p_patch(float* s, const float* lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
+template <class HT, class Tok, class Row = const float*>
+CMC_DEV void kv_p_patch(float* s, Row lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
                         const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
                         const typename HT::row_t& krow1, const Tok& qrows, int r0) {
 #pragma unroll
@@ -1160,7 +1181,7 @@ CMC_DEV void kv_p_patch(float* s, const float* lse_b, int cq, float sl2, bool is
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int c = 8 * jj + cq + e;
-      const float off = cmc_bwd::lse_offset(lse_b[c]);
+      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
       float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
       if (mw_ok) {
         p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;

@@ -34,8 +34,20 @@
 #ifndef CMC_WS_DQ_RED
 #define CMC_WS_DQ_RED 0  // 1: the dQ writers add by red.global.add.v4.f32 (bwd_ablate wsred)
 #endif
+#ifndef CMC_WS_LSE_REGS
+#define CMC_WS_LSE_REGS 0  // 1: an item's LSE read into registers under its S^T GEMM (bwd_ablate wslse)
+#endif
+#ifndef CMC_WS_STSM
+#define CMC_WS_STSM 0  // 1: dS^T to shared memory by stmatrix, FA3 / FA4's way (bwd_ablate wsstsm)
+#endif
 namespace cmc_bwd_sm90 {
 
+// Four 8 x 8 b16 matrices of the accumulator fragment layout (register i: matrix i, rows lane /
+// 4, columns 2 (lane % 4) ..) to shared memory; lane 8 i + j gives matrix i's row j address.
+CMC_DEV void ws_stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3) : "memory");
+}
 CMC_DEV void ws_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 CMC_DEV void ws_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 CMC_DEV void ws_arrive(unsigned bar) {
@@ -399,6 +411,18 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
   const int warp = wtid >> 5, lane = wtid & 31;
   if (atomic_dq) {
     unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
+#if CMC_WS_STSM
+    // query chunks jj, jj + 1 of this warp's 16 key rows: matrices (jj, rows 0-7), (jj, rows
+    // 8-15), (jj + 1, rows 0-7), (jj + 1, rows 8-15); 4 instructions instead of 16 stores
+    {
+      const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
+      const unsigned sb = smem_u32(sds);
+#pragma unroll
+      for (int jj = 0; jj < 8; jj += 2)
+        ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2],
+                       dsa[2 * jj + 3]);
+    }
+#else
     const int lr = 64 * wg + 16 * warp + (lane >> 2);
     const unsigned off = (unsigned)((lane & 3) * 4);
 #pragma unroll
@@ -406,6 +430,7 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
       *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr, jj) + off) = dsa[2 * jj];
       *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) = dsa[2 * jj + 1];
     }
+#endif
     fence_proxy_async();
     CMC_WS_LAP(kPrDsSt);
     if constexpr (DQ<D>::kSplitN) ws_bar_sync(3, 256);
@@ -467,7 +492,8 @@ template <class H, class HT> struct WsLinear {
     else
       return kv_offset_word<H, HT>(i.is_full, i.j, k0, len, ctid, mw);
   }
-  CMC_DEV void p(float* s, const float* lse_b, int cq, float sl2, const Item& i, bool mw_ok, unsigned mw) const {
+  template <class Row>
+  CMC_DEV void p(float* s, Row lse_b, int cq, float sl2, const Item& i, bool mw_ok, unsigned mw) const {
     kv_p_linear<HT>(s, lse_b, cq, sl2, i.is_full, mw_ok, mw, seqt, krow0, krow1, kr, i.qbase, len);
   }
   CMC_DEV int tok(const Item& i, int r) const { return i.qbase + r < len ? (int)(tok0 + i.qbase + r) : -1; }
@@ -512,7 +538,8 @@ template <class H, class HT> struct WsPatch {
     else
       return kv_patch_word<H, HT>(i.is_full, geo, i.j, kt, len, ctid, i.r0 >> 6, mw);
   }
-  CMC_DEV void p(float* s, const float* lse_b, int cq, float sl2, const Item& i, bool mw_ok, unsigned mw) const {
+  template <class Row>
+  CMC_DEV void p(float* s, Row lse_b, int cq, float sl2, const Item& i, bool mw_ok, unsigned mw) const {
     kv_p_patch<HT>(s, lse_b, cq, sl2, i.is_full, mw_ok, mw, seqt, krow0, krow1, i.qrows, i.r0);
   }
   CMC_DEV int tok(const Item& i, int r) const {
@@ -571,10 +598,20 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     unsigned mw = 0u;
     const bool mw_ok = tiling.word(item, ctid, mw);
     CMC_WS_LAP(kPrWord);
+#if CMC_WS_LSE_REGS
+    // FA3 / FA4's order: the item's LSE read while S^T runs (after the mask word, which needs
+    // the registers). Its Dsum too, under P^T, spilled on the mask-heavy kinds (grid96: 12 B,
+    // CLEAR's patches: 88 B; 2026-12-05), so Dsum stays read after the dP^T wait.
+    const KvRowRegs lse_r = kv_row_regs(lse_s + st * kBM, cq);
+#endif
     wg_wait<1>();
     fence_regs<32>(s);
     CMC_WS_LAP(kPrWaitS);
+#if CMC_WS_LSE_REGS
+    tiling.p(s, lse_r, cq, sl2, item, mw_ok, mw);
+#else
     tiling.p(s, lse_s + st * kBM, cq, sl2, item, mw_ok, mw);
+#endif
     CMC_WS_LAP(kPrP);
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
