@@ -128,6 +128,11 @@ GENERALITY: tuple[Spec, ...] = (
          {"TEXT": 333, "W": 80, "R": 24}, grid(333, 80, 24)),
     Spec("g_grid77_w96_r40", "generality", f"{GEN}/grid_text.mask",
          {"TEXT": 77, "W": 96, "R": 40}, grid(77, 96, 40)),
+    # a 100-token-wide latent (no patch width divides 100: linear tiles, 4.26 computed pairs
+    # per visible pair at 8K, where 8 x 16 patches padded to 112 would compute 2.75;
+    # docs/kernel-notes.md, "Grids no patch width divides")
+    Spec("g_grid0_w100_r16", "generality", f"{GEN}/grid_text.mask",
+         {"TEXT": 0, "W": 100, "R": 16}, grid(0, 100, 16)),
     Spec("g_natten_clamped", "generality", f"{GEN}/natten_clamped.mask", {}, natten_clamped()),
     Spec("g_video3d", "generality", f"{GEN}/video3d.mask", {}, video3d()),
     Spec("g_dilated_band", "generality", f"{GEN}/dilated_band.mask", {}, dilated_band()),

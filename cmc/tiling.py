@@ -875,4 +875,7 @@ def _choose_shape(table: IntervalTable) -> Tiling:
                       + short + "; " + (why if masks is not None else f"no tile masks: {why}"))
             return Tiling("patch", best.origin, best.width, best.patch_rows, best.patch_cols,
                           reason, masks, min_len)
+    if not cands:
+        notes.append(f"no patch width of {PATCH_COLS} divides the grid width {grid.width} "
+                     "(patches padded to a multiple are not built)")
     return Tiling("linear", reason="; ".join(notes) + ": linear tiles")

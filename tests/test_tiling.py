@@ -113,6 +113,17 @@ def test_grid_text_stays_linear_by_its_counts():
     assert {v.tiling.reason for v in src.variants} == {t.reason}  # the manifest's, not "default"
 
 
+def test_a_grid_no_patch_width_divides_says_so():
+    """A 100-token-wide grid: no width of PATCH_COLS divides it, so no candidate is counted and
+    the reason names the gap (padded patches are not built) instead of a bare 'linear'."""
+    t = choose_tiling(front(ROOT / "benchmarks" / "generality" / "grid_text.mask",
+                            {"TEXT": 0, "W": 100, "R": 16}))
+    assert t.kind == "linear"
+    assert t.reason.startswith("computed pairs at len 6400: linear 17924096; no patch width of "
+                               "(8, 16, 32, 64) divides the grid width 100 (patches padded to "
+                               "a multiple are not built): linear tiles")
+
+
 def test_grid_origin_cases_get_their_tilings():
     """The GPU grid-origin test's cases (tests/gpu/test_gpu_grid_origin.py) get the tiling
     kind it asserts on sm_90a: checked here, where a wrong expectation costs no GPU time
