@@ -313,3 +313,17 @@ def test_host_cost_split_attributes_the_benchmarks_backward():
                              "op's own work +0.250")
     assert hc.split_lines("x", 1.0, 3.0, 3.9)[1].endswith("-0.100")
     assert hc.params_of("hstu", 2, 64) == {"n_targets": [8, 8]} and hc.params_of("causal", 1, 8) == {}
+
+
+def test_bwd_ablate_encodes_the_ws_maps_with_the_builds_box_rows(monkeypatch):
+    """TmaBwd's maps must have the boxes the ws kind was built for (abi.tensor_maps of the
+    build's tiling): 64 rows on the linear cases, one patch row (16) on CLEAR's patch cases,
+    whose writers add dQ by boxes of that many rows."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    ab = _tool("bwd_ablate")
+    bkc = _tool("bwd_kernel_check")
+    assert {ab._box_rows(v) for v in bkc.VARIANTS} == {64}
+    assert [ab._box_rows(v) for v in bkc.PATCH_VARIANTS] == [16, 16]
