@@ -56,13 +56,9 @@ int main() {
       const cmc_bwd_tile_tokens<cmc_hooks> m = cmc_bwd_tokens_of<cmc_hooks>(g, t, len);
       for (int r = 0; r < 128; ++r) printf("%d ", m(r));
       putchar('\n');
-      // the ws kind's dQ boxes of each half: cmc_bwd_item_runs, and each run's own check
+      // the ws kind's dQ boxes of each half (cmc_bwd_item_runs)
       constexpr int kBox = cmc_hooks::kPatchCols < 64 ? cmc_hooks::kPatchCols : 64;
-      for (int hh = 0; hh < 2; ++hh) {
-        int whole = 1;
-        for (int b = 0; b < 64 / kBox; ++b) whole &= cmc_bwd_item_box<kBox>(m, 64 * hh, b) ? 1 : 0;
-        printf("%d %d %d ", kBox, cmc_bwd_item_runs<kBox>(m, 64 * hh), whole);
-      }
+      for (int hh = 0; hh < 2; ++hh) printf("%d %d ", kBox, cmc_bwd_item_runs<kBox>(m, 64 * hh));
       putchar('\n');
       int a, b;
       if (!cmc_bwd_tile_hull(g, t, len, a, b)) { printf("-\n-\n"); continue; }
@@ -103,15 +99,15 @@ def _check_plan(line: str, vis: np.ndarray, toks: list[np.ndarray], t: int, side
 
 
 def _check_runs(tok: np.ndarray, got: list[int], seen: dict[str, int]) -> None:
-    """One tile's ws dQ boxes (per half: box rows, cmc_bwd_item_runs, every run's own check)
-    against the token map: a half of whole runs has 64 / box of them, each box rows
-    consecutive tokens; any other half none (a half with no token is never an item)."""
+    """One tile's ws dQ boxes (per half: box rows, cmc_bwd_item_runs) against the token map: a
+    half of whole runs has 64 / box of them, each box rows consecutive tokens; any other half
+    none (a half with no token is never an item)."""
     for hh in range(2):
-        box, runs, whole = got[3 * hh:3 * hh + 3]
+        box, runs = got[2 * hh:2 * hh + 2]
         half = tok[64 * hh:64 * hh + 64]
         ok = all((half[b * box:(b + 1) * box] == half[b * box] + np.arange(box)).all()
                  and half[b * box] >= 0 for b in range(64 // box))
-        assert (runs, whole) == ((64 // box, 1) if ok else (0, 0)), (hh, box, half)
+        assert runs == (64 // box if ok else 0), (hh, box, half)
         if half[0] >= 0:
             seen["boxed" if ok else "gathered"] += 1
 

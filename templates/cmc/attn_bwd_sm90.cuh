@@ -77,17 +77,11 @@ template <class H> CMC_DEV cmc_bwd_tile_tokens<H> cmc_bwd_tokens_of(const cmc_pa
 // tokens: 64 / BOX runs, run b from row r0 + b BOX (a patch row of PW = BOX tokens, or BOX rows
 // of a linear tile), when the last row has a token, else 0. A map's tokens grow with the row
 // and stop at its limit, so the last row's token is what every run needs (host-checked against
-// cmc_bwd_item_box on every item: tests/test_bwd_patch.py). The ws kind adds such an item's dQ
-// partial by BOX-row TMA boxes (attn_bwd_sm90_ws.cuh).
+// the token maps' runs on every item: tests/test_bwd_patch.py). The ws kind adds such an item's
+// dQ partial by BOX-row TMA boxes (attn_bwd_sm90_ws.cuh).
 template <int BOX, class Rows> CMC_DEV int cmc_bwd_item_runs(const Rows& rows, int r0) {
   static_assert(BOX >= 8 && 64 % BOX == 0, "boxes of 8 .. 64 rows");
   return rows(r0 + 63) >= 0 ? 64 / BOX : 0;
-}
-// Whether run b of rows r0 .. r0 + 63 (rows r0 + b BOX ..) is BOX consecutive tokens (the
-// definition cmc_bwd_item_runs relies on).
-template <int BOX, class Rows> CMC_DEV bool cmc_bwd_item_box(const Rows& rows, int r0, int b) {
-  const int first = rows(r0 + b * BOX);
-  return first >= 0 && rows(r0 + b * BOX + BOX - 1) == first + BOX - 1;
 }
 // The hull [a, b] of tile t's tokens; false when it has none (past the last tile, or a patch
 // wholly past len).
@@ -700,10 +694,10 @@ template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws_entry(const typename H::desc_t& desc, const KvMaps& maps,
                          const cmc_bwd_args& args);  // attn_bwd_sm90_ws.cuh
 
-// A kv thread's per-query values (LSE, Dsum) of an item: query 8 jj + cq + e read from the
-// stage's row (a shared-memory pointer), or held in registers (KvRowRegs, v[2 jj + e]: loaded
-// under the GEMMs; ws with CMC_WS_LSE_REGS). Passed by value: a reference parameter changed
-// the lockstep patch kv's code.
+// A kv thread's LSE values of an item (kv_p_linear, kv_p_patch): query 8 jj + cq + e read from
+// the stage's row (a shared-memory pointer), or held in registers (KvRowRegs, v[2 jj + e]:
+// loaded under the GEMMs; ws with CMC_WS_LSE_REGS). Passed by value: a reference parameter
+// changed the lockstep patch kv's code.
 struct KvRowRegs {
   float v[16];
 };
@@ -724,8 +718,8 @@ CMC_DEV KvRowRegs kv_row_regs(const float* b, int cq) {
 // One kv item after P^T (kv, kv_patch, kv_ws): P^T packed as dV's A operand, dV += P^T dO
 // issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed into dsa. pa, dsa: the packed
 // operands, live until the caller's last wgmma wait.
-template <bool BF16, int D, class Row = const float*>
-CMC_DEV void kv_dv_ds(float* s, float* dp, Row dsum_b, int cq, float* dv, unsigned doB, unsigned* pa,
+template <bool BF16, int D>
+CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* dv, unsigned doB, unsigned* pa,
                       unsigned* dsa) {
 #pragma unroll
   for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
@@ -739,7 +733,7 @@ CMC_DEV void kv_dv_ds(float* s, float* dp, Row dsum_b, int cq, float* dv, unsign
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float dd = kv_row_at(dsum_b, jj, e, cq);
+      const float dd = dsum_b[8 * jj + cq + e];
       dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
       dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
     }

@@ -601,7 +601,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 #if CMC_WS_LSE_REGS
     // FA3 / FA4's order: the item's LSE read while S^T runs (after the mask word, which needs
     // the registers). Its Dsum too, under P^T, spilled on the mask-heavy kinds (grid96: 12 B,
-    // CLEAR's patches: 88 B; 2026-12-05), so Dsum stays read after the dP^T wait.
+    // CLEAR's patches: 88 B; 2026-12-05, not kept), so Dsum stays read after the dP^T wait.
     const KvRowRegs lse_r = kv_row_regs(lse_s + st * kBM, cq);
 #endif
     wg_wait<1>();
