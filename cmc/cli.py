@@ -253,11 +253,11 @@ def _band_masks_line(table: Any) -> str:
 
 
 def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
-                  transposed: Any = None) -> list[str]:
+                  transposed: Any) -> list[str]:
     """The sm90 kernel's tiling as the tile stage chooses it, its reason, and the pairs it
-    computes at this length (TILE^2 per query tile x key tile that a row interval reaches);
-    with the transposed table, the sm90 kv kinds' too (key tiles of the same tiling against
-    items of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
+    computes at this length (TILE^2 per query tile x key tile that a row interval reaches),
+    and the sm90 kv kinds' on the transposed table (key tiles of the same tiling against items
+    of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
     from .ir import TILE
     from .tiling import choose_tiling, computed_pairs
 
@@ -300,11 +300,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     n = computed_pairs(table, t, length, values)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
     out.append(f"  computed pairs {n} ({TILE}x{TILE} tiles), {per}")
-    if transposed is not None:
-        item = 64 if t.kind == "linear" else TILE
-        n = computed_pairs(transposed, t, length, values, col_tile=item)
-        per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
-        out.append(f"  backward (sm90 kv) computed pairs {n} ({TILE} keys x {item} queries), {per}")
+    item = 64 if t.kind == "linear" else TILE
+    n = computed_pairs(transposed, t, length, values, col_tile=item)
+    per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
+    out.append(f"  backward (sm90 kv) computed pairs {n} ({TILE} keys x {item} queries), {per}")
     return out
 
 

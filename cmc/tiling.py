@@ -111,8 +111,8 @@ def computed_pairs(table: IntervalTable, tiling: Tiling, length: int,
     if col_tile != TILE and (tiling.kind != "linear" or TILE % col_tile):
         raise ValueError(f"column tiles of {col_tile} tokens: linear tilings, dividing {TILE}")
     qt = tile_ids(tiling, length)
-    kt = tile_ids(tiling, length) if col_tile == TILE else np.arange(length) // col_tile
     nt = tiling.query_tiles(length)
+    kt, nk = (qt, nt) if col_tile == TILE else (np.arange(length) // col_tile, -(-length // col_tile))
     # cover[a, k] > 0: key k lies in some row interval of a row of query tile a
     cover = np.zeros((nt, length + 1), dtype=np.int32)
     for ri in iter_row_intervals(table, length, params or {}):
@@ -120,7 +120,7 @@ def computed_pairs(table: IntervalTable, tiling: Tiling, length: int,
         np.add.at(cover, (qt[rows], ri.lo[rows]), 1)
         np.add.at(cover, (qt[rows], ri.hi[rows]), -1)
     covered = np.cumsum(cover, axis=1)[:, :length] > 0
-    touched = np.zeros((nt, -(-length // col_tile) if col_tile != TILE else nt), dtype=bool)
+    touched = np.zeros((nt, nk), dtype=bool)
     for a in range(nt):
         touched[a, np.unique(kt[covered[a]])] = True
     return int(touched.sum()) * TILE * col_tile

@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 BATCH = 8
 SLEEP_CYCLES = 100_000_000  # about 50 ms: longer than a batch of calls on the host
@@ -92,7 +93,6 @@ def calls_of(attn, name: str, torch, b: int, n: int, h: int, d: int
 
 def median_ms(fn: Callable[[], object], torch) -> float:
     """Median of 20 CUDA-event timings of fn, queued (runtime_check.time_calls), in ms."""
-    sys.path.insert(0, str(ROOT / "tools"))
     from runtime_check import time_calls
 
     return statistics.median(time_calls(torch, fn)) * 1e3
