@@ -315,6 +315,25 @@ def test_host_cost_split_attributes_the_benchmarks_backward():
     assert hc.params_of("hstu", 2, 64) == {"n_targets": [8, 8]} and hc.params_of("causal", 1, 8) == {}
 
 
+def test_host_cost_finds_both_artifact_layouts(tmp_path):
+    """--artifacts takes gpu_artifacts.py's DIR/NAME and bench.py's DIR/CASE/MASK (out/benchrun);
+    anything else is refused with the folder named."""
+    hc = _tool("host_cost")
+    (tmp_path / "causal").mkdir()
+    (tmp_path / "causal" / "manifest.json").write_text("{}")
+    (tmp_path / "hstu" / "hstu").mkdir(parents=True)
+    (tmp_path / "hstu" / "hstu" / "manifest.json").write_text("{}")
+    (tmp_path / "two" / "a").mkdir(parents=True)
+    (tmp_path / "two" / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / "two" / d / "manifest.json").write_text("{}")
+    assert hc.artifact_dir(tmp_path, "causal") == tmp_path / "causal"
+    assert hc.artifact_dir(tmp_path, "hstu") == tmp_path / "hstu" / "hstu"
+    for bad, found in (("two", 2), ("none", 0)):
+        with pytest.raises(SystemExit, match=f"found {found}"):
+            hc.artifact_dir(tmp_path, bad)
+
+
 def test_bwd_ablate_encodes_the_ws_maps_with_the_builds_box_rows(monkeypatch):
     """TmaBwd's maps must have the boxes the ws kind was built for (abi.tensor_maps of the
     build's tiling): 64 rows on the linear cases, one patch row (16) on CLEAR's patch cases,

@@ -87,6 +87,17 @@ step wsparts ws.log 80 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprob
 #    (kernel notes, "FA3 / FA4's small differences as ws alternatives")
 step wsfa ws.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsstsm wslse wsfa --check --cases causal grid96 \
   --lengths 4096x8
+# 1e. ws against lockstep on the patch-tiled masks, through the runtime, cmc only (kernel
+#    notes, "ws on patch tilings: dQ by patch-row boxes"), when the two builds are carried:
+#    out/benchrun (the default build) and out/abrun/ws (--bwd-kernel ws), each made on the CPU
+#    by `bench.py --compile DIR [--bwd-kernel ws]` then `bench.py --runtime-copy DIR DEST`
+if [ -d out/benchrun ] && [ -d out/abrun/ws ]; then
+  step abws abws.log 130 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun out/abrun/ws \
+    --suite all --patterns clear clear_text g_grid333_w80_r24 g_grid77_w96_r40 g_natten_clamped \
+    --lengths 4096 16384 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/abws"
+else
+  note "[abws] SKIPPED (out/benchrun and out/abrun/ws not carried)"
+fi
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
@@ -160,7 +171,11 @@ step torch torch.log 90 python3 examples/train_tiny.py --out "$CMC_GPU_ARTIFACTS
 # 6b. where the benchmark's backward column spends more than the kernels' sequence (run 15:
 #    3.45 against 3.18 ms at causal 4K x 8): attn.backward alone beside the autograd step
 #    (tools/host_cost.py --split; the default build in out/gpuart)
-step split torch.log 60 python3 tools/host_cost.py --artifacts "$CMC_GPU_ARTIFACTS" causal hstu --split 4096x8
+#    (out/benchrun, the bench's default build, where it is carried: then the part needs no
+#    artifact build, and a first call can run it with SKIP="build ...")
+split_art=$CMC_GPU_ARTIFACTS
+[ -d out/benchrun ] && split_art=$PWD/out/benchrun
+step split torch.log 60 python3 tools/host_cost.py --artifacts "$split_art" causal hstu --split 4096x8
 # 7. compute-sanitizer memcheck, forward then backward (skips without compute-sanitizer)
 step sanitizer sanitizer.log 200 "${PYTEST[@]}" $T/test_sanitizer.py \
   $T/test_backward_gpu.py::test_backward_memcheck

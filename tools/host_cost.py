@@ -125,6 +125,20 @@ def split(attn, name: str, torch, length: int, batch: int) -> list[str]:
                        median_ms(step, torch))
 
 
+def artifact_dir(root: Path, name: str) -> Path:
+    """The artifact folder of `name` under root: root/name (tools/gpu_artifacts.py's layout),
+    or its one subfolder with a manifest (bench.py --compile's root/CASE/MASK, as carried in
+    out/benchrun), so that --split runs on the bench's build without an artifact build."""
+    top = root / name
+    if (top / "manifest.json").is_file():
+        return top
+    inner = sorted(top.glob("*/manifest.json"))
+    if len(inner) == 1:
+        return inner[0].parent
+    raise SystemExit(f"{top}: no manifest.json there or in exactly one subfolder "
+                     f"(found {len(inner)})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="+")
@@ -139,7 +153,7 @@ def main() -> None:
     if args.split:
         length, batch = (int(x) for x in args.split.split("x"))
         for name in args.names:
-            for line in split(load(args.artifacts / name), name, torch, length, batch):
+            for line in split(load(artifact_dir(args.artifacts, name)), name, torch, length, batch):
                 print(line, flush=True)
         return
 
@@ -147,7 +161,7 @@ def main() -> None:
     print(f"us per call; queued: median of {args.batches} batches of {BATCH} behind a sleep "
           f"kernel; back to back: 400 calls, GPU included; bf16 [B, L, H, D] = {shapes}")
     for name in args.names:
-        attn = load(args.artifacts / name)
+        attn = load(artifact_dir(args.artifacts, name))
         queued = calls_of(attn, name, torch, *shapes["queued"])
         small = calls_of(attn, name, torch, *shapes["back to back"])
         for label in queued:
