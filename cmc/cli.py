@@ -13,7 +13,7 @@ import click
 
 from . import __version__, config
 from .errors import CmcError, ParamError, UsageError
-from .kernels import BWD_KERNELS
+from .kernels import BWD_KERNELS, BWD_SM90_BM
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -300,7 +300,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     n = computed_pairs(table, t, length, values)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
     out.append(f"  computed pairs {n} ({TILE}x{TILE} tiles), {per}")
-    item = 64 if t.kind == "linear" else TILE
+    item = BWD_SM90_BM if t.kind == "linear" else TILE
     n = computed_pairs(transposed, t, length, values, col_tile=item)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
     out.append(f"  backward (sm90 kv) computed pairs {n} ({TILE} keys x {item} queries), {per}")

@@ -57,7 +57,7 @@ int main() {
       for (int r = 0; r < 128; ++r) printf("%d ", m(r));
       putchar('\n');
       // the ws kind's dQ boxes of each half (cmc_bwd_item_runs)
-      constexpr int kBox = cmc_hooks::kPatchCols < 64 ? cmc_hooks::kPatchCols : 64;
+      constexpr int kBox = cmc_bwd_patch_box<cmc_hooks>();
       for (int hh = 0; hh < 2; ++hh) printf("%d %d ", kBox, cmc_bwd_item_runs<kBox>(m, 64 * hh));
       putchar('\n');
       int a, b;

@@ -24,6 +24,7 @@ and the launch's byte count.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -340,8 +341,8 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[st
     import numpy as np
     from cuda.bindings import driver as cu
 
-    desc, make_args, _ = bkc.timing_problem(layout, table, "bf16", L, B)
     H = 16
+    desc, make_args, _ = bkc.timing_problem(layout, table, "bf16", L, B, H)
     out = []
     for det in (False, True):
         args = make_args(det)
@@ -437,6 +438,7 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
                              edit=(lambda t: apply(t, edits)) if edits else None)
 
 
+@functools.cache
 def _box_rows(case: tuple[str, str, int]) -> int:
     """The ws kind's map box rows for bwd_kernel_check's case (mask, dtype, head dim) as the
     alternatives build it: the tile stage's tiling where the case is one of PATCH_VARIANTS

@@ -170,9 +170,8 @@ step torch torch.log 120 "${PYTEST[@]}" $T/test_backward_gpu.py -k "autograd or 
 step torch torch.log 90 python3 examples/train_tiny.py --out "$CMC_GPU_ARTIFACTS"
 # 6b. where the benchmark's backward column spends more than the kernels' sequence (run 15:
 #    3.45 against 3.18 ms at causal 4K x 8): attn.backward alone beside the autograd step
-#    (tools/host_cost.py --split; the default build in out/gpuart)
-#    (out/benchrun, the bench's default build, where it is carried: then the part needs no
-#    artifact build, and a first call can run it with SKIP="build ...")
+#    (tools/host_cost.py --split on the default build: out/benchrun, the bench's, where it is
+#    carried, so that a first call can run it with SKIP="build ..."; else out/gpuart)
 split_art=$CMC_GPU_ARTIFACTS
 [ -d out/benchrun ] && split_art=$PWD/out/benchrun
 step split torch.log 60 python3 tools/host_cost.py --artifacts "$split_art" causal hstu --split 4096x8

@@ -79,6 +79,9 @@ template <class H> CMC_DEV cmc_bwd_tile_tokens<H> cmc_bwd_tokens_of(const cmc_pa
 // and stop at its limit, so the last row's token is what every run needs (host-checked against
 // the token maps' runs on every item: tests/test_bwd_patch.py). The ws kind adds such an item's
 // dQ partial by BOX-row TMA boxes (attn_bwd_sm90_ws.cuh).
+// The ws kind's dQ (and map) box rows on a patch tiling: one patch row of PW tokens, at most
+// one 64-row item (abi.py's map_box_cap).
+template <class H> constexpr int cmc_bwd_patch_box() { return H::kPatchCols < 64 ? H::kPatchCols : 64; }
 template <int BOX, class Rows> CMC_DEV int cmc_bwd_item_runs(const Rows& rows, int r0) {
   static_assert(BOX >= 8 && 64 % BOX == 0, "boxes of 8 .. 64 rows");
   return rows(r0 + 63) >= 0 ? 64 / BOX : 0;

@@ -510,7 +510,7 @@ template <class H, class HT> struct WsLinear {
   }
 };
 template <class H, class HT> struct WsPatch {
-  static constexpr int kBox = H::kPatchCols < kBM ? H::kPatchCols : kBM;  // abi.py: the maps' boxes
+  static constexpr int kBox = cmc_bwd_patch_box<H>();
   const typename HT::seq_t& seqt;
   const cmc_patch_geo& geo;
   const cmc_bwd_tile_tokens<H>& keys;
