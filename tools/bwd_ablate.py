@@ -363,33 +363,33 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[st
     return out
 
 
-# FA3 / FA4's store of dS (their mainloop: stmatrix, before dV is issued; here in ws's place):
-# 4 stmatrix.x4 per warp instead of 16 st.shared.b32 (docs/kernel-notes.md, "How FA3 and FA4
-# lay out the same backward"). Correct, so --check runs it.
-ALTERNATIVES["wsstsm"] = (
-    "ws storing dS^T to shared memory by stmatrix.x4 (CMC_WS_STSM 1)",
-    lambda t: "#define CMC_WS_STSM 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
-# FA3 / FA4's read of LSE: into registers while the S^T GEMM runs (ws reads it from the stage
-# after the wait, behind wg_wait's memory clobber; Dsum as well, which in registers spilled on
-# the mask-heavy kinds). Correct, so --check runs them.
-ALTERNATIVES["wslse"] = (
-    "ws reading an item's LSE into registers under its S^T, dP^T GEMMs (CMC_WS_LSE_REGS 1)",
-    lambda t: "#define CMC_WS_LSE_REGS 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
-ALTERNATIVES["wsfa"] = (
-    "ws with both of FA3 / FA4's differences above (CMC_WS_LSE_REGS 1, CMC_WS_STSM 1)",
-    lambda t: "#define CMC_WS_LSE_REGS 1\n#define CMC_WS_STSM 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+# FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
+# kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
+# by stmatrix.x4 (4 per warp instead of 16 st.shared.b32) and an item's LSE read into registers
+# while the S^T GEMM runs. Each variant below is ws without one or both. Correct, so --check
+# runs them.
+ALTERNATIVES["wsnostsm"] = (
+    "ws storing dS^T to shared memory by st.shared.b32, not stmatrix (CMC_WS_STSM 0)",
+    lambda t: "#define CMC_WS_STSM 0\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+ALTERNATIVES["wsnolse"] = (
+    "ws reading an item's LSE from shared memory after the S^T wait (CMC_WS_LSE_REGS 0)",
+    lambda t: "#define CMC_WS_LSE_REGS 0\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+ALTERNATIVES["wsnofa"] = (
+    "ws before run 16: neither of FA3 / FA4's differences (CMC_WS_LSE_REGS 0, CMC_WS_STSM 0)",
+    lambda t: "#define CMC_WS_LSE_REGS 0\n#define CMC_WS_STSM 0\n" + _ws(t),
+    lambda d: WS_SMEM_GROWTH)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsstsm", "wslse", "wsfa",
+WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsstsm", "wslse", "wsfa"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 

@@ -82,10 +82,10 @@ step wsparts ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspro
 #    ... and the same probe on CLEAR's patch tiling (kv_patch_ws: gathered items, per-row dQ
 #    adds; 0.95-0.99 x the lockstep kind there, which CLEAR's default build keeps)
 step wsparts ws.log 80 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask clear_patch --lengths 4096x8
-# 1d. FA3 / FA4's two small differences in the item (dS^T by stmatrix; LSE into registers under
-#    the S^T GEMM), alone and together, checked on causal and grid96 and timed beside ws
-#    (kernel notes, "FA3 / FA4's small differences as ws alternatives")
-step wsfa ws.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsstsm wslse wsfa --check --cases causal grid96 \
+# 1d. ws without FA3 / FA4's two small differences in the item (dS^T by stmatrix; LSE into
+#    registers under the S^T GEMM; ws's default since run 16), one or both, checked on causal
+#    and grid96 and timed beside ws (kernel notes, "Run 16")
+step wsfa ws.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnostsm wsnolse wsnofa --check --cases causal grid96 \
   --lengths 4096x8
 # 1e. ws against lockstep on the patch-tiled masks, through the runtime, cmc only (kernel
 #    notes, "ws on patch tilings: dQ by patch-row boxes"), when the two builds are carried:

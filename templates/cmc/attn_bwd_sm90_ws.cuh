@@ -35,10 +35,10 @@
 #define CMC_WS_DQ_RED 0  // 1: the dQ writers add by red.global.add.v4.f32 (bwd_ablate wsred)
 #endif
 #ifndef CMC_WS_LSE_REGS
-#define CMC_WS_LSE_REGS 0  // 1: an item's LSE read into registers under its S^T GEMM (bwd_ablate wslse)
+#define CMC_WS_LSE_REGS 1  // an item's LSE read into registers under its S^T GEMM (0: bwd_ablate wsnolse)
 #endif
 #ifndef CMC_WS_STSM
-#define CMC_WS_STSM 0  // 1: dS^T to shared memory by stmatrix, FA3 / FA4's way (bwd_ablate wsstsm)
+#define CMC_WS_STSM 1  // dS^T to shared memory by stmatrix, FA3 / FA4's way (0: bwd_ablate wsnostsm)
 #endif
 namespace cmc_bwd_sm90 {
 
