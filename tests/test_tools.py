@@ -243,8 +243,11 @@ def test_race_probe_builds_every_ordering():
     pytest.importorskip("cuda.bindings.nvrtc")
     rp = _tool("race_probe")
     assert rp.build("sm_90a")[:4] == b"\x7fELF"
-    assert list(rp.MODES) == ["mbar", "noinc", "cpwait", "named", "sync", "none"]
+    assert list(rp.MODES) == ["mbar", "noinc", "cpwait", "named", "sync", "none", "mbarwar",
+                              "namedwar", "txnoinc"]
     assert all(f" {m} " in rp.__doc__ or f" {m};" in rp.__doc__ for m in rp.MODES)
+    validate = (ROOT / "tools" / "device_validate.sh").read_text()
+    assert "for m in " + " ".join(rp.MODES) + ";" in validate
 
 
 def test_bwd_ablate_combines_ws_ablations():

@@ -157,7 +157,7 @@ step wssan wssan.log 150 bash -c 'rc=0; for t in causal-packed-bf16-d128 chunked
 #    per ordering (mbarrier after st.shared, cp.async + .noinc, cp.async.wait_all + arrive,
 #    bar.arrive / bar.sync), a __syncthreads control and an unordered one
 #    (tools/race_probe.py; docs/kernel-notes.md, "Run 15")
-step raceprobe wssan.log 60 bash -c 'for m in mbar noinc cpwait named sync none; do echo "== $m"; \
+step raceprobe wssan.log 60 bash -c 'for m in mbar noinc cpwait named sync none mbarwar namedwar txnoinc; do echo "== $m"; \
   compute-sanitizer --tool racecheck --print-limit 2 python3 tools/race_probe.py $m 2>&1 | \
   grep -E "values|hazard|RACECHECK SUMMARY|Error" | head -6; done'
 # 5. backward, portable kernels (--bwd-kernel portable), then the runtime path

@@ -15,10 +15,16 @@ expected) and an unordered one (a report expected: the tool sees this kernel):
   named       st.shared, bar.arrive 1, 64; warp 1 bar.sync 1, 64 (the dQ item slot's way)
   sync        st.shared, __syncthreads (control: ordered, and racecheck models it)
   none        st.shared, no ordering; warp 1 spins on a volatile flag word (control: a race)
+  mbarwar     read then write: warp 1 reads, lane 0 mbarrier.arrive; warp 0 waits, then
+              overwrites (the ws ring's release to the loader, the empty barrier)
+  namedwar    read then write: warp 1 reads, bar.arrive 1, 64; warp 0 bar.sync 1, 64, then
+              overwrites (the writer's release of the dQ staging and item slot)
+  txnoinc     the ws full barrier: 33 arrivals, lane 0's arrive.expect_tx with a 128-byte
+              cp.async.bulk into a second buffer, and every lane's cp.async with .noinc
 
 Run on the GPU machine from the repository root, one process per mode under the tool:
 
-    for m in mbar noinc cpwait named sync none; do
+    for m in mbar noinc cpwait named sync none mbarwar namedwar txnoinc; do
       compute-sanitizer --tool racecheck python3 tools/race_probe.py $m; done
 
 Each run prints the values check (every mode must read what warp 0 wrote; `none` included,
@@ -48,16 +54,53 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 }
 extern "C" __global__ void __launch_bounds__(64) probe(const int* src, int* out, int mode) {
   __shared__ __align__(8) unsigned long long bar;
-  __shared__ int data[32];
+  __shared__ __align__(128) int data[32];
+  __shared__ __align__(128) int data2[32];
   __shared__ volatile int flag;
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   const unsigned b = smem_u32(&bar);
   if (t == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b), "r"(mode == 1 ? 32 : 1) : "memory");
+    const int count = mode == 1 ? 32 : mode == 8 ? 33 : 1;
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b), "r"(count) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     flag = 0;
   }
+  if (mode == 6 || mode == 7) {  // the values warp 1 reads, ordered by __syncthreads
+    if (warp == 0) data[lane] = src[lane];
+  }
   __syncthreads();
+  if (mode == 6 || mode == 7) {
+    if (warp == 1) {
+      out[lane] = data[lane];
+      if (mode == 6) {
+        __syncwarp();
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(b) : "memory");
+      } else {
+        asm volatile("bar.arrive 1, 64;\n" ::: "memory");
+      }
+    } else {
+      if (mode == 6) mbar_wait(b, 0);
+      else asm volatile("bar.sync 1, 64;\n" ::: "memory");
+      data[lane] = -1;
+    }
+    return;
+  }
+  if (mode == 8) {
+    if (warp == 0) {
+      if (lane == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 128;\n" ::"r"(b) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 128, [%2];\n"
+                     ::"r"(smem_u32(data2)), "l"(src), "r"(b) : "memory");
+      }
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(data + lane)), "l"(src + lane)
+                   : "memory");
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(b) : "memory");
+    } else {
+      mbar_wait(b, 0);
+      out[lane] = data[lane] + data2[lane] - src[lane];
+    }
+    return;
+  }
   if (warp == 0) {
     if (mode == 1 || mode == 2) {
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(data + lane)), "l"(src + lane)
@@ -96,7 +139,8 @@ extern "C" __global__ void __launch_bounds__(64) probe(const int* src, int* out,
 }
 """
 
-MODES = {"mbar": 0, "noinc": 1, "cpwait": 2, "named": 3, "sync": 4, "none": 5}
+MODES = {"mbar": 0, "noinc": 1, "cpwait": 2, "named": 3, "sync": 4, "none": 5, "mbarwar": 6,
+         "namedwar": 7, "txnoinc": 8}
 
 
 def build(arch: str) -> bytes:
