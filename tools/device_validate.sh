@@ -98,6 +98,28 @@ if [ -d out/benchrun ] && [ -d out/abrun/ws ]; then
 else
   note "[abws] SKIPPED (out/benchrun and out/abrun/ws not carried)"
 fi
+# 1f. What the forward's mask costs on partial tiles (kernel notes, "The forward's grid gap"):
+#    the default build beside tools/sm90_ablate.py's nomask (partial tiles unmasked, timing
+#    only), forward only, cmc only; out/abrun/nomask made on the CPU by `python
+#    tools/sm90_ablate.py nomask && python benchmarks/bench.py --runtime-copy out/ab/nomask
+#    out/abrun/nomask` (2.4 MiB)
+if [ -d out/benchrun ] && [ -d out/abrun/nomask ]; then
+  step fwdmask fwdmask.log 150 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
+    out/abrun/nomask --suite all --patterns causal clear g_grid77_w96_r40 g_grid333_w80_r24 g_grid77_w48_r6 \
+    g_grid0_w100_r16 g_natten_clamped g_video3d g_window_rt g_dilated_band --lengths 4096 \
+    --gen-lengths 4096 16384 --no-bwd --rep 20 --no-plot --out "$OUT/fwdmask"
+else
+  note "[fwdmask] SKIPPED (out/benchrun and out/abrun/nomask not carried)"
+fi
+# 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
+#    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
+#    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
+if [ -d out/abrun/probe ]; then
+  step fwdprobe fwdprobe.log 90 python3 tools/sm90_probe.py run --artifacts out/abrun/probe causal/4096 \
+    clear/4096 g_grid77_w96_r40/4096 g_grid0_w100_r16/4096 g_natten_clamped/4096 g_video3d/4096
+else
+  note "[fwdprobe] SKIPPED (out/abrun/probe not carried)"
+fi
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?

@@ -8,6 +8,7 @@ cycles went:
 
     python tools/sm90_probe.py build                      # CPU
     python3 tools/sm90_probe.py run causal/32768 clear/32768   # device
+    python3 tools/sm90_probe.py run g_video3d/4096 --artifacts out/abrun/probe  # a runtime copy
 
 Consumer columns (per key tile, both warpgroups averaged): K full, V full, turn (waiting
 for the other warpgroup's GEMM issue), QK (wait for own S), softmax, PV (wait for own O
@@ -50,7 +51,12 @@ def run(artifacts: Path, names: list[str], calls: int) -> None:
 
     lengths = sorted({int(c.split("/")[1]) for c in names})
     cases = {f"{c.pattern}/{c.length}": c
-             for c in bench.make_cases(np.random.default_rng(20261202), tuple(lengths))}
+             for c in bench.make_cases(np.random.default_rng(20261202), tuple(lengths), suite="all",
+                                       gen_lengths=tuple(lengths))}
+    unknown = [n for n in names if n not in cases]
+    if unknown:
+        raise SystemExit(f"unknown case {', '.join(unknown)}; known at these lengths: "
+                         f"{', '.join(sorted(cases))}")
     for name in names:
         c = cases[name]
         attn = load(bench._artifact_dir(artifacts, bench.artifact_for(c.pattern)))
