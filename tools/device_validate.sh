@@ -82,6 +82,8 @@ step wsparts ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspro
 #    ... and the same probe on CLEAR's patch tiling (kv_patch_ws: gathered items, per-row dQ
 #    adds; 0.95-0.99 x the lockstep kind there, which CLEAR's default build keeps)
 step wsparts ws.log 80 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask clear_patch --lengths 4096x8
+#    ... and on grid96's linear items, where span words left 2.7 of the mask's 4.3 ms (run 16)
+step wsparts ws.log 80 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask grid96 --lengths 4096x8
 # 1d. ws without FA3 / FA4's two small differences in the item (dS^T by stmatrix; LSE into
 #    registers under the S^T GEMM; ws's default since run 16), one or both, checked on causal
 #    and grid96 and timed beside ws (kernel notes, "Run 16")
