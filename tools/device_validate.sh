@@ -118,7 +118,8 @@ fi
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
 if [ -d out/abrun/probe ]; then
   step fwdprobe fwdprobe.log 90 python3 tools/sm90_probe.py run --artifacts out/abrun/probe causal/4096 \
-    clear/4096 g_grid77_w96_r40/4096 g_grid0_w100_r16/4096 g_natten_clamped/4096 g_video3d/4096
+    clear/4096 g_grid77_w96_r40/4096 g_grid0_w100_r16/4096 g_natten_clamped/4096 g_video3d/4096 \
+    g_natten_clamped/16384 g_grid77_w96_r40/16384
 else
   note "[fwdprobe] SKIPPED (out/abrun/probe not carried)"
 fi
