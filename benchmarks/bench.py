@@ -21,6 +21,7 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,11 +71,14 @@ ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 
 
 def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
-                bwd_kernel: str = "auto", reg_split: str = "auto") -> None:
+                bwd_kernel: str = "auto", reg_split: str = "auto",
+                patterns: Sequence[str] = ()) -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
         if suite != "all" and spec.suite != suite:
+            continue
+        if patterns and spec.key not in patterns:
             continue
         t = time.perf_counter()
         path = compile_file(ROOT / spec.mask, dest / spec.key, archs=["sm_90a"], dtypes=["bf16"],
@@ -837,8 +841,10 @@ def plot(results: list[Result], out: Path) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compile", metavar="DIR", help="only compile the artifacts into DIR")
-    ap.add_argument("--tiling", choices=("auto", "linear"), default="auto",
-                    help="with --compile: the tile stage's choice, or linear tiles everywhere")
+    ap.add_argument("--tiling", default="auto",
+                    help="with --compile: the tile stage's choice (auto), linear tiles "
+                         "everywhere, or RxC patches (cmc compile --tiling; with --patterns of "
+                         "grid masks)")
     ap.add_argument("--bwd-kernel", choices=BWD_KERNELS, default="auto",
                     help="with --compile: the backward kinds (cmc compile --bwd-kernel); a run "
                          "records the kinds it loaded in bench.json's meta")
@@ -853,7 +859,7 @@ def main() -> None:
                     help="lengths of the public suite")
     ap.add_argument("--gen-lengths", type=int, nargs="*", default=list(GEN_LENGTHS),
                     help="lengths of the generality suite")
-    ap.add_argument("--patterns", nargs="*", help="only these cases (names as in the table)")
+    ap.add_argument("--patterns", nargs="*", help="only these cases (names as in the table); with --compile, only their masks")
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--rep", type=int, default=100)
     ap.add_argument("--no-bwd", action="store_true", help="forward only")
@@ -895,7 +901,8 @@ def main() -> None:
         print(f"{runtime_copy(src, dst) / 2**20:.1f} MiB in {dst}")
         return
     if args.compile:
-        compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split)
+        compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split,
+                    args.patterns or ())
         return
     import torch
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -162,9 +163,11 @@ def _show_params(mask: Any, items: tuple[str, ...], length: int) -> dict[str, An
 @click.option("--tile", default="128x128", show_default=True, metavar="MxN")
 @click.option("--png", type=click.Path(dir_okay=False), help="Write a picture of mask and tiles.")
 @click.option("-D", "defines", multiple=True, metavar="NAME=INT")
+@click.option("--tiling", default="auto", show_default=True, metavar="auto|linear|RxC",
+              help="The sm90 tiling to report, as cmc compile --tiling takes it.")
 @_reports_errors
 def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: str | None,
-             defines: tuple[str, ...]) -> None:
+             defines: tuple[str, ...], tiling: str) -> None:
     """Density, tile classes and the work skipped, for one length and parameter set."""
     from .driver import front
     from .render import ascii_tiles
@@ -202,7 +205,7 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
                f"mask work on {counts[PARTIAL] / n:.1%}")
     _echo(ascii_tiles(classes))
     transposed = transpose(table)
-    for line in _tiling_lines(table, length, values, pairs, transposed):
+    for line in _tiling_lines(table, length, values, pairs, transposed, tiling):
         _echo(line)
     _echo(f"  sm90 kv partial items: {_kv_words_line(transposed)}")
     for r in table.residuals:
@@ -253,15 +256,18 @@ def _band_masks_line(table: Any) -> str:
 
 
 def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
-                  transposed: Any) -> list[str]:
+                  transposed: Any, tiling: str = "auto") -> list[str]:
     """The sm90 kernel's tiling as the tile stage chooses it, its reason, and the pairs it
     computes at this length (TILE^2 per query tile x key tile that a row interval reaches),
     and the sm90 kv kinds' on the transposed table (key tiles of the same tiling against items
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
-    from .ir import TILE
+    from .driver import parse_tiling
+    from .ir import LINEAR, TILE
     from .tiling import choose_tiling, computed_pairs
 
-    t = choose_tiling(table)
+    patch = parse_tiling(tiling)
+    t = (replace(LINEAR, reason="asked for (--tiling linear)") if tiling == "linear"
+         else choose_tiling(table, patch))
     if t.kind == "patch":
         shape = (f"patches of {t.patch_rows} grid rows x {t.patch_cols} tokens (grid width "
                  f"{t.width} from token {t.origin}")
@@ -319,9 +325,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
 @click.option("--kernel", type=click.Choice(["auto", "portable"]), default="auto",
               show_default=True,
               help="auto: the wgmma kernel on sm_90a and the portable one elsewhere.")
-@click.option("--tiling", type=click.Choice(["auto", "linear"]), default="auto",
-              show_default=True,
-              help="auto: the tile stage may cut grid masks into patches (sm90 kernel).")
+@click.option("--tiling", default="auto", show_default=True, metavar="auto|linear|RxC",
+              help="auto: the tile stage may cut grid masks into patches (sm90 kernel); "
+                   "linear: never; RxC (8x16, 16x8, ...): patches of R grid rows x C tokens, "
+                   "or an error saying why the mask cannot have them.")
 @click.option("--backward/--no-backward", default=True, show_default=True,
               help="Also build the backward kernels (dQ, dK, dV); --no-backward keeps "
                    "forward-only artifacts small.")
@@ -362,7 +369,9 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
             raise UsageError(f"--dtype {d}: not one of {', '.join(DTYPES)}")
     if not (archs and hds and dts):
         raise UsageError("--arch, --head-dim and --dtype each need at least one value")
-    from .driver import Options, compile_many
+    from .driver import Options, compile_many, parse_tiling
+
+    parse_tiling(tiling)
 
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,

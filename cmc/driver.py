@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .artifacts import DEFAULT_ARCHS, BuiltKernels, EmittedSource
-from .errors import CmcError, MaskError, Span
+from .errors import CmcError, MaskError, Span, UsageError
 from .ir import LINEAR, IntervalTable, Mask, Tiling
 from .kernels import SPECS, forward_kinds
 
@@ -66,7 +66,9 @@ class Options:
     jobs: int = 1
     cache: bool = True
     kernel: str = "auto"  # "auto": each arch's own kind (kernels.forward_kinds); "portable"
-    tiling: str = "auto"  # "auto": the tile stage chooses; "linear": 128 consecutive tokens
+    # "auto": the tile stage chooses; "linear": 128 consecutive tokens; "RxC" (8x16, 16x8,
+    # ...): patches of R grid rows x C tokens (parse_tiling)
+    tiling: str = "auto"
     backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
     # the wgmma kinds on sm_90a, cmc_bwd elsewhere: "ws" (kv bwd_kv_sm90_ws), "lockstep" (kv
     # bwd_kv_sm90), "auto": ws on a linear tiling, lockstep on a patch tiling; "portable":
@@ -97,10 +99,27 @@ def tile(table: IntervalTable, opts: Options) -> Tiling:
     (the sm90 kernel on sm_90a) and opts.tiling allows it, else linear."""
     from .tiling import choose_tiling
 
+    patch = parse_tiling(opts.tiling)
     kinds = forward_kinds(tuple(dict.fromkeys(opts.archs)), opts.kernel)
-    if opts.tiling == "linear" or not any(SPECS[k].tiled for k, _ in kinds):
+    if not any(SPECS[k].tiled for k, _ in kinds):
+        if patch is not None:
+            raise UsageError(f"--tiling {opts.tiling}: no kernel built here follows a patch "
+                             "tiling (the sm90 kernel, --arch sm_90a with --kernel auto)")
         return LINEAR
-    return choose_tiling(table)
+    if opts.tiling == "linear":
+        return LINEAR
+    return choose_tiling(table, patch)
+
+
+def parse_tiling(value: str) -> tuple[int, int] | None:
+    """--tiling's patch shape (rows, cols), None for auto and linear; UsageError otherwise."""
+    if value in ("auto", "linear"):
+        return None
+    rows, sep, cols = value.partition("x")
+    if not (sep and rows.isdigit() and cols.isdigit()):
+        raise UsageError(f"--tiling {value}: expected auto, linear or ROWSxCOLS (a patch "
+                         "shape such as 8x16)")
+    return int(rows), int(cols)
 
 
 def _parse(p: Progress, opts: Options, out_dir: Path | None) -> Progress:

@@ -6,7 +6,8 @@ table: CLEAR, NATTEN) a tile can instead be a patch of `patch_rows` grid rows x
 `patch_cols` tokens, for queries and keys alike, which can cut the pairs the kernel
 computes without any being visible. The choice is made by counting, exactly from the
 interval table, the computed pairs of every candidate on a reference sequence; a patch
-tiling is taken only when it computes at least 10 % fewer pairs. What was counted is kept
+tiling is taken only when it computes at least 10 % fewer pairs. `--tiling RxC` asks for
+one shape instead (choose_tiling's `patch`). What was counted is kept
 in `Tiling.reason` (the manifest records it).
 
 Tokens before the grid origin stay linear tiles of 128; when the origin is not a multiple of
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UsageError
 from .evaluate import Env, ParamValue, eval_expr, eval_pred
 from .ir import (
     LINEAR,
@@ -805,10 +807,11 @@ def units_for(table: IntervalTable) -> str:
     return "tiles" if table.mask.params else "pairs"
 
 
-def choose_tiling(table: IntervalTable) -> Tiling:
+def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc); and
-    the schedule's work unit (units_for)."""
-    shape = _choose_shape(table)
+    the schedule's work unit (units_for). `patch` (rows, cols) asks for that shape instead
+    (cmc compile --tiling RxC): a UsageError says why the mask cannot have it."""
+    shape = _choose_shape(table) if patch is None else _forced_shape(table, *patch)
     if shape.kind == "linear" and not table.exact:
         shape = _with_offset_masks(table, shape)
     elif shape.kind == "linear" and grid_of(table) is not None:
@@ -838,6 +841,49 @@ def _with_offset_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
     return replace(tiling, reason=reason, offset_masks=masks)
 
 
+def _patch_tiling(table: IntervalTable, shape: Tiling, why_shape: str) -> Tiling:
+    """The patch tiling of `shape` with its tile masks (or interior masks) and the length
+    it starts at; its reason begins with why_shape."""
+    masks, why = patch_masks(table, shape)
+    if masks is None and why.startswith("a term that reads len"):
+        inner, why_inner = interior_patch_masks(table, shape)
+        masks, why = inner, (why_inner if inner is not None
+                             else f"{why}; no interior masks: {why_inner}")
+    min_len, short = patch_min_len(table, shape)
+    reason = (why_shape + f"{shape.patch_rows}x{shape.patch_cols} patches, " + short + "; "
+              + (why if masks is not None else f"no tile masks: {why}"))
+    return Tiling("patch", shape.origin, shape.width, shape.patch_rows, shape.patch_cols,
+                  reason, masks, min_len)
+
+
+def _forced_shape(table: IntervalTable, rows: int, cols: int) -> Tiling:
+    """The patch tiling of rows x cols that the user asked for, or a UsageError naming the
+    rule the mask or the shape breaks (never a silent linear tiling)."""
+    asked = f"--tiling {rows}x{cols}"
+    if cols not in PATCH_COLS or rows * cols != TILE:
+        shapes = ", ".join(f"{TILE // c}x{c}" for c in PATCH_COLS)
+        raise UsageError(f"{asked}: the sm90 kernel's patches are {TILE} tokens: {shapes}")
+    grid = grid_of(table)
+    if grid is None:
+        raise UsageError(f"{asked}: mask {table.mask.name} has no grid (patches need the grid "
+                          "families of one grid: a row and a column of a token grid)")
+    if table.mask.params or not table.exact:
+        raise UsageError(f"{asked}: mask {table.mask.name} has run-time parameters or residual "
+                          "terms; patch tilings are built for exact tables without parameters")
+    if grid.origin < 0 or grid.width <= 0:
+        raise UsageError(f"{asked}: the grid of mask {table.mask.name} has origin "
+                          f"{grid.origin} and width {grid.width}")
+    if grid.width % cols or cols >= grid.width:
+        raise UsageError(f"{asked}: {cols} tokens per patch row must divide the grid width "
+                          f"{grid.width} and be smaller than it")
+    length = grid.origin + grid.width * REF_ROWS
+    shape = Tiling("patch", grid.origin, grid.width, rows, cols)
+    why = (f"asked for ({asked}); computed pairs at len {length}: linear "
+           f"{computed_pairs(table, LINEAR, length)}, {rows}x{cols} "
+           f"{computed_pairs(table, shape, length)}: ")
+    return _patch_tiling(table, shape, why)
+
+
 def _choose_shape(table: IntervalTable) -> Tiling:
     grid = grid_of(table)
     if grid is None:
@@ -865,16 +911,7 @@ def _choose_shape(table: IntervalTable) -> Tiling:
         n, best = max((c for c in cands if c[0] <= least * (1 + TIE)),
                       key=lambda c: c[1].patch_cols)
         if n <= (1 - MIN_GAIN) * base:
-            masks, why = patch_masks(table, best)
-            if masks is None and why.startswith("a term that reads len"):
-                inner, why_inner = interior_patch_masks(table, best)
-                masks, why = inner, (why_inner if inner is not None
-                                     else f"{why}; no interior masks: {why_inner}")
-            min_len, short = patch_min_len(table, best)
-            reason = ("; ".join(notes) + f": {best.patch_rows}x{best.patch_cols} patches, "
-                      + short + "; " + (why if masks is not None else f"no tile masks: {why}"))
-            return Tiling("patch", best.origin, best.width, best.patch_rows, best.patch_cols,
-                          reason, masks, min_len)
+            return _patch_tiling(table, best, "; ".join(notes) + ": ")
     if not cands:
         notes.append(f"no patch width of {PATCH_COLS} divides the grid width {grid.width} "
                      "(patches padded to a multiple are not built)")

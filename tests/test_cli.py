@@ -117,3 +117,38 @@ def test_show_does_not_count_pairs_past_its_budget():
     r = run("show", str(ROOT / "samples/causal.mask"), "--len", "66000", "--tile", "512x512")
     assert r.exit_code == 0, r.output
     assert "computed pairs: not counted at len 66000" in r.output
+
+
+def test_tiling_option_asks_for_a_patch_shape(tmp_path):
+    """--tiling RxC: that patch shape on a grid mask (its reason says it was asked for, in show
+    and in the manifest), and for anything else a usage error naming the rule, never a
+    silent linear tiling."""
+    natten = str(ROOT / "benchmarks/generality/natten_clamped.mask")
+    r = run("show", natten, "--len", "8192", "--tiling", "8x16")
+    assert r.exit_code == 0, r.output
+    assert "sm90 tiling: patches of 8 grid rows x 16 tokens" in r.output
+    assert "    reason: asked for (--tiling 8x16); computed pairs at len 6144: " in r.output
+    auto = run("show", natten, "--len", "8192")
+    assert "patches of 16 grid rows x 8 tokens" in auto.output
+    linear = run("show", natten, "--len", "8192", "--tiling", "linear")
+    assert "sm90 tiling: linear (128-token tiles)\n    reason: asked for (--tiling linear)" \
+        in linear.output
+    r = run("compile", natten, "-o", str(tmp_path), "--arch", "sm_90a", "--emit", "itab",
+            "--tiling", "8x16")
+    assert r.exit_code == 0, r.output
+    bad = {
+        ("7x16", "samples/clear.mask", "sm_90a"):
+            "--tiling 7x16: the sm90 kernel's patches are 128 tokens: 16x8, 8x16, 4x32, 2x64",
+        ("8by16", "samples/clear.mask", "sm_90a"):
+            "--tiling 8by16: expected auto, linear or ROWSxCOLS",
+        ("8x16", "samples/causal.mask", "sm_90a"): "--tiling 8x16: mask causal has no grid",
+        ("2x64", "benchmarks/generality/natten_clamped.mask", "sm_90a"):
+            "--tiling 2x64: 64 tokens per patch row must divide the grid width 96 and be "
+            "smaller than it",
+        ("8x16", "samples/clear.mask", "sm_100a"):
+            "--tiling 8x16: no kernel built here follows a patch tiling",
+    }
+    for (shape, mask, arch), msg in bad.items():
+        r = CliRunner().invoke(cli, ["compile", str(ROOT / mask), "-o", str(tmp_path), "--arch",
+                                     arch, "--emit", "itab", "--tiling", shape])
+        assert r.exit_code == 2 and msg in r.output, (shape, mask, r.output)

@@ -113,6 +113,17 @@ if [ -d out/benchrun ] && [ -d out/abrun/nomask ]; then
 else
   note "[fwdmask] SKIPPED (out/benchrun and out/abrun/nomask not carried)"
 fi
+# 1f2. 8x16 against the chosen 16x8 patches (kernel notes, "The patch shape on longer
+#    sequences"), forward and backward, cmc only; out/abrun/p8x16: `python benchmarks/bench.py
+#    --compile /tmp/p8x16 --tiling 8x16 --patterns g_natten_clamped g_grid77_w96_r40 && python
+#    benchmarks/bench.py --runtime-copy /tmp/p8x16 out/abrun/p8x16` (1.6 MiB)
+if [ -d out/benchrun ] && [ -d out/abrun/p8x16 ]; then
+  step patchab patchab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
+    out/abrun/p8x16 --suite generality --patterns g_natten_clamped g_grid77_w96_r40 \
+    --gen-lengths 16384 32768 --rep 20 --no-plot --out "$OUT/patchab"
+else
+  note "[patchab] SKIPPED (out/benchrun and out/abrun/p8x16 not carried)"
+fi
 # 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
 #    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
