@@ -705,6 +705,11 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     regular: np.ndarray = np.ones((nqt, TILE), dtype=bool)
     regular[:kt0] = False  # query tiles that hold text
     rel: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(phases)]
+    # keys below the first grid key tile are not the masks' (key_tile_lo): a query's instance
+    # is compared with its centre's cut at the same floor, so a window the grid's first row
+    # cuts (a disc at the top) is as regular as an interior one, a clamped one that moves
+    # (NATTEN) is not
+    floor = (kt0 * TILE - q).reshape(nqt, TILE)
     try:
         at_big = np.full(q.shape, big, dtype=np.int64)
         for _, ok, rlo, rhi in _grid_intervals(table, kt0 * TILE, q, at_big, big):
@@ -713,6 +718,8 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
             for ph in range(phases):
                 rel[ph].append((okc[ph].copy(), loc[ph].copy(), hic[ph].copy()))
             okp, lop, hip = okc[phase_of], loc[phase_of], hic[phase_of]  # each tile's centre
+            lop = np.maximum(lop, floor)
+            okp = okp & (lop < hip)
             regular &= (okr == okp) & (~okp | ((lor == lop) & (hir == hip)))
     except _ReadsLen as e:
         return None, f"a bound cannot be evaluated over len: {e}"

@@ -332,3 +332,26 @@ def test_host_band_selection_equals_the_dense_mask(case):
         if n < (band.tile_top + 1 + band.tiles_below) * TILE:
             assert not any(key[0] == n for key in got), n  # no band tile: nothing selected
     assert bad == []
+
+
+@pytest.mark.parametrize("path,defines", [
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}),
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 333, "W": 80, "R": 24}),
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 48, "R": 6}),
+    ("benchmarks/generality/video3d.mask", {}),
+])
+def test_windows_the_first_grid_row_cuts_are_in_the_band(path, defines):
+    """A disc (or a video neighbourhood) that the grid's first row cuts sees, among the grid
+    key tiles, the translate of an interior window: its query tiles belong to the band from
+    the first tile wholly in the grid, and the masks equal the dense mask there (before
+    2026-12-06 the band began where no window reached the first grid row: tile 31 of 32 at
+    4K for the W 96, R 40 disc)."""
+    table = front(ROOT / path, defines)
+    masks, why = lattice_offset_masks(table, max_len=1 << 13)
+    assert masks is not None and masks.band is not None, why
+    band = masks.band
+    assert band.tile_top == band.key_tile_lo, why  # the first tile wholly in the grid
+    lengths = sorted({n for n in _lengths(band) if n > 0} | {8192})
+    assert _mismatches(table, masks, band, lengths) == []
+    if band.tile_top > 0:  # one tile higher holds text, which sees every key: caught
+        assert _mismatches(table, masks, replace(band, tile_top=band.tile_top - 1), lengths)
