@@ -179,9 +179,11 @@ def _mask_table(masks: PatchMasks | OffsetMasks | None, symbol: str,
 
 
 def _mask_tables(tiling: Tiling) -> str:
-    """The tile mask tables of a tiling: patch offsets, or linear tile offsets."""
-    return (_mask_table(tiling.masks, "cmc_patch_mask_words")
-            or _mask_table(tiling.offset_masks, "cmc_offset_mask_words"))
+    """The tile mask tables of a tiling: patch offsets, linear tile offsets, or both (a patch
+    tiling's band masks for its linear tiles below the patches' start length)."""
+    return "\n\n".join(t for t in (_mask_table(tiling.masks, "cmc_patch_mask_words"),
+                                    _mask_table(tiling.offset_masks, "cmc_offset_mask_words"))
+                        if t)
 
 
 def rows_per_warp(head_dim: int) -> int:

@@ -823,7 +823,21 @@ def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None) ->
         shape = _with_offset_masks(table, shape)
     elif shape.kind == "linear" and grid_of(table) is not None:
         shape = _with_band_masks(table, shape)
+    elif shape.kind == "patch" and shape.min_len > 0:
+        shape = _with_linear_band_masks(table, shape)
     return replace(shape, units=units_for(table))
+
+
+def _with_linear_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
+    """A patch tiling whose sequences below min_len are all linear tiles, with the band tile
+    masks of those linear tiles where lattice_offset_masks proves them (the kernels select
+    them only below min_len), and the reason either way."""
+    masks, why = lattice_offset_masks(table)
+    below = f"below len {tiling.min_len}"
+    note = (f"{below}, band tile masks: {why}" if masks is not None and masks.band is not None
+            else f"{below}, no band tile masks: {why}")
+    return replace(tiling, reason=f"{tiling.reason}; {note}",
+                   offset_masks=masks if masks is not None and masks.band is not None else None)
 
 
 def _with_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:

@@ -167,6 +167,8 @@ template <class H> CMC_DEV int cmc_bwd_offset_class(int qt, int kt, int len) {
   if constexpr (H::kOffsetMasks == 0) {
     return -1;
   } else {
+    // a patch tiling's band masks are its linear tiles', below the patches' start length
+    if (H::kTiling == 1 && len >= H::kPatchMinLen) return -1;
     if (H::kOffsetBand != 0 && !cmc_offset_band(qt, kt, len, H::kBandTileTop, H::kBandTilesBelow,
                                                 H::kBandMaxLen, H::kBandKeyTileLo))
       return -1;
