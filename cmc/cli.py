@@ -290,7 +290,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
         what = (f"{m.offsets} tile offsets ({m.lo}..{m.hi - 1}" if m.phases == 1 else
                 f"{m.phases} tile phases x {m.offsets} tile offsets ({m.lo}..{m.hi - 1}")
         keys = f", key tiles from {b.key_tile_lo}" if b.key_tile_lo else ""
-        out.append(f"    band tile masks (applied): {what}, {m.classes * 2} KiB in the cubin) on "
+        where = f" below len {t.min_len}, where every tile is linear" if t.kind == "patch" else ""
+        out.append(f"    band tile masks (applied{where}): {what}, {m.classes * 2} KiB in the cubin) on "
                    f"partial tiles of query tiles from {b.tile_top} with {b.tiles_below} tiles "
                    f"below them at len (len <= {b.max_len}){keys}; other tiles evaluate the "
                    "spans")

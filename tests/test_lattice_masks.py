@@ -355,3 +355,34 @@ def test_windows_the_first_grid_row_cuts_are_in_the_band(path, defines):
     assert _mismatches(table, masks, band, lengths) == []
     if band.tile_top > 0:  # one tile higher holds text, which sees every key: caught
         assert _mismatches(table, masks, replace(band, tile_top=band.tile_top - 1), lengths)
+
+
+def test_a_patch_tiling_takes_the_band_for_its_linear_tiles():
+    """Below its start length a patch tiling is all linear tiles: it gets the band masks of the
+    linear tiling (from the first grid tile for the W 96, R 40 disc), emit writes both tables
+    and both rules' constants, the kernels select the band only below kPatchMinLen (the
+    forward's fetch_mask, the backward's cmc_bwd_offset_class), and show says where."""
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    grid = ROOT / "benchmarks" / "generality" / "grid_text.mask"
+    defines = {"TEXT": 77, "W": 96, "R": 40}
+    t = choose_tiling(front(grid, defines))
+    assert t.kind == "patch" and t.masks is not None and t.offset_masks is not None
+    assert t.offset_masks.band == LinearBand(1, 0, 1 << 18, key_tile_lo=1)
+    assert "; below len 6222, band tile masks: tile masks of 183 classes" in t.reason
+    src = emit(front(grid, defines), archs=("sm_90a",), backward=True).text
+    for needle in ("cmc_patch_mask_words[", "cmc_offset_mask_words[", "kTiling = 1,",
+                   "kOffsetMasks = 1,", "kBandTileTop = 1,", "kPatchMinLen = 6222,",
+                   "if (H::kTiling == 1 && len >= H::kPatchMinLen) return -1;",
+                   "if (len < H::kPatchMinLen) {", "offset_masks_t() { return "):
+        assert needle in src, needle
+    res = CliRunner().invoke(cli, ["show", str(grid), "--len", "4096", "-D", "TEXT=77",
+                                   "-D", "W=96", "-D", "R=40"])
+    assert "band tile masks (applied below len 6222, where every tile is linear): 3 tile " \
+        "phases x 61 tile offsets" in res.output
+    # CLEAR (W 128, R 16) too, from its first grid tile; NATTEN's clamp keeps its border out
+    clear = choose_tiling(front(ROOT / "samples" / "clear.mask", {}))
+    assert clear.offset_masks is not None and clear.offset_masks.band is not None
+    assert clear.offset_masks.band.tile_top == clear.offset_masks.band.key_tile_lo == 4
