@@ -124,6 +124,19 @@ if [ -d out/benchrun ] && [ -d out/abrun/p8x16 ]; then
 else
   note "[patchab] SKIPPED (out/benchrun and out/abrun/p8x16 not carried)"
 fi
+# 1f3. The band masks of patch tilings' linear tiles (kernel notes, "Band tile masks for the
+#    linear tiles of patch tilings"): out/benchrun (built with them) against out/abrun/preband
+#    (the same masks built at 40d0768, before them: `git worktree add /tmp/wt40 40d0768`, then
+#    there `python benchmarks/bench.py --compile /tmp/preband --patterns g_grid77_w96_r40
+#    g_grid333_w80_r24 g_natten_clamped clear clear_text` and `--runtime-copy /tmp/preband
+#    out/abrun/preband`, 3.4 MiB), below their start lengths (clear at 2K, the grids at 4K)
+if [ -d out/benchrun ] && [ -d out/abrun/preband ]; then
+  step bandab bandab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/abrun/preband \
+    out/benchrun --suite all --patterns clear clear_text g_grid77_w96_r40 g_grid333_w80_r24 \
+    g_natten_clamped --lengths 2048 --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/bandab"
+else
+  note "[bandab] SKIPPED (out/benchrun and out/abrun/preband not carried)"
+fi
 # 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
 #    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
