@@ -17,6 +17,7 @@ patches), and it is counted as a whole tile: the kernel computes all of it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -814,10 +815,13 @@ def units_for(table: IntervalTable) -> str:
     return "tiles" if table.mask.params else "pairs"
 
 
+@functools.lru_cache(maxsize=128)
 def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc); and
     the schedule's work unit (units_for). `patch` (rows, cols) asks for that shape instead
-    (cmc compile --tiling RxC): a UsageError says why the mask cannot have it."""
+    (cmc compile --tiling RxC): a UsageError says why the mask cannot have it. Cached (a
+    pure function of frozen values): the counts take seconds on a grid mask (CLEAR about
+    3 s), and a process that compiles and shows the same table asks more than once."""
     shape = _choose_shape(table) if patch is None else _forced_shape(table, *patch)
     if shape.kind == "linear" and not table.exact:
         shape = _with_offset_masks(table, shape)
