@@ -241,15 +241,19 @@ def _kv_words_line(transposed: Any) -> str:
 
 
 def _band_masks_line(table: Any) -> str:
-    """For an exact grid mask on linear tiles: whether the sm90 kernel applies band tile
-    masks (cmc/tiling.py lattice_offset_masks), and why; "" for other masks."""
+    """For an exact grid mask: whether the sm90 kernel applies band tile masks on its linear
+    tiles (cmc/tiling.py lattice_offset_masks), and why; for a patch tiling only where it
+    has them (below its start length); "" for other masks."""
     from .tiling import choose_tiling, grid_of
 
     if grid_of(table) is None:
         return ""
     t = choose_tiling(table)
     if t.kind != "linear":
-        return ""
+        if t.offset_masks is None or t.offset_masks.band is None:
+            return ""
+        return (f"applied below len {t.min_len}, where the patch tiling is all linear tiles "
+                f"({t.offset_masks.classes * 2} KiB in the cubin)")
     if t.offset_masks is None or t.offset_masks.band is None:
         return f"none ({t.reason})"
     return f"applied on interior query tiles ({t.offset_masks.classes * 2} KiB in the cubin)"

@@ -382,6 +382,9 @@ def test_a_patch_tiling_takes_the_band_for_its_linear_tiles():
                                    "-D", "W=96", "-D", "R=40"])
     assert "band tile masks (applied below len 6222, where every tile is linear): 3 tile " \
         "phases x 61 tile offsets" in res.output
+    res = CliRunner().invoke(cli, ["check", str(grid), "-D", "TEXT=77", "-D", "W=96", "-D", "R=40"])
+    assert "sm90 band tile masks: applied below len 6222, where the patch tiling is all linear " \
+        "tiles (366 KiB in the cubin)" in res.output, res.output
     # CLEAR (W 128, R 16) too, from its first grid tile; NATTEN's clamp keeps its border out
     clear = choose_tiling(front(ROOT / "samples" / "clear.mask", {}))
     assert clear.offset_masks is not None and clear.offset_masks.band is not None
