@@ -837,11 +837,9 @@ def _with_linear_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
     masks of those linear tiles where lattice_offset_masks proves them (the kernels select
     them only below min_len), and the reason either way."""
     masks, why = lattice_offset_masks(table)
-    below = f"below len {tiling.min_len}"
-    note = (f"{below}, band tile masks: {why}" if masks is not None and masks.band is not None
-            else f"{below}, no band tile masks: {why}")
-    return replace(tiling, reason=f"{tiling.reason}; {note}",
-                   offset_masks=masks if masks is not None and masks.band is not None else None)
+    band = masks if masks is not None and masks.band is not None else None
+    note = f"below len {tiling.min_len}, {'band' if band else 'no band'} tile masks: {why}"
+    return replace(tiling, reason=f"{tiling.reason}; {note}", offset_masks=band)
 
 
 def _with_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
@@ -881,6 +879,24 @@ def _patch_tiling(table: IntervalTable, shape: Tiling, why_shape: str) -> Tiling
                   reason, masks, min_len)
 
 
+def _patch_grid(table: IntervalTable) -> tuple[GridRow | None, str]:
+    """The grid a patch tiling of the table would lie on, or None and why not ("" when the
+    table has no grid)."""
+    grid = grid_of(table)
+    if grid is None:
+        return None, ""
+    if table.mask.params or not table.exact:
+        return None, "grid mask with run-time parameters or residuals"
+    if grid.origin < 0 or grid.width <= 0:
+        return None, f"grid origin {grid.origin}, width {grid.width}"
+    return grid, ""
+
+
+def _cols_fit(grid: GridRow, cols: int) -> bool:
+    """Patch rows of `cols` tokens tile the grid's rows: they divide its width, not all of it."""
+    return grid.width % cols == 0 and cols < grid.width
+
+
 def _forced_shape(table: IntervalTable, rows: int, cols: int) -> Tiling:
     """The patch tiling of rows x cols that the user asked for, or a UsageError naming the
     rule the mask or the shape breaks (never a silent linear tiling)."""
@@ -888,19 +904,14 @@ def _forced_shape(table: IntervalTable, rows: int, cols: int) -> Tiling:
     if cols not in PATCH_COLS or rows * cols != TILE:
         shapes = ", ".join(f"{TILE // c}x{c}" for c in PATCH_COLS)
         raise UsageError(f"{asked}: the sm90 kernel's patches are {TILE} tokens: {shapes}")
-    grid = grid_of(table)
+    grid, why_not = _patch_grid(table)
     if grid is None:
-        raise UsageError(f"{asked}: mask {table.mask.name} has no grid (patches need the grid "
-                          "families of one grid: a row and a column of a token grid)")
-    if table.mask.params or not table.exact:
-        raise UsageError(f"{asked}: mask {table.mask.name} has run-time parameters or residual "
-                          "terms; patch tilings are built for exact tables without parameters")
-    if grid.origin < 0 or grid.width <= 0:
-        raise UsageError(f"{asked}: the grid of mask {table.mask.name} has origin "
-                          f"{grid.origin} and width {grid.width}")
-    if grid.width % cols or cols >= grid.width:
+        raise UsageError(f"{asked}: mask {table.mask.name}: {why_not}" if why_not else
+                         f"{asked}: mask {table.mask.name} has no grid (patches need the grid "
+                         "families of one grid: a row and a column of a token grid)")
+    if not _cols_fit(grid, cols):
         raise UsageError(f"{asked}: {cols} tokens per patch row must divide the grid width "
-                          f"{grid.width} and be smaller than it")
+                         f"{grid.width} and be smaller than it")
     length = grid.origin + grid.width * REF_ROWS
     shape = Tiling("patch", grid.origin, grid.width, rows, cols)
     why = (f"asked for ({asked}); computed pairs at len {length}: linear "
@@ -910,21 +921,15 @@ def _forced_shape(table: IntervalTable, rows: int, cols: int) -> Tiling:
 
 
 def _choose_shape(table: IntervalTable) -> Tiling:
-    grid = grid_of(table)
+    grid, why_not = _patch_grid(table)
     if grid is None:
-        return LINEAR
-    if table.mask.params or not table.exact:
-        return Tiling("linear", reason="grid mask with run-time parameters or residuals: "
-                      "linear tiles")
-    if grid.origin < 0 or grid.width <= 0:
-        return Tiling("linear", reason=f"grid origin {grid.origin}, width {grid.width}: "
-                      "linear tiles")
+        return Tiling("linear", reason=f"{why_not}: linear tiles") if why_not else LINEAR
     length = grid.origin + grid.width * REF_ROWS
     base = computed_pairs(table, LINEAR, length)
     notes = [f"computed pairs at len {length}: linear {base}"]
     cands: list[tuple[int, Tiling]] = []
     for pw in PATCH_COLS:
-        if grid.width % pw or pw >= grid.width:
+        if not _cols_fit(grid, pw):
             continue
         cand = Tiling("patch", grid.origin, grid.width, TILE // pw, pw)
         n = computed_pairs(table, cand, length)
