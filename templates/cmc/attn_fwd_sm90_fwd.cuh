@@ -608,36 +608,35 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         // instead of the spans (linear offset masks: always, instead of the predicate).
         cmc_uint2 mw = {0u, 0u};
         bool mw_ok = false;
-        auto fetch_mask = [&](int j) {
-          if constexpr (kPatch && (H::kPatchMasks != 0 || H::kOffsetMasks != 0)) {
-            mw_ok = false;
-            if constexpr (H::kPatchMasks != 0) {
-              const int c = cmc_patch_class_of<H>(g, it.qt, j, len);
-              mw_ok = c >= 0;
-              if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
-            }
-            if constexpr (H::kOffsetMasks != 0) {
-              // below the patches' start length every tile is linear: the band masks of the
-              // linear tiling (cmc/tiling.py choose_tiling)
-              if (len < H::kPatchMinLen) {
-                mw_ok = cmc_offset_band(it.qt, j, len, H::kBandTileTop, H::kBandTilesBelow,
-                                        H::kBandMaxLen, H::kBandKeyTileLo);
-                if (mw_ok)
-                  mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN,
-                                            H::kMaskPhases, it.qt, j, cw * 128 + ctid, len, off);
-              }
-            }
-          } else if constexpr (!kPatch && H::kOffsetMasks != 0 && H::kOffsetBand != 0) {
-            // proved for a band of query tiles only (H::kOffsetBand): the others keep the spans
-            mw_ok = cmc_offset_band(it.qt, j, len, H::kBandTileTop, H::kBandTilesBelow,
-                                    H::kBandMaxLen, H::kBandKeyTileLo);
-            if (mw_ok)
-              mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN,
-                                        H::kMaskPhases, it.qt, j, cw * 128 + ctid, len, off);
-          } else if constexpr (!kPatch && H::kOffsetMasks != 0) {
-            // a linear tile pair's mask depends only on j - qt (H::kOffsetMasks)
-            mw = cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN,
+        auto offset_mask = [&](int j) {
+          return cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN,
                                       H::kMaskPhases, it.qt, j, cw * 128 + ctid, len, off);
+        };
+        // proved for a band of query tiles only (H::kOffsetBand): the others keep the spans
+        auto band_mask = [&](int j) {
+          mw_ok = cmc_offset_band(it.qt, j, len, H::kBandTileTop, H::kBandTilesBelow,
+                                  H::kBandMaxLen, H::kBandKeyTileLo);
+          if (mw_ok) mw = offset_mask(j);
+        };
+        auto fetch_mask = [&](int j) {
+          if constexpr (kPatch && H::kOffsetMasks != 0) {
+            // below the patches' start length every tile is linear: the band masks of the
+            // linear tiling (cmc/tiling.py choose_tiling)
+            if (len < H::kPatchMinLen) {
+              band_mask(j);
+              return;
+            }
+          }
+          if constexpr (kPatch && H::kPatchMasks != 0) {
+            const int c = cmc_patch_class_of<H>(g, it.qt, j, len);
+            mw_ok = c >= 0;
+            if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
+          } else if constexpr (kPatch && H::kOffsetMasks != 0) {
+            mw_ok = false;  // a longer sequence's item after a shorter one's
+          } else if constexpr (!kPatch && H::kOffsetMasks != 0 && H::kOffsetBand != 0) {
+            band_mask(j);
+          } else if constexpr (!kPatch && H::kOffsetMasks != 0) {
+            mw = offset_mask(j);  // a linear tile pair's mask depends only on j - qt
           }
           (void)j;
         };
