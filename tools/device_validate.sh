@@ -57,6 +57,15 @@ step() {
   note "[$part] $verdict ${secs}s :: $* :: ${last:0:220}"
   tail -n +$((n0 + 1)) "$log" | grep -E '^(FAILED|ERROR) ' | sed "s/^/    /" | head -15 >>"$S"
 }
+# carried PART DIR... -- LOG LIMIT CMD...: step, where every DIR (a build made on the CPU and
+# carried) is here; else one line naming the missing ones.
+carried() {
+  local part=$1 missing=""; shift
+  while [ "$1" != "--" ]; do [ -d "$1" ] || missing="$missing $1"; shift; done
+  shift
+  if [ -n "$missing" ]; then note "[$part] SKIPPED (not carried:$missing)"; return; fi
+  step "$part" "$@"
+}
 
 # 1. the sm_90a kv alternatives, first and before the artifact build (they build their own;
 #    tools/bwd_ablate.py): the warp-specialised kv (ws, the default on linear tilings; dQ by
@@ -93,60 +102,40 @@ step wsfa ws.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsnostsm
 #    notes, "ws on patch tilings: dQ by patch-row boxes"), when the two builds are carried:
 #    out/benchrun (the default build) and out/abrun/ws (--bwd-kernel ws), each made on the CPU
 #    by `bench.py --compile DIR [--bwd-kernel ws]` then `bench.py --runtime-copy DIR DEST`
-if [ -d out/benchrun ] && [ -d out/abrun/ws ]; then
-  step abws abws.log 130 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun out/abrun/ws \
+carried abws out/benchrun out/abrun/ws -- abws.log 130 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun out/abrun/ws \
     --suite all --patterns clear clear_text g_grid333_w80_r24 g_grid77_w96_r40 g_natten_clamped \
     --lengths 4096 16384 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/abws"
-else
-  note "[abws] SKIPPED (out/benchrun and out/abrun/ws not carried)"
-fi
 # 1f. What the forward's mask costs on partial tiles (kernel notes, "The forward's grid gap"):
 #    the default build beside tools/sm90_ablate.py's nomask (partial tiles unmasked, timing
 #    only), forward only, cmc only; out/abrun/nomask made on the CPU by `python
 #    tools/sm90_ablate.py nomask && python benchmarks/bench.py --runtime-copy out/ab/nomask
 #    out/abrun/nomask` (2.4 MiB)
-if [ -d out/benchrun ] && [ -d out/abrun/nomask ]; then
-  step fwdmask fwdmask.log 150 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
+carried fwdmask out/benchrun out/abrun/nomask -- fwdmask.log 150 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
     out/abrun/nomask --suite all --patterns causal clear g_grid77_w96_r40 g_grid333_w80_r24 g_grid77_w48_r6 \
     g_grid0_w100_r16 g_natten_clamped g_video3d g_window_rt g_dilated_band --lengths 4096 \
     --gen-lengths 4096 16384 --no-bwd --rep 20 --no-plot --out "$OUT/fwdmask"
-else
-  note "[fwdmask] SKIPPED (out/benchrun and out/abrun/nomask not carried)"
-fi
 # 1f2. 8x16 against the chosen 16x8 patches (kernel notes, "The patch shape on longer
 #    sequences"), forward and backward, cmc only; out/abrun/p8x16: `python benchmarks/bench.py
 #    --compile /tmp/p8x16 --tiling 8x16 --patterns g_natten_clamped g_grid77_w96_r40 && python
 #    benchmarks/bench.py --runtime-copy /tmp/p8x16 out/abrun/p8x16` (1.6 MiB)
-if [ -d out/benchrun ] && [ -d out/abrun/p8x16 ]; then
-  step patchab patchab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
+carried patchab out/benchrun out/abrun/p8x16 -- patchab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
     out/abrun/p8x16 --suite generality --patterns g_natten_clamped g_grid77_w96_r40 \
     --gen-lengths 16384 32768 --rep 20 --no-plot --out "$OUT/patchab"
-else
-  note "[patchab] SKIPPED (out/benchrun and out/abrun/p8x16 not carried)"
-fi
 # 1f3. The band masks of patch tilings' linear tiles (kernel notes, "Band tile masks for the
 #    linear tiles of patch tilings"): out/benchrun (built with them) against out/abrun/preband
 #    (the same masks built at 40d0768, before them: `git worktree add /tmp/wt40 40d0768`, then
 #    there `python benchmarks/bench.py --compile /tmp/preband --patterns g_grid77_w96_r40
 #    g_grid333_w80_r24 g_natten_clamped clear clear_text` and `--runtime-copy /tmp/preband
 #    out/abrun/preband`, 3.4 MiB), below their start lengths (clear at 2K, the grids at 4K)
-if [ -d out/benchrun ] && [ -d out/abrun/preband ]; then
-  step bandab bandab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/abrun/preband \
+carried bandab out/benchrun out/abrun/preband -- bandab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/abrun/preband \
     out/benchrun --suite all --patterns clear clear_text g_grid77_w96_r40 g_grid333_w80_r24 \
     g_natten_clamped --lengths 2048 --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/bandab"
-else
-  note "[bandab] SKIPPED (out/benchrun and out/abrun/preband not carried)"
-fi
 # 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
 #    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
-if [ -d out/abrun/probe ]; then
-  step fwdprobe fwdprobe.log 90 python3 tools/sm90_probe.py run --artifacts out/abrun/probe causal/4096 \
+carried fwdprobe out/abrun/probe -- fwdprobe.log 90 python3 tools/sm90_probe.py run --artifacts out/abrun/probe causal/4096 \
     clear/4096 g_grid77_w96_r40/4096 g_grid0_w100_r16/4096 g_natten_clamped/4096 g_video3d/4096 \
     g_natten_clamped/16384 g_grid77_w96_r40/16384
-else
-  note "[fwdprobe] SKIPPED (out/abrun/probe not carried)"
-fi
 step tmaload ws.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py tmaload red4 --check
 # 2. the ceiling of fp32 block adds into global memory by path (tools/red_probe.py): is the
 #    atomic dQ bound by L2 reductions, or by how the kv kernel issues them?
