@@ -704,7 +704,8 @@ def _artifact_dir(root: Path, key: str) -> Path:
     sub = root / key
     inner = [p for p in sub.iterdir() if (p / "manifest.json").exists()] if sub.is_dir() else []
     if len(inner) != 1:
-        raise SystemExit(f"expected one artifact under {sub}; run --compile first")
+        raise SystemExit(f"expected one artifact under {sub} (found {len(inner)}); run --compile "
+                         "first")
     return inner[0]
 
 
