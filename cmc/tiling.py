@@ -5,7 +5,8 @@ against 128 consecutive keys. For a mask on a 2D token grid (a grid family of th
 table: CLEAR, NATTEN) a tile can instead be a patch of `patch_rows` grid rows x
 `patch_cols` tokens, for queries and keys alike, which can cut the pairs the kernel
 computes without any being visible. The choice is made by counting, exactly from the
-interval table, the computed pairs of every candidate on a reference sequence; a patch
+interval table, the computed pairs of every candidate on a reference sequence (weighted by
+producer_factor for shapes whose TMA boxes, not their GEMMs, bound a key tile); a patch
 tiling is taken only when it computes at least 10 % fewer pairs. `--tiling RxC` asks for
 one shape instead (choose_tiling's `patch`). What was counted is kept
 in `Tiling.reason` (the manifest records it).
@@ -77,6 +78,15 @@ LATTICE_MAX_LEN = 1 << 18
 # at every longer one counted) to be used there. Measured (kernel notes, stage 4): at 2K,
 # CLEAR+text computes 9 % fewer pairs with patches and runs 12 % slower.
 SHORT_GAIN = 0.25
+# The producer's TMA boxes bound tall patches (docs/kernel-notes.md, "Run 17"): a key tile of
+# patches R rows high is R boxes per operand and 64 columns of D, and a box costs the TMA unit
+# about BOX_CYCLES plus its bytes at BOX_BYTES_PER_CYCLE (fitted to the H200's fwdprobe at
+# D 128: 16x8 patches issue 4,170-4,210 cycles per key tile, linear tiles 480-590), against
+# TILE_GEMM_CYCLES for the consumers' two GEMMs of a key tile at 600 TFLOP/s. 8x16 patches
+# ran 1.31-1.45 x as fast as 16x8 on the two grids that chose 16x8 (3-5 % fewer pairs).
+BOX_CYCLES = 60
+BOX_BYTES_PER_CYCLE = 190
+TILE_GEMM_CYCLES = 3400
 
 
 
@@ -791,12 +801,13 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
 def patch_min_len(table: IntervalTable, tiling: Tiling) -> tuple[int, str]:
     """The shortest length from which patches are used: the first grid-row count (in steps
     of half a patch height, up to REF_ROWS) from which every counted length computes at least
-    SHORT_GAIN fewer pairs with patches than with linear tiles."""
+    SHORT_GAIN fewer pairs with patches (weighted by producer_factor) than with linear tiles."""
     step = max(1, tiling.patch_rows // 2)
     lengths = [tiling.origin + rows * tiling.width for rows in range(step, REF_ROWS + 1, step)]
     full = replace(tiling, min_len=0)
-    good = [computed_pairs(table, full, n) <= (1 - SHORT_GAIN) * computed_pairs(table, LINEAR, n)
-            for n in lengths]
+    slow = producer_factor(tiling.patch_rows)
+    good = [computed_pairs(table, full, n) * slow
+            <= (1 - SHORT_GAIN) * computed_pairs(table, LINEAR, n) for n in lengths]
     k = len(good)
     while k > 0 and good[k - 1]:
         k -= 1
@@ -920,6 +931,16 @@ def _forced_shape(table: IntervalTable, rows: int, cols: int) -> Tiling:
     return _patch_tiling(table, shape, why)
 
 
+def producer_factor(patch_rows: int, head_dim: int = 128) -> float:
+    """How much longer than its GEMMs a key tile of patches `patch_rows` high takes where the
+    producer's TMA issue bounds it (1.0 where it does not: linear tiles, 8x16, 4x32, 2x64).
+    The choice uses head dim 128, where the ratio is the larger."""
+    box_bytes = (TILE // patch_rows) * 64 * 2
+    boxes = 2 * patch_rows * (head_dim // 64)
+    cycles = boxes * (BOX_CYCLES + box_bytes / BOX_BYTES_PER_CYCLE)
+    return max(1.0, cycles / (TILE_GEMM_CYCLES * head_dim / 128))
+
+
 def _choose_shape(table: IntervalTable) -> Tiling:
     grid, why_not = _patch_grid(table)
     if grid is None:
@@ -927,14 +948,16 @@ def _choose_shape(table: IntervalTable) -> Tiling:
     length = grid.origin + grid.width * REF_ROWS
     base = computed_pairs(table, LINEAR, length)
     notes = [f"computed pairs at len {length}: linear {base}"]
-    cands: list[tuple[int, Tiling]] = []
+    cands: list[tuple[float, Tiling]] = []
     for pw in PATCH_COLS:
         if not _cols_fit(grid, pw):
             continue
         cand = Tiling("patch", grid.origin, grid.width, TILE // pw, pw)
         n = computed_pairs(table, cand, length)
-        notes.append(f"{cand.patch_rows}x{pw} {n}")
-        cands.append((n, cand))
+        slow = producer_factor(cand.patch_rows)
+        notes.append(f"{cand.patch_rows}x{pw} {n}"
+                     + (f" (x {slow:.2f}: the producer's TMA boxes)" if slow > 1 else ""))
+        cands.append((n * slow, cand))
     if cands:
         least = min(n for n, _ in cands)
         # near-ties go to wider patches: fewer grid rows per tile, less mask work per tile

@@ -129,7 +129,8 @@ def test_tiling_option_asks_for_a_patch_shape(tmp_path):
     assert "sm90 tiling: patches of 8 grid rows x 16 tokens" in r.output
     assert "    reason: asked for (--tiling 8x16); computed pairs at len 6144: " in r.output
     auto = run("show", natten, "--len", "8192")
-    assert "patches of 16 grid rows x 8 tokens" in auto.output
+    assert "patches of 8 grid rows x 16 tokens" in auto.output
+    assert "16x8 5570560 (x 1.23: the producer's TMA boxes)" in auto.output
     linear = run("show", natten, "--len", "8192", "--tiling", "linear")
     assert "sm90 tiling: linear (128-token tiles)\n    reason: asked for (--tiling linear)" \
         in linear.output

@@ -105,7 +105,8 @@ def test_grid_text_stays_linear_by_its_counts():
     linear tiles get band masks of 3 tile phases from key tile 1 (lattice_offset_masks)."""
     t = choose_tiling(front(ROOT / "benchmarks" / "generality" / "grid_text.mask"))
     assert t.kind == "linear" and t.offset_masks is not None
-    assert t.reason.startswith("computed pairs at len 3149: linear 2670592; 16x8 3424256; "
+    assert t.reason.startswith("computed pairs at len 3149: linear 2670592; 16x8 3424256 (x 1.23: "
+                               "the producer's TMA boxes); "
                                "8x16 3325952: linear tiles; band tile masks: tile masks of 15 "
                                "classes, 3 tile phases x 5 tile offsets (-2..2), key tiles "
                                "from 1 for interior query tiles")
@@ -132,31 +133,49 @@ def test_grid_origin_cases_get_their_tilings():
 
     from .gpu.test_gpu_grid_origin import GRIDS
 
-    for path, defines, kind in GRIDS:
-        opts = Options(archs=("sm_90a",), defines=tuple(sorted(defines.items())))
+    for path, defines, asked, kind in GRIDS:
+        opts = Options(archs=("sm_90a",), defines=tuple(sorted(defines.items())), tiling=asked)
         tiling = run(ROOT / path, opts, stop_after="tile").tiling
         assert tiling is not None and tiling.kind == kind, (path, defines, tiling)
         assert "computed pairs" in tiling.reason
 
 
 def test_patches_keep_the_common_gain_and_masks_past_64_classes():
-    """Width 96, radius 40: 16x8 patches (20 % fewer pairs at the reference length) with
-    their 77 patch-offset tile masks (MAX_PATCH_MASK_CLASSES: run 12 ran them unmasked, 16
-    grid spans per row of a partial tile). A 25 % rule for unmasked patches (2026-12-05)
-    sent it to the linear kernel, measured 2.2 x slower at 4K on the same tiles (H200, 111
-    against 245 TFLOP/s; docs/kernel-notes.md, "Unmasked patches: the rule withdrawn").
-    Width 160, radius 64 keeps 16x8 patches without masks (the GPU tier's unmasked case)."""
+    """Width 96, radius 40: patches (16 % fewer pairs at the reference length), 8x16 although
+    16x8 counts 5 % fewer, since a 16x8 key tile is 64 TMA boxes that bound the producer
+    (producer_factor; 8x16 ran 1.45 x as fast, docs/kernel-notes.md "Run 17"). Asked for,
+    16x8 keeps its 77 patch-offset tile masks (MAX_PATCH_MASK_CLASSES: run 12 ran them
+    unmasked, 16 grid spans per row of a partial tile). A 25 % rule for unmasked patches
+    (2026-12-05) sent it to the linear kernel, measured 2.2 x slower at 4K on the same tiles
+    (H200, 111 against 245 TFLOP/s; "Unmasked patches: the rule withdrawn"). Width 160,
+    radius 64 keeps patches without masks (the GPU tier's unmasked case)."""
     from cmc.tiling import MAX_MASK_CLASSES, MAX_PATCH_MASK_CLASSES
 
     grid = ROOT / "benchmarks" / "generality" / "grid_text.mask"
-    t = choose_tiling(front(grid, {"TEXT": 77, "W": 96, "R": 40}))
-    assert (t.kind, t.patch_rows, t.patch_cols) == ("patch", 16, 8)
+    table = front(grid, {"TEXT": 77, "W": 96, "R": 40})
+    t = choose_tiling(table)
+    assert (t.kind, t.patch_rows, t.patch_cols) == ("patch", 8, 16)
+    assert "16x8 27344896 (x 1.23: the producer's TMA boxes); 8x16 28721152" in t.reason
+    t = choose_tiling(table, (16, 8))
     m = t.masks
     assert m is not None
     assert MAX_MASK_CLASSES < (m.dpy_hi - m.dpy_lo) * (m.dpx_hi - m.dpx_lo) == 77 \
         <= MAX_PATCH_MASK_CLASSES
     t = choose_tiling(front(grid, {"TEXT": 77, "W": 160, "R": 64}))
-    assert (t.kind, t.patch_rows, t.patch_cols, t.masks) == ("patch", 16, 8, None)
+    assert (t.kind, t.patch_rows, t.patch_cols, t.masks) == ("patch", 8, 16, None)
+
+
+def test_producer_factor_weighs_tall_patches_only():
+    """A 16x8 key tile's 64 boxes of 1 KiB take the TMA unit longer than its GEMMs (the fitted
+    model gives the measured 4,190 cycles); every other shape, and linear tiles, are bound by
+    their GEMMs, at both head dims."""
+    from cmc.tiling import BOX_BYTES_PER_CYCLE, BOX_CYCLES, producer_factor
+
+    assert 4100 < 64 * (BOX_CYCLES + 1024 / BOX_BYTES_PER_CYCLE) < 4300
+    assert 4 * (BOX_CYCLES + 16384 / BOX_BYTES_PER_CYCLE) < 600  # linear: 480-590 measured
+    for d in (64, 128):
+        assert producer_factor(16, d) > 1.15
+        assert [producer_factor(r, d) for r in (1, 2, 4, 8)] == [1.0] * 4
 
 
 def test_computed_pairs_counts_tiles():

@@ -62,7 +62,7 @@ def run(artifacts: Path, names: list[str], calls: int) -> None:
         attn = load(bench._artifact_dir(artifacts, bench.artifact_for(c.pattern)))
         B, T = len(c.lengths), sum(c.lengths)
         q = torch.randn(T, bench.HEADS, bench.HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        kw = bench._cmc_params(c)
+        kw = bench.cmc_params(c)
         if c.jagged:
             cu_seq = torch.zeros(B + 1, dtype=torch.int32, device="cuda")
             cu_seq[1:] = torch.cumsum(torch.tensor(c.lengths, device="cuda",

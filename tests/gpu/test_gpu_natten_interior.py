@@ -1,8 +1,9 @@
 """GPU correctness of the interior tile masks of clamped (NATTEN-style) neighbourhoods
 (cmc/tiling.py `interior_patch_masks`): the generality suite's natten_clamped (W 96, 13 x 13,
-16x8 patches from len 6144) and a W 128 variant (patches from len 1024). Every length from
+8x16 patches as chosen and 16x8 as `--tiling 16x8` asks, from len 6144) and a W 128 variant
+(patches from len 1024). Every length from
 min_len on has border patches (top row, first and last columns, the bottom rows, which
-evaluate the spans) and, from ((row_top + 1) * 16 + rows_below) grid rows on, interior ones
+evaluate the spans) and, from ((row_top + 1) * rows + rows_below) grid rows on, interior ones
 (which load a tile mask); lengths below, at and above that bound, ending inside a grid row
 and inside a patch row, against the float64 reference, batched and packed.
 
@@ -25,7 +26,8 @@ from .test_gpu_correctness import Case, run_cases
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
 MASK = "benchmarks/generality/natten_clamped.mask"
-VARIANTS = [{}, {"W": 128, "K": 13}]
+# (defines, --tiling)
+VARIANTS = [({}, "auto"), ({}, "16x8"), ({"W": 128, "K": 13}, "auto")]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,14 +44,15 @@ def _lengths(width: int, min_len: int, first_interior: int) -> list[int]:
                    first_interior + 16 * width + 7, 9000, 12288})
 
 
-@pytest.mark.parametrize("defines", VARIANTS, ids=["w96_k13", "w128_k13"])
-def test_natten_interior_masks_match_reference(defines: dict[str, int]):
+@pytest.mark.parametrize("defines,tiling", VARIANTS, ids=["w96_k13", "w96_k13_16x8", "w128_k13"])
+def test_natten_interior_masks_match_reference(defines: dict[str, int], tiling: str):
     from cmc.driver import compile_file, load_mask
     from cmc.runtime import load
 
     with tempfile.TemporaryDirectory(prefix="cmc-natten-") as d:
         art = Path(compile_file(ROOT / MASK, Path(d), archs=[device_arch()],
                                 dtypes=["bf16", "fp16"], head_dims=[64, 128], defines=defines,
+                                tiling=tiling if device_arch() == "sm_90a" else "auto",
                                 jobs=min(8, os.cpu_count() or 1), backward=False))
         man = json.loads((art / "manifest.json").read_text())
         tilings = [k["tiling"] for k in man["kernels"] if k["arch"] == "sm_90a"]
@@ -57,10 +60,13 @@ def test_natten_interior_masks_match_reference(defines: dict[str, int]):
         min_len, first = 0, 3 * 16 * width
         if device_arch() == "sm_90a":
             assert tilings and all(t["kind"] == "patch" for t in tilings), tilings
+            rows, cols = tilings[0]["patch_rows"], tilings[0]["patch_cols"]
+            if tiling == "16x8":
+                assert (rows, cols) == (16, 8)
             inner = tilings[0]["masks"]["interior"]
-            assert inner == {"row_top": 1, "rows_below": 6, "cols": [1, width // 8 - 1]}
+            assert inner == {"row_top": 1, "rows_below": 6, "cols": [1, (width - 6) // cols]}
             min_len = tilings[0]["min_len"]
-            first = ((inner["row_top"] + 1) * 16 + inner["rows_below"]) * width
+            first = ((inner["row_top"] + 1) * rows + inner["rows_below"]) * width
         attn = load(art)
         mask = load_mask(ROOT / MASK, defines)
         cases: list[Case] = []
