@@ -959,11 +959,11 @@ def _choose_shape(table: IntervalTable) -> Tiling:
                      + (f" (x {slow:.2f}: the producer's TMA boxes)" if slow > 1 else ""))
         cands.append((n * slow, cand))
     if cands:
-        least = min(n for n, _ in cands)
+        least = min(cost for cost, _ in cands)
         # near-ties go to wider patches: fewer grid rows per tile, less mask work per tile
-        n, best = max((c for c in cands if c[0] <= least * (1 + TIE)),
-                      key=lambda c: c[1].patch_cols)
-        if n <= (1 - MIN_GAIN) * base:
+        cost, best = max((c for c in cands if c[0] <= least * (1 + TIE)),
+                         key=lambda c: c[1].patch_cols)
+        if cost <= (1 - MIN_GAIN) * base:
             return _patch_tiling(table, best, "; ".join(notes) + ": ")
     if not cands:
         notes.append(f"no patch width of {PATCH_COLS} divides the grid width {grid.width} "
