@@ -3,7 +3,9 @@ patch tiling; templates/cmc/attn_bwd_sm90_dq.cuh dq_patch, templates/cmc/attn_bw
 kv_patch). Not yet run on a GPU when written (2026-12-05).
 
 Small CLEARs whose tile stage picks 8x16 patches at these lengths (grid origin 77: a partial
-linear tile before the grid; origin 0: none), built with --bwd-kernel sm90 for sm_90a, against
+linear tile before the grid; origin 0: none), and a clamped NATTEN (W 128, 13 x 13: interior
+patch masks, border patches on spans) on the 8x16 patches it chooses and on 16x8 asked for,
+built with --bwd-kernel sm90 for sm_90a, against
 float64 autograd of the dense oracle mask (tests/gpu/harness.py), as
 tests/gpu/test_backward_gpu.py does, in both modes: atomic (pre, kv, post: kv_patch's dK, dV
 and its dQ atomics scattered to query tokens) and deterministic (pre, kv, dq: kv_patch's dK,
@@ -30,12 +32,21 @@ pytestmark = [pytest.mark.gpu, requires_gpu]
 TOL = 1e-2
 torch: Any = None
 
-# (defines, packed, lengths, dtype, head_dim, hq, hkv): every length >= the tiling's min_len
-# has patches; the short ones are linear tiles in the same launch (a jagged batch).
+CLEAR = "samples/clear.mask"
+NATTEN = "benchmarks/generality/natten_clamped.mask"
+# (mask, defines, --tiling, packed, lengths, dtype, head_dim, hq, hkv): every length >= the
+# tiling's min_len has patches; the short ones are linear tiles in the same launch (a jagged
+# batch).
 CASES = [
-    ({"TEXT": 77, "W": 128, "R": 16}, True, [1500, 77, 2133, 1101], "bf16", 128, 4, 2),
-    ({"TEXT": 0, "W": 128, "R": 16}, False, [1024 + 128 * 3 + 5] * 2, "fp16", 64, 2, 1),
+    (CLEAR, {"TEXT": 77, "W": 128, "R": 16}, "auto", True, [1500, 77, 2133, 1101], "bf16", 128,
+     4, 2),
+    (CLEAR, {"TEXT": 0, "W": 128, "R": 16}, "auto", False, [1024 + 128 * 3 + 5] * 2, "fp16", 64,
+     2, 1),
+    (NATTEN, {"W": 128, "K": 13}, "auto", True, [128 * 40 + 77, 900, 128 * 17], "bf16", 128, 2, 1),
+    (NATTEN, {"W": 128, "K": 13}, "16x8", False, [128 * 66 + 5] * 2, "fp16", 64, 2, 2),
 ]
+IDS = ["origin77-packed-bf16-d128", "origin0-batch-fp16-d64", "natten-packed-bf16-d128",
+       "natten16x8-batch-fp16-d64"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,35 +55,35 @@ def _torch():
     torch = cuda_torch()
 
 
-def _artifact(defines: dict[str, int], dtype: str, d: int, out: Path,
+def _artifact(mask: str, defines: dict[str, int], tiling: str, dtype: str, d: int, out: Path,
               bwd_kernel: str = "auto") -> Any:
     from cmc.driver import compile_file
     from cmc.runtime import load
 
-    path = compile_file(ROOT / "samples" / "clear.mask", out, archs=["sm_90a"], dtypes=[dtype],
-                        head_dims=[d], defines=defines, jobs=min(8, os.cpu_count() or 1),
+    path = compile_file(ROOT / mask, out, archs=["sm_90a"], dtypes=[dtype], head_dims=[d],
+                        defines=defines, jobs=min(8, os.cpu_count() or 1), tiling=tiling,
                         bwd_kernel=bwd_kernel)
     return load(path)
 
 
 @pytest.mark.parametrize("bwd_kernel", ["auto", "ws"], ids=["sm90", "ws"])
-@pytest.mark.parametrize("case", range(len(CASES)), ids=["origin77-packed-bf16-d128",
-                                                         "origin0-batch-fp16-d64"])
+@pytest.mark.parametrize("case", range(len(CASES)), ids=IDS)
 def test_patch_backward_matches_reference(case, bwd_kernel):
     from cmc.driver import load_mask
 
     if device_arch() != "sm_90a":
         pytest.skip("the sm90 backward kinds are built for sm_90a only")
-    defines, packed, lengths, dtype, d, hq, hkv = CASES[case]
+    mask, defines, tiling, packed, lengths, dtype, d, hq, hkv = CASES[case]
+    name = Path(mask).stem
     with tempfile.TemporaryDirectory(prefix="cmc-bwd-patch-") as tmp:
-        attn = _artifact(defines, dtype, d, Path(tmp), bwd_kernel)
+        attn = _artifact(mask, defines, tiling, dtype, d, Path(tmp), bwd_kernel)
     for role in ("dq", "kv"):
         ks = [k for k in attn.manifest.kernels if k.role == role]
         kind = "sm90ws" if role == "kv" and bwd_kernel == "ws" else "sm90"
-        assert ks and all(k.symbol.startswith(f"cmc_clear_bwd_{role}_{kind}_") for k in ks)
+        assert ks and all(k.symbol.startswith(f"cmc_{name}_bwd_{role}_{kind}_") for k in ks)
         # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
         assert all(k.max_len is not None for k in ks), f"{role} does not follow the patches"
-    c = backward_case(torch, load_mask(ROOT / "samples" / "clear.mask", defines), packed,
+    c = backward_case(torch, load_mask(ROOT / mask, defines), packed,
                       lengths, dtype, d, hq, hkv, seed=11 + case)
     kw, (q, k, v, do), (rdq, rdk, rdv), seen, t = c["kw"], c["shaped"], c["ref"], c["seen"], c["tokens"]
     out, lse = attn(q, k, v, return_lse=True, **kw)
