@@ -69,8 +69,10 @@ MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB ea
 MAX_PATCH_MASK_CLASSES = 128
 # Lattice masks (lattice_offset_masks): phases x tile offsets. A video's frames make the
 # phases many (video3d: 15 x 19 = 285, 570 KiB per table); the bound keeps one table of a
-# cubin under 1 MiB.
-MAX_LATTICE_MASK_CLASSES = 512
+# cubin at 2 MiB. At 512, g_grid0_w100_r16 (25 x 25 = 625, 1,250 KiB) evaluated spans on
+# every partial tile; with its masks the forward ran 1.22 / 1.34 x as fast at 4K / 16K
+# (H100, kernel notes "Run 17").
+MAX_LATTICE_MASK_CLASSES = 1024
 # lattice_offset_masks enumerates the queries of one sequence this long (the kernel selects
 # no mask above it)
 LATTICE_MAX_LEN = 1 << 18
