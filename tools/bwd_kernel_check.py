@@ -70,6 +70,10 @@ MASKS = {  # name -> (sample path or mask text, defines)
     # bwd_ablate --mask: a disc in a 96-wide grid, every tile partial, linear tiles below len
     # 6222 (run 14: backward 0.36 x cuDNN flex at 4K)
     "grid96": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}),
+    # bwd_ablate --mask: the clamped 13 x 13 NATTEN window (W 96), linear tiles below len
+    # 6144; its kv evaluates the transposed predicate per element on partial items outside the
+    # band (12 grid families: run 17, backward 0.36 x cuDNN flex at 4K)
+    "natten": ("benchmarks/generality/natten_clamped.mask", {}),
 }
 # (mask, dtype, head dim) variants to build; every case runs GQA 4/2 on a jagged batch.
 VARIANTS = [
