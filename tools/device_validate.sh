@@ -114,13 +114,14 @@ carried fwdmask out/benchrun out/abrun/nomask -- fwdmask.log 150 python3 benchma
     out/abrun/nomask --suite all --patterns causal clear g_grid77_w96_r40 g_grid333_w80_r24 g_grid77_w48_r6 \
     g_grid0_w100_r16 g_natten_clamped g_video3d g_window_rt g_dilated_band --lengths 4096 \
     --gen-lengths 4096 16384 --no-bwd --rep 20 --no-plot --out "$OUT/fwdmask"
-# 1f2. 8x16 against the chosen 16x8 patches (kernel notes, "The patch shape on longer
-#    sequences"), forward and backward, cmc only; out/abrun/p8x16: `python benchmarks/bench.py
-#    --compile /tmp/p8x16 --tiling 8x16 --patterns g_natten_clamped g_grid77_w96_r40 && python
-#    benchmarks/bench.py --runtime-copy /tmp/p8x16 out/abrun/p8x16` (1.6 MiB)
-carried patchab out/benchrun out/abrun/p8x16 -- patchab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
-    out/abrun/p8x16 --suite generality --patterns g_natten_clamped g_grid77_w96_r40 \
-    --gen-lengths 16384 32768 --rep 20 --no-plot --out "$OUT/patchab"
+# 1f2. The chosen 8x16 patches against 16x8 (the tile stage's choice before run 17, now
+#    `--tiling 16x8`; kernel notes, "Run 17"), forward and backward, cmc only;
+#    out/abrun/p16x8: `python benchmarks/bench.py --compile /tmp/p16x8 --tiling 16x8
+#    --patterns g_natten_clamped g_grid77_w96_r40 && python benchmarks/bench.py --runtime-copy
+#    /tmp/p16x8 out/abrun/p16x8`
+carried patchab out/benchrun out/abrun/p16x8 -- patchab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/abrun/p16x8 \
+    out/benchrun --suite generality --patterns g_natten_clamped g_grid77_w96_r40 \
+    --gen-lengths 4096 16384 32768 --rep 20 --no-plot --out "$OUT/patchab"
 # 1f3. The band masks of patch tilings' linear tiles (kernel notes, "Band tile masks for the
 #    linear tiles of patch tilings"): out/benchrun (built with them) against out/abrun/preband
 #    (the same masks built at 40d0768, before them: `git worktree add /tmp/wt40 40d0768`, then
