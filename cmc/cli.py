@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -266,12 +265,11 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     and the sm90 kv kinds' on the transposed table (key tiles of the same tiling against items
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
     from .driver import parse_tiling
-    from .ir import LINEAR, TILE
+    from .ir import TILE
     from .tiling import choose_tiling, computed_pairs
 
     patch = parse_tiling(tiling)
-    t = (replace(LINEAR, reason="asked for (--tiling linear)") if tiling == "linear"
-         else choose_tiling(table, patch))
+    t = choose_tiling(table, patch, linear=tiling == "linear")
     if t.kind == "patch":
         shape = (f"patches of {t.patch_rows} grid rows x {t.patch_cols} tokens (grid width "
                  f"{t.width} from token {t.origin}")

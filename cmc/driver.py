@@ -106,9 +106,7 @@ def tile(table: IntervalTable, opts: Options) -> Tiling:
             raise UsageError(f"--tiling {opts.tiling}: no kernel built here follows a patch "
                              "tiling (the sm90 kernel, --arch sm_90a with --kernel auto)")
         return LINEAR
-    if opts.tiling == "linear":
-        return LINEAR
-    return choose_tiling(table, patch)
+    return choose_tiling(table, patch, linear=opts.tiling == "linear")
 
 
 def parse_tiling(value: str) -> tuple[int, int] | None:

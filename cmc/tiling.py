@@ -829,13 +829,19 @@ def units_for(table: IntervalTable) -> str:
 
 
 @functools.lru_cache(maxsize=128)
-def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None) -> Tiling:
+def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None,
+                  linear: bool = False) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc); and
     the schedule's work unit (units_for). `patch` (rows, cols) asks for that shape instead
-    (cmc compile --tiling RxC): a UsageError says why the mask cannot have it. Cached (a
-    pure function of frozen values): the counts take seconds on a grid mask (CLEAR about
-    3 s), and a process that compiles and shows the same table asks more than once."""
-    shape = _choose_shape(table) if patch is None else _forced_shape(table, *patch)
+    (cmc compile --tiling RxC): a UsageError says why the mask cannot have it; `linear`
+    asks for linear tiles (--tiling linear), with the tile masks proved for them as when
+    they are chosen. Cached (a pure function of frozen values): the counts take seconds on
+    a grid mask (CLEAR about 3 s), and a process that compiles and shows the same table
+    asks more than once."""
+    if linear:
+        shape = Tiling("linear", reason="asked for (--tiling linear)")
+    else:
+        shape = _choose_shape(table) if patch is None else _forced_shape(table, *patch)
     if shape.kind == "linear" and not table.exact:
         shape = _with_offset_masks(table, shape)
     elif shape.kind == "linear" and grid_of(table) is not None:

@@ -134,6 +134,10 @@ def test_tiling_option_asks_for_a_patch_shape(tmp_path):
     linear = run("show", natten, "--len", "8192", "--tiling", "linear")
     assert "sm90 tiling: linear (128-token tiles)\n    reason: asked for (--tiling linear)" \
         in linear.output
+    # linear tiles asked for keep the tile masks proved for them (here the band masks, as
+    # below the patches' start length), not a bare linear tiling
+    assert "asked for (--tiling linear); band tile masks: tile masks of 33 classes" \
+        in linear.output
     r = run("compile", natten, "-o", str(tmp_path), "--arch", "sm_90a", "--emit", "itab",
             "--tiling", "8x16")
     assert r.exit_code == 0, r.output

@@ -131,6 +131,15 @@ carried patchab out/benchrun out/abrun/p16x8 -- patchab.log 120 python3 benchmar
 carried bandab out/benchrun out/abrun/preband -- bandab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/abrun/preband \
     out/benchrun --suite all --patterns clear clear_text g_grid77_w96_r40 g_grid333_w80_r24 \
     g_natten_clamped --lengths 2048 --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/bandab"
+# 1f4. Linear tiles where a patch tiling runs them all (every sequence below its start length):
+#    out/benchrun against out/abrun/lin (`python benchmarks/bench.py --compile /tmp/lin
+#    --tiling linear --patterns g_grid77_w96_r40 g_natten_clamped g_grid333_w80_r24 clear
+#    clear_text && python benchmarks/bench.py --runtime-copy /tmp/lin out/abrun/lin`, 4.2
+#    MiB: the linear kinds, ws kv and band masks included), below the start lengths (kernel
+#    notes, "The queue after run 17": whether a patch artifact should carry linear kinds)
+carried linab out/benchrun out/abrun/lin -- linab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
+    out/abrun/lin --suite all --patterns clear clear_text g_grid77_w96_r40 g_grid333_w80_r24 \
+    g_natten_clamped --lengths 2048 --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/linab"
 # 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
 #    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
