@@ -264,12 +264,11 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     computes at this length (TILE^2 per query tile x key tile that a row interval reaches),
     and the sm90 kv kinds' on the transposed table (key tiles of the same tiling against items
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
-    from .driver import parse_tiling
+    from .driver import tiling_for
     from .ir import TILE
-    from .tiling import choose_tiling, computed_pairs
+    from .tiling import computed_pairs
 
-    patch = parse_tiling(tiling)
-    t = choose_tiling(table, patch, linear=tiling == "linear")
+    t = tiling_for(table, tiling)
     if t.kind == "patch":
         shape = (f"patches of {t.patch_rows} grid rows x {t.patch_cols} tokens (grid width "
                  f"{t.width} from token {t.origin}")

@@ -97,16 +97,22 @@ class Progress:
 def tile(table: IntervalTable, opts: Options) -> Tiling:
     """The tile stage's rule: choose_tiling when a kind that follows the tiling is built
     (the sm90 kernel on sm_90a) and opts.tiling allows it, else linear."""
-    from .tiling import choose_tiling
 
-    patch = parse_tiling(opts.tiling)
     kinds = forward_kinds(tuple(dict.fromkeys(opts.archs)), opts.kernel)
     if not any(SPECS[k].tiled for k, _ in kinds):
-        if patch is not None:
+        if parse_tiling(opts.tiling) is not None:
             raise UsageError(f"--tiling {opts.tiling}: no kernel built here follows a patch "
                              "tiling (the sm90 kernel, --arch sm_90a with --kernel auto)")
         return LINEAR
-    return choose_tiling(table, patch, linear=opts.tiling == "linear")
+    return tiling_for(table, opts.tiling)
+
+
+def tiling_for(table: IntervalTable, value: str) -> Tiling:
+    """The tiling that --tiling VALUE (auto, linear or RxC) gives the table on the sm90
+    kernel (cmc compile and cmc show)."""
+    from .tiling import choose_tiling
+
+    return choose_tiling(table, parse_tiling(value), linear=value == "linear")
 
 
 def parse_tiling(value: str) -> tuple[int, int] | None:

@@ -83,7 +83,7 @@ SHORT_GAIN = 0.25
 # The producer's TMA boxes bound tall patches (docs/kernel-notes.md, "Run 17"): a key tile of
 # patches R rows high is R boxes per operand and 64 columns of D, and a box costs the TMA unit
 # about BOX_CYCLES plus its bytes at BOX_BYTES_PER_CYCLE (fitted to the H200's fwdprobe at
-# D 128: 16x8 patches issue 4,170-4,210 cycles per key tile, linear tiles 480-590), against
+# D 128: 16x8 patches issue 4,155-4,210 cycles per key tile, linear tiles 480-590), against
 # TILE_GEMM_CYCLES for the consumers' two GEMMs of a key tile at 600 TFLOP/s. 8x16 patches
 # ran 1.31-1.45 x as fast as 16x8 on the two grids that chose 16x8 (3-5 % fewer pairs).
 BOX_CYCLES = 60
@@ -857,8 +857,15 @@ def _with_linear_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
     them only below min_len), and the reason either way."""
     masks, why = lattice_offset_masks(table)
     band = masks if masks is not None and masks.band is not None else None
-    note = f"below len {tiling.min_len}, {'band' if band else 'no band'} tile masks: {why}"
-    return replace(tiling, reason=f"{tiling.reason}; {note}", offset_masks=band)
+    return _noted(tiling, f"below len {tiling.min_len}, {'band' if band else 'no band'} tile "
+                          f"masks: {why}", band)
+
+
+def _noted(tiling: Tiling, note: str, offset_masks: OffsetMasks | None) -> Tiling:
+    """The tiling with these linear tile masks, its reason followed by the note (the note
+    alone where the reason was the default's)."""
+    reason = note if tiling.reason in ("", LINEAR.reason) else f"{tiling.reason}; {note}"
+    return replace(tiling, reason=reason, offset_masks=offset_masks)
 
 
 def _with_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
@@ -867,9 +874,8 @@ def _with_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
     tiles (the kernel selects them by the band's rule, H::kOffsetBand, and evaluates the
     spans everywhere else), and the reason either way."""
     masks, why = lattice_offset_masks(table)
-    note = (f"band tile masks: {why}" if masks is not None else f"no band tile masks: {why}")
-    reason = note if tiling.reason in ("", LINEAR.reason) else f"{tiling.reason}; {note}"
-    return replace(tiling, reason=reason, offset_masks=masks)
+    return _noted(tiling, f"band tile masks: {why}" if masks is not None
+                  else f"no band tile masks: {why}", masks)
 
 
 def _with_offset_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
@@ -878,9 +884,7 @@ def _with_offset_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
     evaluating the residual per element), and the reason either way. Exact tables keep
     their interval masks: a partial tile costs them one span compare per term."""
     masks, why = offset_masks(table)
-    note = why if masks is not None else f"no tile masks: {why}"
-    reason = note if tiling.reason in ("", LINEAR.reason) else f"{tiling.reason}; {note}"
-    return replace(tiling, reason=reason, offset_masks=masks)
+    return _noted(tiling, why if masks is not None else f"no tile masks: {why}", masks)
 
 
 def _patch_tiling(table: IntervalTable, shape: Tiling, why_shape: str) -> Tiling:
@@ -939,14 +943,14 @@ def _forced_shape(table: IntervalTable, rows: int, cols: int) -> Tiling:
     return _patch_tiling(table, shape, why)
 
 
-def producer_factor(patch_rows: int, head_dim: int = 128) -> float:
+def producer_factor(patch_rows: int) -> float:
     """How much longer than its GEMMs a key tile of patches `patch_rows` high takes where the
     producer's TMA issue bounds it (1.0 where it does not: linear tiles, 8x16, 4x32, 2x64).
-    The choice uses head dim 128, where the ratio is the larger."""
+    At D 128: K and V are 2 x patch_rows boxes per 64 columns; the head dim scales the boxes
+    and the GEMMs alike, so the ratio does not depend on it."""
     box_bytes = (TILE // patch_rows) * 64 * 2
-    boxes = 2 * patch_rows * (head_dim // 64)
-    cycles = boxes * (BOX_CYCLES + box_bytes / BOX_BYTES_PER_CYCLE)
-    return max(1.0, cycles / (TILE_GEMM_CYCLES * head_dim / 128))
+    cycles = 2 * patch_rows * (128 // 64) * (BOX_CYCLES + box_bytes / BOX_BYTES_PER_CYCLE)
+    return max(1.0, cycles / TILE_GEMM_CYCLES)
 
 
 def _choose_shape(table: IntervalTable) -> Tiling:
