@@ -76,6 +76,11 @@ MAX_LATTICE_MASK_CLASSES = 1024
 # lattice_offset_masks enumerates the queries of one sequence this long (the kernel selects
 # no mask above it)
 LATTICE_MAX_LEN = 1 << 18
+# ... and every term instance on each: at most this many instance-queries, so a mask with more
+# instances is checked (and its masks selected) on a shorter sequence. A radius-161 disc (323
+# instances) took 21 s at 2^18 tokens, 4 s within the bound; g_grid77_w96_r40 (81) checks to
+# 207,104 tokens. With at most 512 instances (emit.MAX_TERMS) the sequence is at least 32K.
+LATTICE_WORK = 1 << 24
 # Short sequences: patches must compute this much less than linear tiles at a length (and
 # at every longer one counted) to be used there. Measured (kernel notes, stage 4): at 2K,
 # CLEAR+text computes 9 % fewer pairs with patches and runs 12 % slower.
@@ -707,7 +712,8 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     period = _lattice_period(table.mask.predicate, w)
     phases = period // math.gcd(TILE, period)
     kt0 = -(-o // TILE)  # the first key tile wholly in the grid
-    big = max_len // TILE * TILE
+    count = sum(max(0, t.family.stop - t.family.start) if t.family else 1 for t in table.terms)
+    big = min(max_len, LATTICE_WORK // max(1, count)) // TILE * TILE
     nqt = big // TILE
     if nqt - kt0 < 4 * phases:
         return None, f"fewer than {4 * phases} grid tiles at len {big}"
@@ -775,10 +781,19 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     dts = np.arange((dmin - (TILE - 1)) // TILE, dmax // TILE + 2, dtype=np.int64)
     lr = np.arange(TILE, dtype=np.int64)
     d = dts[:, None, None] * TILE + lr[None, None, :] - lr[None, :, None]  # [dt, lr, lk]
-    vis = np.zeros((phases, *d.shape), dtype=bool)
+    # covered[ph, lr, x]: some instance of phase ph holds key q + d0 + x for query lr (a
+    # difference array per row, then the offsets d gathered from it)
+    d0 = int(d.min())
+    size = int(d.max()) - d0 + 1
+    cover = np.zeros((phases, TILE, size + 1), dtype=np.int32)
     for ph in range(phases):
         for okc, loc, hic in rel[ph]:
-            vis[ph] |= (okc[None, :, None] & (loc[None, :, None] <= d) & (d < hic[None, :, None]))
+            lo, hi = np.clip(loc - d0, 0, size), np.clip(hic - d0, 0, size)
+            hit = np.nonzero(okc & (lo < hi))[0]
+            np.add.at(cover[ph], (hit, lo[hit]), 1)
+            np.add.at(cover[ph], (hit, hi[hit]), -1)
+    covered = np.cumsum(cover, axis=2)[:, :, :size] > 0
+    vis = covered[:, lr[None, :, None], d - d0]  # [phase, dt, lr, lk]
     seen = np.nonzero(vis.any(axis=(0, 2, 3)))[0]
     a, b = int(seen[0]), int(seen[-1]) + 1
     if phases * (b - a) > MAX_LATTICE_MASK_CLASSES:

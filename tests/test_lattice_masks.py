@@ -374,7 +374,8 @@ def test_a_patch_tiling_takes_the_band_for_its_linear_tiles():
     defines = {"TEXT": 77, "W": 96, "R": 40}
     t = choose_tiling(front(grid, defines))
     assert t.kind == "patch" and t.masks is not None and t.offset_masks is not None
-    assert t.offset_masks.band == LinearBand(1, 0, 1 << 18, key_tile_lo=1)
+    # 81 instances: checked to LATTICE_WORK / 81 tokens (tiling.LATTICE_WORK)
+    assert t.offset_masks.band == LinearBand(1, 0, 207104, key_tile_lo=1)
     assert "; below len 6222, band tile masks: tile masks of 183 classes" in t.reason
     src = emit(front(grid, defines), archs=("sm_90a",), backward=True).text
     for needle in ("cmc_patch_mask_words[", "cmc_offset_mask_words[", "kTiling = 1,",
