@@ -264,7 +264,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     computes at this length (TILE^2 per query tile x key tile that a row interval reaches),
     and the sm90 kv kinds' on the transposed table (key tiles of the same tiling against items
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
-    from .driver import tiling_for
+    from .driver import Options, backward_tile, tiling_for
     from .ir import TILE
     from .tiling import computed_pairs
 
@@ -308,8 +308,15 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     n = computed_pairs(table, t, length, values)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
     out.append(f"  computed pairs {n} ({TILE}x{TILE} tiles), {per}")
-    item = BWD_SM90_BM if t.kind == "linear" else TILE
-    n = computed_pairs(transposed, t, length, values, col_tile=item)
+    bt = backward_tile(table, t, Options(tiling=tiling))
+    assert bt is not None
+    if bt.kind != t.kind:
+        out += [f"  sm90 backward tiling: linear ({TILE}-token tiles)", f"    reason: {bt.reason}"]
+    elif t.kind == "patch":
+        out.append("  sm90 backward tiling: the forward's"
+                   + ("" if tiling != "auto" else f" ({bt.reason.split(': the forward')[0]})"))
+    item = BWD_SM90_BM if bt.kind == "linear" else TILE
+    n = computed_pairs(transposed, bt, length, values, col_tile=item)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"
     out.append(f"  backward (sm90 kv) computed pairs {n} ({TILE} keys x {item} queries), {per}")
     return out

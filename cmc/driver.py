@@ -87,7 +87,8 @@ class Progress:
     module: Module | None = None  # parse
     mask: Mask | None = None  # check
     table: IntervalTable | None = None  # lower
-    tiling: Tiling | None = None  # tile
+    tiling: Tiling | None = None  # tile: the forward's
+    bwd_tiling: Tiling | None = None  # tile: the backward's (None: --no-backward)
     source: EmittedSource | None = None  # emit
     built: BuiltKernels | None = None  # build
     artifact: Path | None = None  # package: OUT/NAME
@@ -105,6 +106,19 @@ def tile(table: IntervalTable, opts: Options) -> Tiling:
                              "tiling (the sm90 kernel, --arch sm_90a with --kernel auto)")
         return LINEAR
     return tiling_for(table, opts.tiling)
+
+
+def backward_tile(table: IntervalTable, forward: Tiling, opts: Options) -> Tiling | None:
+    """The backward kinds' tiling: the forward's where --tiling names one (the user asked for
+    it), else the tile stage's own choice for the backward (choose_backward_tiling); None
+    without a backward."""
+    if not opts.backward:
+        return None
+    if opts.tiling != "auto":
+        return forward
+    from .tiling import choose_backward_tiling
+
+    return choose_backward_tiling(table, forward)
 
 
 def tiling_for(table: IntervalTable, value: str) -> Tiling:
@@ -148,7 +162,8 @@ def _lower(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
 
 def _tile(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     assert p.table is not None
-    return replace(p, tiling=tile(p.table, opts))
+    forward = tile(p.table, opts)
+    return replace(p, tiling=forward, bwd_tiling=backward_tile(p.table, forward, opts))
 
 
 def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -157,7 +172,8 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     assert p.table is not None and p.tiling is not None
     return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
                                        archs=opts.archs, kernel=opts.kernel, tiling=p.tiling,
-                                       backward=opts.backward, bwd_kernel=opts.bwd_kernel))
+                                       backward=opts.backward, bwd_kernel=opts.bwd_kernel,
+                                       bwd_tiling=p.bwd_tiling))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:

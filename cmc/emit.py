@@ -178,12 +178,13 @@ def _mask_table(masks: PatchMasks | OffsetMasks | None, symbol: str,
             + _indent(lines, 2) + "\n};")
 
 
-def _mask_tables(tiling: Tiling) -> str:
+def _mask_tables(tiling: Tiling, suffix: str = "") -> str:
     """The tile mask tables of a tiling: patch offsets, linear tile offsets, or both (a patch
-    tiling's band masks for its linear tiles below the patches' start length)."""
-    return "\n\n".join(t for t in (_mask_table(tiling.masks, "cmc_patch_mask_words"),
-                                    _mask_table(tiling.offset_masks, "cmc_offset_mask_words"))
-                        if t)
+    tiling's band masks for its linear tiles below the patches' start length); `suffix`
+    ("_b": the backward's hooks, cmc_hooks_b) ends their symbols."""
+    return "\n\n".join(t for t in (
+        _mask_table(tiling.masks, f"cmc_patch_mask_words{suffix}"),
+        _mask_table(tiling.offset_masks, f"cmc_offset_mask_words{suffix}")) if t)
 
 
 def rows_per_warp(head_dim: int) -> int:
@@ -1082,6 +1083,11 @@ def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
     return tuple(out)
 
 
+def _kernel_facts(tiling: Tiling) -> Tiling:
+    """The tiling without its reason: what the kernels compile from."""
+    return replace(tiling, reason="")
+
+
 def header_text(kind_spec: KernelSpec) -> str:
     """A kind's hand-written kernel as the .cu inlines it: its header parts, in order."""
     return "\n\n".join(_read_resource(h).rstrip("\n") for h in kind_spec.headers)
@@ -1174,14 +1180,19 @@ def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
 
 
 def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks,
-           hooks_t: Hooks | None = None) -> str:
-    """NAME.cu; with `hooks_t` (the transposed table's hooks) also the backward variants."""
+           hooks_t: Hooks | None = None, hooks_b: Hooks | None = None) -> str:
+    """NAME.cu; with `hooks_t` (the transposed table's hooks) also the backward variants, and
+    with `hooks_b` the forward table's hooks on the backward's own tiling as cmc_hooks_b (else
+    cmc_hooks_b is cmc_hooks)."""
     mask = table.mask
     name = check_identifier(mask.name)
     layout = descriptor_layout(mask)
+    struct_name = check_identifier(layout.struct_name)
     tmpl = _env().get_template(TEMPLATE)
     fwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.FORWARD]
     bwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.BACKWARD]
+    own_b = hooks_b is not None and bool(bwd)
+    fwd_readers = (SM90.kind,) if own_b else (SM90.kind, KernelKind.BWD_DQ_SM90)
     return tmpl.render(
         mask_name=name,
         doc=sanitize_doc(mask.doc),
@@ -1198,10 +1209,17 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         n_terms=hooks.n_terms,
         tables=list(hooks.tables),
         mask_table=_mask_tables(hooks.tiling),
-        mask_guard=_mask_guard(variants, (SM90.kind, KernelKind.BWD_DQ_SM90)),
-        hooks=render_hooks(hooks, check_identifier(layout.struct_name), "cmc_hooks"),
-        backward=(_backward_parts(bwd, hooks_t, check_identifier(layout.struct_name),
-                                  hooks.tiling)
+        mask_guard=_mask_guard(variants, fwd_readers),
+        hooks=render_hooks(hooks, struct_name, "cmc_hooks"),
+        hooks_b=({
+            "tables": list(hooks_b.tables),
+            "mask_table": _mask_tables(hooks_b.tiling, "_b"),
+            "mask_guard": _mask_guard(variants, (KernelKind.BWD_DQ_SM90,)),
+            "hooks": render_hooks(hooks_b, struct_name, "cmc_hooks_b", suffix="_b"),
+            "tiling": hooks_b.tiling.kind,
+        } if own_b and hooks_b is not None else None),
+        backward=(_backward_parts(bwd, hooks_t, struct_name,
+                                  (hooks_b or hooks).tiling)
                   if hooks_t is not None and bwd else None),
         variants=[{
             "symbol": check_identifier(v.symbol),
@@ -1217,12 +1235,16 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
 
 
 def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str,
-                 masks_t: str | None = None, offset_masks_t: str | None = None) -> str:
+                 masks_t: str | None = None, offset_masks_t: str | None = None,
+                 suffix: str = "") -> str:
     """The hook struct `hooks_name` (its tables are rendered by the caller, once each);
     `masks_t`, `offset_masks_t`: the symbols of the forward's patch or linear offset masks in
-    bwd_kv_sm90's layout (patch_masks_t(), offset_masks_t())."""
+    bwd_kv_sm90's layout (patch_masks_t(), offset_masks_t()); `suffix`: its own mask tables'
+    (_mask_tables), "_b" for cmc_hooks_b, whose tables CMC_BWD_MASKS guards."""
     return _env().get_template(HOOKS_TEMPLATE).render(
         hooks_name=hooks_name,
+        mask_suffix=suffix,
+        masks_macro="CMC_BWD_MASKS" if suffix else "CMC_FWD_MASKS",
         masks_t=masks_t,
         offset_masks_t=offset_masks_t,
         struct_name=struct_name,
@@ -1257,15 +1279,18 @@ def emit(
     tiling: Tiling,
     backward: bool = False,
     bwd_kernel: str = "auto",
+    bwd_tiling: Tiling | None = None,
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
     portable (mma.sync) kernel elsewhere). `tiling` is the tile stage's, used by the kinds
     that follow it (driver.tile). `backward` adds the transposed table's hooks (`cmc_hooks_t`),
     the backward header and one variant per backward kind, dtype and head dim; without it
-    the text is the forward's alone. `bwd_kernel` picks the backward kinds
-    (kernels.backward_kinds with the tiling's kind): on sm_90a the wgmma kernels, whose
-    headers are inlined only then, "portable" cmc_bwd everywhere."""
+    the text is the forward's alone. `bwd_tiling` is the backward kinds' (driver.backward_tile;
+    None: `tiling`); where it differs, the forward table's hooks are rendered a second time on
+    it (cmc_hooks_b). `bwd_kernel` picks the backward kinds (kernels.backward_kinds with the
+    backward tiling's kind): on sm_90a the wgmma kernels, whose headers are inlined only then,
+    "portable" cmc_bwd everywhere."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:
@@ -1279,15 +1304,20 @@ def emit(
                          kernel, hooks.tiling)
     transposed = None
     hooks_t = None
+    hooks_b = None
     if backward:
         from .transpose import transpose
 
         transposed = transpose(table)
         hooks_t = build_hooks(transposed, LINEAR, prefix="cmc_tabT")
+        if bwd_tiling is not None and _kernel_facts(bwd_tiling) != _kernel_facts(tiling):
+            hooks_b = build_hooks(table, bwd_tiling, prefix="cmc_tabB")
+        b_tiling = (hooks_b.tiling if hooks_b is not None
+                    else bwd_tiling if bwd_tiling is not None and hooks.tiling is tiling
+                    else hooks.tiling)
         variants += _backward_variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)),
-                                       hooks.n_terms, hooks_t.n_terms, bwd_kernel,
-                                       hooks.tiling)
-    text = render(table, variants, hooks, hooks_t)
+                                       hooks.n_terms, hooks_t.n_terms, bwd_kernel, b_tiling)
+    text = render(table, variants, hooks, hooks_t, hooks_b)
     return EmittedSource(
         table=table,
         layout=descriptor_layout(table.mask),

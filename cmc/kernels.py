@@ -358,16 +358,16 @@ def _bwd_spec(kind: KernelKind, role: str, block_m: int, smem: Callable[[int, in
 
 BWD_SPECS: Mapping[KernelKind, KernelSpec] = {
     KernelKind.BWD_PRE: _bwd_spec(KernelKind.BWD_PRE, "pre", BWD_PRE_ROWS, _no_smem, "heads_q",
-                                  "forward", "cmc_hooks", ""),
+                                  "forward", "cmc_hooks_b", ""),
     KernelKind.BWD_KV: _bwd_spec(
         KernelKind.BWD_KV, "kv", BWD_BN, _bwd_kv_smem, "heads_kv", "transposed",
-        "cmc_hooks, cmc_hooks_t",
-        "cmc_bwd::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms>()"),
+        "cmc_hooks_b, cmc_hooks_t",
+        "cmc_bwd::smem_kv<{head_dim}, cmc_hooks_b::kTerms, cmc_hooks_t::kTerms>()"),
     KernelKind.BWD_DQ: _bwd_spec(KernelKind.BWD_DQ, "dq", BWD_BM, _bwd_dq_smem, "heads_q",
-                                 "forward", "cmc_hooks",
-                                 "cmc_bwd::smem_dq<{head_dim}, cmc_hooks::kTerms>()"),
+                                 "forward", "cmc_hooks_b",
+                                 "cmc_bwd::smem_dq<{head_dim}, cmc_hooks_b::kTerms>()"),
     KernelKind.BWD_POST: _bwd_spec(KernelKind.BWD_POST, "post", BWD_PRE_ROWS, _no_smem,
-                                   "heads_q", "forward", "cmc_hooks", ""),
+                                   "heads_q", "forward", "cmc_hooks_b", ""),
 }
 
 
@@ -415,10 +415,10 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     cubin_group=KernelKind.BWD_KV_SM90.value,
     symbol="cmc_{mask}_bwd_kv_sm90_{dtype}_d{head_dim}",
     tag="bwd_kv_sm90_{dtype}_d{head_dim}",
-    entry="cmc_bwd_sm90::kv<cmc_hooks, cmc_hooks_t, {bf16}, {head_dim}>(desc, args)",
+    entry="cmc_bwd_sm90::kv<cmc_hooks_b, cmc_hooks_t, {bf16}, {head_dim}>(desc, args)",
     threads_expr="cmc_bwd_sm90::Cfg<{head_dim}>::kThreadsKV",
-    smem_expr=("cmc_bwd_sm90::smem_kv<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
-               "cmc_hooks::kTiling>()"),
+    smem_expr=("cmc_bwd_sm90::smem_kv<{head_dim}, cmc_hooks_b::kTerms, cmc_hooks_t::kTerms, "
+               "cmc_hooks_b::kTiling>()"),
     choices=("lockstep",),
 )}
 
@@ -455,9 +455,9 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_DQ_SM90: dataclasses.replace(
     cubin_group=KernelKind.BWD_DQ_SM90.value,
     symbol="cmc_{mask}_bwd_dq_sm90_{dtype}_d{head_dim}",
     tag="bwd_dq_sm90_{dtype}_d{head_dim}",
-    entry="cmc_bwd_sm90::dq<cmc_hooks, {bf16}, {head_dim}>(desc, args)",
+    entry="cmc_bwd_sm90::dq<cmc_hooks_b, {bf16}, {head_dim}>(desc, args)",
     threads_expr="cmc_bwd_sm90::DqCfg<{head_dim}>::kThreads",
-    smem_expr="cmc_bwd_sm90::smem_dq<{head_dim}, cmc_hooks::kTerms, cmc_hooks::kTiling>()",
+    smem_expr="cmc_bwd_sm90::smem_dq<{head_dim}, cmc_hooks_b::kTerms, cmc_hooks_b::kTiling>()",
     choices=("lockstep", "ws"),
 )}
 
@@ -496,10 +496,10 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90_WS: dataclasses.replace(
     cubin_group=KernelKind.BWD_KV_SM90_WS.value,
     symbol="cmc_{mask}_bwd_kv_sm90ws_{dtype}_d{head_dim}",
     tag="bwd_kv_sm90ws_{dtype}_d{head_dim}",
-    entry="cmc_bwd_sm90::kv_ws_entry<cmc_hooks, cmc_hooks_t, {bf16}, {head_dim}>(desc, maps, args)",
+    entry="cmc_bwd_sm90::kv_ws_entry<cmc_hooks_b, cmc_hooks_t, {bf16}, {head_dim}>(desc, maps, args)",
     threads_expr="cmc_bwd_sm90::kThreadsWS",
-    smem_expr=("cmc_bwd_sm90::smem_kv_ws<{head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
-               "cmc_hooks::kTiling>()"),
+    smem_expr=("cmc_bwd_sm90::smem_kv_ws<{head_dim}, cmc_hooks_b::kTerms, cmc_hooks_t::kTerms, "
+               "cmc_hooks_b::kTiling>()"),
     choices=("ws",),
 )}
 SPECS = {**SPECS, **BWD_SPECS}

@@ -94,6 +94,12 @@ SHORT_GAIN = 0.25
 BOX_CYCLES = 60
 BOX_BYTES_PER_CYCLE = 190
 TILE_GEMM_CYCLES = 3400
+# The backward's patch kinds (kv_patch: K, V gathered by token, Q and dO by patch-row boxes,
+# the patch plan walked per key tile; the lockstep kv) take this much longer per computed
+# pair than the linear ws kinds: 1.50-1.57 x on the three generality grids, 1.56-1.83 x on
+# CLEAR with and without text, 2.0 x on natten_clamped (H100, 2026-12-06, kernel notes
+# "Run 18": the same masks built with --tiling linear, computed pairs from computed_pairs).
+BWD_PATCH_COST = 1.6
 
 
 
@@ -864,6 +870,27 @@ def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None,
     elif shape.kind == "patch" and shape.min_len > 0:
         shape = _with_linear_band_masks(table, shape)
     return replace(shape, units=units_for(table))
+
+
+@functools.lru_cache(maxsize=128)
+def choose_backward_tiling(table: IntervalTable, forward: Tiling) -> Tiling:
+    """The backward kinds' tiling when the tile stage chose the forward's (--tiling auto): the
+    forward's patch tiling where it computes fewer pairs than linear tiles by more than
+    BWD_PATCH_COST (the patch kinds' cost per pair), else linear tiles with the tile masks
+    proved for them. The two passes share no tile layout: the backward reads O, LSE and dO
+    per token."""
+    if forward.kind != "patch":
+        return forward
+    length = forward.origin + forward.width * REF_ROWS
+    patch = computed_pairs(table, forward, length)
+    base = computed_pairs(table, LINEAR, length)
+    counted = (f"computed pairs at len {length}: linear {base}, "
+               f"{forward.patch_rows}x{forward.patch_cols} {patch} (x {BWD_PATCH_COST}: the "
+               "backward's patch kinds per pair)")
+    if patch * BWD_PATCH_COST <= (1 - MIN_GAIN) * base:
+        return replace(forward, reason=f"{counted}: the forward's patches; {forward.reason}")
+    linear = _with_band_masks(table, Tiling("linear", reason=f"{counted}: linear tiles"))
+    return replace(linear, units=forward.units)
 
 
 def _with_linear_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:

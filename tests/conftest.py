@@ -104,14 +104,17 @@ def sample(request) -> Path:
 
 
 def emit_tiled(table, *, tiling=None, **kw):
-    """emit with the tiling the driver's tile stage gives these options (emit requires one)."""
+    """emit with the tilings the driver's tile stage gives these options (emit requires one);
+    a tiling given is both passes'."""
     from cmc.artifacts import DEFAULT_ARCHS
-    from cmc.driver import Options, tile
+    from cmc.driver import Options, backward_tile, tile
     from cmc.emit import emit
 
     if tiling is None:
         opts = Options(archs=tuple(kw.get("archs", DEFAULT_ARCHS)), kernel=kw.get("kernel", "auto"))
         tiling = tile(table, opts)
+        if kw.get("backward"):
+            kw["bwd_tiling"] = backward_tile(table, tiling, opts)
     return emit(table, tiling=tiling, **kw)
 
 

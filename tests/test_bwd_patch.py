@@ -218,7 +218,7 @@ def test_dq_and_kv_follow_the_forward_tiling():
     # the patch plan is smaller than the linear one here, so the variant's size is its own
     linear_kv = spec(kv.kernel).smem(128, spec(kv.kernel).plan_ints(_terms(src, "cmc_hooks_t"), None))
     assert kv.smem_bytes != linear_kv
-    assert "cmc_hooks::kTiling>()" in spec(kv.kernel).smem_expr
+    assert "cmc_hooks_b::kTiling>()" in spec(kv.kernel).smem_expr
     causal = emit(front(ROOT / "samples" / "causal.mask"), archs=("sm_90a",), backward=True,
                   bwd_kernel="auto", dtypes=("bf16",), head_dims=(128,))
     assert all(v.tiling.kind == "linear" for v in causal.variants)

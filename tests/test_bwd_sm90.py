@@ -93,9 +93,9 @@ def test_lockstep_choice_replaces_kv_and_dq_on_sm90a_only():
         assert (v.threads, v.block_m, v.block_n) == (256, 128, 64)
         block = src.text.split(f"#if defined({v.define})\n")[1].split("#endif")[0]
         assert f"cmc_bwd_sm90::Cfg<{v.head_dim}>::kThreadsKV == 256" in block
-        assert (f"cmc_bwd_sm90::smem_kv<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks_t::kTerms, "
-                f"cmc_hooks::kTiling>() == {v.smem_bytes}") in block
-        assert f"cmc_bwd_sm90::kv<cmc_hooks, cmc_hooks_t, true, {v.head_dim}>(desc, args)" in block
+        assert (f"cmc_bwd_sm90::smem_kv<{v.head_dim}, cmc_hooks_b::kTerms, cmc_hooks_t::kTerms, "
+                f"cmc_hooks_b::kTiling>() == {v.smem_bytes}") in block
+        assert f"cmc_bwd_sm90::kv<cmc_hooks_b, cmc_hooks_t, true, {v.head_dim}>(desc, args)" in block
     for v in _bwd(src):
         if v.kernel is not KernelKind.BWD_DQ_SM90:
             continue
@@ -103,9 +103,9 @@ def test_lockstep_choice_replaces_kv_and_dq_on_sm90a_only():
         assert (v.threads, v.block_m, v.block_n) == (256, 128, 64)
         block = src.text.split(f"#if defined({v.define})\n")[1].split("#endif")[0]
         assert f"cmc_bwd_sm90::DqCfg<{v.head_dim}>::kThreads == 256" in block
-        assert (f"cmc_bwd_sm90::smem_dq<{v.head_dim}, cmc_hooks::kTerms, cmc_hooks::kTiling>() "
+        assert (f"cmc_bwd_sm90::smem_dq<{v.head_dim}, cmc_hooks_b::kTerms, cmc_hooks_b::kTiling>() "
                 f"== {v.smem_bytes}") in block
-        assert f"cmc_bwd_sm90::dq<cmc_hooks, true, {v.head_dim}>(desc, args)" in block
+        assert f"cmc_bwd_sm90::dq<cmc_hooks_b, true, {v.head_dim}>(desc, args)" in block
     # sm_90a not built: the choice changes nothing
     only80 = back(front(ROOT / "samples" / "hstu.mask"), dataclasses.replace(opts, archs=("sm_80",)))
     assert "cmc_bwd_sm90" not in only80.text

@@ -70,7 +70,7 @@ def test_ws_source_passes_the_maps():
     block = src.text.split(f"#if defined({v.define})\n")[1].split("#endif")[0]
     assert ("(const __grid_constant__ cmc_causal_desc desc, const __grid_constant__ "
             "cmc_bwd_sm90::KvMaps maps, const __grid_constant__ cmc_bwd_args args)") in block
-    assert "cmc_bwd_sm90::kv_ws_entry<cmc_hooks, cmc_hooks_t, true, 64>(desc, maps, args)" in block
+    assert "cmc_bwd_sm90::kv_ws_entry<cmc_hooks_b, cmc_hooks_t, true, 64>(desc, maps, args)" in block
     assert "__launch_bounds__(cmc_bwd_sm90::kThreadsWS, 1)" in block
     assert not any(x.kernel is KernelKind.BWD_KV_SM90 for x in src.variants)
 
