@@ -2,10 +2,11 @@
 patch tiling; templates/cmc/attn_bwd_sm90_dq.cuh dq_patch, templates/cmc/attn_bwd_sm90.cuh
 kv_patch). Not yet run on a GPU when written (2026-12-05).
 
-Small CLEARs whose tile stage picks 8x16 patches at these lengths (grid origin 77: a partial
-linear tile before the grid; origin 0: none), and a clamped NATTEN (W 128, 13 x 13: interior
-patch masks, border patches on spans) on the 8x16 patches it chooses and on 16x8 asked for,
-built with --bwd-kernel sm90 for sm_90a, against
+Small CLEARs whose tile stage picks 8x16 patches at these lengths for both passes (grid origin
+77: a partial linear tile before the grid; origin 0: none), and a clamped NATTEN (W 128, 13 x
+13: interior patch masks, border patches on spans) on 8x16 and 16x8 patches asked for, and as
+chosen: patches for the forward, linear tiles for the backward (tiling.choose_backward_tiling),
+the split whose kinds read the second hook struct cmc_hooks_b; built for sm_90a, against
 float64 autograd of the dense oracle mask (tests/gpu/harness.py), as
 tests/gpu/test_backward_gpu.py does, in both modes: atomic (pre, kv, post: kv_patch's dK, dV
 and its dQ atomics scattered to query tokens) and deterministic (pre, kv, dq: kv_patch's dK,
@@ -34,19 +35,22 @@ torch: Any = None
 
 CLEAR = "samples/clear.mask"
 NATTEN = "benchmarks/generality/natten_clamped.mask"
-# (mask, defines, --tiling, packed, lengths, dtype, head_dim, hq, hkv): every length >= the
-# tiling's min_len has patches; the short ones are linear tiles in the same launch (a jagged
-# batch).
+# (mask, defines, --tiling, packed, lengths, dtype, head_dim, hq, hkv, the backward on patches):
+# every length >= the tiling's min_len has patches; the short ones are linear tiles in the same
+# launch (a jagged batch).
 CASES = [
     (CLEAR, {"TEXT": 77, "W": 128, "R": 16}, "auto", True, [1500, 77, 2133, 1101], "bf16", 128,
-     4, 2),
+     4, 2, True),
     (CLEAR, {"TEXT": 0, "W": 128, "R": 16}, "auto", False, [1024 + 128 * 3 + 5] * 2, "fp16", 64,
-     2, 1),
-    (NATTEN, {"W": 128, "K": 13}, "auto", True, [128 * 40 + 77, 900, 128 * 17], "bf16", 128, 2, 1),
-    (NATTEN, {"W": 128, "K": 13}, "16x8", False, [128 * 66 + 5] * 2, "fp16", 64, 2, 2),
+     2, 1, True),
+    (NATTEN, {"W": 128, "K": 13}, "8x16", True, [128 * 40 + 77, 900, 128 * 17], "bf16", 128, 2, 1,
+     True),
+    (NATTEN, {"W": 128, "K": 13}, "16x8", False, [128 * 66 + 5] * 2, "fp16", 64, 2, 2, True),
+    (NATTEN, {"W": 128, "K": 13}, "auto", True, [128 * 40 + 77, 900, 128 * 17], "fp16", 64, 4, 2,
+     False),
 ]
-IDS = ["origin77-packed-bf16-d128", "origin0-batch-fp16-d64", "natten-packed-bf16-d128",
-       "natten16x8-batch-fp16-d64"]
+IDS = ["origin77-packed-bf16-d128", "origin0-batch-fp16-d64", "natten8x16-packed-bf16-d128",
+       "natten16x8-batch-fp16-d64", "natten-split-packed-fp16-d64"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -73,16 +77,17 @@ def test_patch_backward_matches_reference(case, bwd_kernel):
 
     if device_arch() != "sm_90a":
         pytest.skip("the sm90 backward kinds are built for sm_90a only")
-    mask, defines, tiling, packed, lengths, dtype, d, hq, hkv = CASES[case]
+    mask, defines, tiling, packed, lengths, dtype, d, hq, hkv, bwd_patch = CASES[case]
     name = Path(mask).stem
     with tempfile.TemporaryDirectory(prefix="cmc-bwd-patch-") as tmp:
         attn = _artifact(mask, defines, tiling, dtype, d, Path(tmp), bwd_kernel)
+    # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
+    assert all(k.max_len is not None for k in attn.manifest.kernels if k.pass_ == "forward")
     for role in ("dq", "kv"):
         ks = [k for k in attn.manifest.kernels if k.role == role]
-        kind = "sm90ws" if role == "kv" and bwd_kernel == "ws" else "sm90"
+        kind = "sm90ws" if role == "kv" and (bwd_kernel == "ws" or not bwd_patch) else "sm90"
         assert ks and all(k.symbol.startswith(f"cmc_{name}_bwd_{role}_{kind}_") for k in ks)
-        # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
-        assert all(k.max_len is not None for k in ks), f"{role} does not follow the patches"
+        assert all((k.max_len is not None) == bwd_patch for k in ks), f"{role}'s tiling"
     c = backward_case(torch, load_mask(ROOT / mask, defines), packed,
                       lengths, dtype, d, hq, hkv, seed=11 + case)
     kw, (q, k, v, do), (rdq, rdk, rdv), seen, t = c["kw"], c["shaped"], c["ref"], c["seen"], c["tokens"]
