@@ -441,16 +441,18 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
 @functools.cache
 def _box_rows(case: tuple[str, str, int]) -> int:
     """The ws kind's map box rows for bwd_kernel_check's case (mask, dtype, head dim) as the
-    alternatives build it: the tile stage's tiling where the case is one of PATCH_VARIANTS
-    (built tiled), else linear (64)."""
+    alternatives build it: the tile stage's backward tiling for bwd_kernel_check's
+    TILED_MASKS (built tiled), else linear (64)."""
     import bwd_kernel_check as bkc
 
     from cmc.abi import tensor_maps
-    from cmc.tiling import choose_tiling
+    from cmc.tiling import choose_backward_tiling, choose_tiling
 
-    if case not in bkc.PATCH_VARIANTS:
+    if case[0] not in bkc.TILED_MASKS:
         return 64
-    return tensor_maps("bwd_kv_sm90_ws", choose_tiling(bkc.table_of(case[0])).box_rows)[0].box[2]
+    table = bkc.table_of(case[0])
+    tiling = choose_backward_tiling(table, choose_tiling(table))
+    return tensor_maps("bwd_kv_sm90_ws", tiling.box_rows)[0].box[2]
 
 
 def _describe(name: str) -> str:

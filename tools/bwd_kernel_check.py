@@ -92,6 +92,9 @@ LENS = [1, 17, 130, 600]
 # tests/gpu/test_backward_patch_gpu.py's jagged batch: 1500 and 2133 tokens are past min_len
 # 1101, 77 and 1101 are linear tiles.
 PATCH_VARIANTS = [("clear_patch", "bf16", 128), ("clear_patch", "fp16", 64)]
+# Masks whose backward kinds are built on the tile stage's backward tiling, as an artifact has
+# them: CLEAR's patches, natten's linear tiles with band masks (tiling.choose_backward_tiling).
+TILED_MASKS = {"clear_patch", "natten"}
 PATCH_LENS = [1500, 77, 2133, 1101]
 
 
@@ -116,8 +119,9 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
     sm90: the kv role is bwd_kv_sm90 and the dq role bwd_dq_sm90 (cmc.build refuses wgmma
     pipeline notes C7515-C7520, so a built variant has none). edit: applied to the .cu text
     before the build (tools/bwd_ablate.py). The forward is the portable kernel, which the
-    tile stage does not follow, so the backward kinds are on linear tiles; tiled: they are
-    built on the tile stage's tiling instead (patches for CLEAR), as a default compile builds
+    tile stage does not follow, so the backward kinds are on linear tiles; tiled (always for
+    sm90 builds of TILED_MASKS): they are built on the tile stage's backward tiling instead
+    (patches for CLEAR, band-masked linear tiles for natten), as a default compile builds
     them, and the forward still comes from the portable build."""
     from cmc.build import build
     from cmc.driver import Options, back
@@ -127,7 +131,7 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
                    backward=True, cache=False, bwd_kernel="lockstep" if sm90 else "portable")
     sources = [back(table_of(name), opts)]
-    if tiled:
+    if tiled or (sm90 and name in TILED_MASKS):
         auto = back(table_of(name), dataclasses.replace(opts, kernel="auto"))
         sources = [dataclasses.replace(sources[0], variants=tuple(
                        v for v in sources[0].variants if spec(v.kernel).pass_ is Pass.FORWARD)),
