@@ -74,9 +74,9 @@ def test_every_bwd_alternative_builds(name):
 
 
 def test_bwd_kernel_check_tiled_builds_the_patch_kinds(tmp_path, monkeypatch):
-    """build_variant(tiled=True): the backward kinds on CLEAR's patch tiling (their grid x is
-    the manifest's patch rule: 25 tiles at 2133 tokens, not ceil(2133 / 128) = 17) and the
-    forward still the portable kernel; without it, the same mask's backward is linear."""
+    """build_variant of a TILED_MASKS mask: the backward kinds on CLEAR's patch tiling (their
+    grid x is the manifest's patch rule: 25 tiles at 2133 tokens, not ceil(2133 / 128) = 17)
+    and the forward still the portable kernel; without it, the same mask's backward is linear."""
     pytest.importorskip("cuda.bindings.nvrtc")
     import types
 
@@ -86,7 +86,9 @@ def test_bwd_kernel_check_tiled_builds_the_patch_kinds(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
     bkc = _tool("bwd_kernel_check")
     name, dtype, d = bkc.PATCH_VARIANTS[1]
-    tiled, _ = bkc.build_variant(name, dtype, d, "sm_90a", sm90=True, tiled=True)
+    assert name in bkc.TILED_MASKS
+    tiled, _ = bkc.build_variant(name, dtype, d, "sm_90a", sm90=True)
+    monkeypatch.setattr(bkc, "TILED_MASKS", set())
     linear, _ = bkc.build_variant(name, dtype, d, "sm_90a", sm90=True)
     assert tiled["fwd"][1] == linear["fwd"][1] == f"cmc_clear_fwd_{dtype}_d{d}"  # portable
     for role in ("kv", "dq"):
