@@ -313,8 +313,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     if bt.kind != t.kind:
         out += [f"  sm90 backward tiling: linear ({TILE}-token tiles)", f"    reason: {bt.reason}"]
     elif t.kind == "patch":
-        out.append("  sm90 backward tiling: the forward's"
-                   + ("" if tiling != "auto" else f" ({bt.reason.split(': the forward')[0]})"))
+        own = bt.reason.removesuffix(f"; {t.reason}")  # choose_backward_tiling's count
+        out.append("  sm90 backward tiling: the forward's" + (f" ({own})" if bt is not t else ""))
     item = BWD_SM90_BM if bt.kind == "linear" else TILE
     n = computed_pairs(transposed, bt, length, values, col_tile=item)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"

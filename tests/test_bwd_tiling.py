@@ -138,3 +138,22 @@ def test_artifact_records_each_pass_tiling_and_builds_without_spills(tmp_path):
     dq = (art / by_kind["bwd_dq_sm90"]["file"]).read_bytes()
     assert b"cmc_offset_mask_words_b" in dq and b"cmc_patch_mask_words" not in dq
     assert b"cmc_offset_mask_words_b" not in (art / by_kind["sm90"]["file"]).read_bytes()
+
+
+def test_show_prints_the_backward_tiling_and_counts_its_pairs():
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    r = CliRunner().invoke(cli, ["show", str(GEN / "natten_clamped.mask"), "--len", "8192"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    i = lines.index("  sm90 backward tiling: linear (128-token tiles)")
+    assert lines[i + 1].startswith("    reason: computed pairs at len 6144: linear 8486912, 8x16 ")
+    assert "(128 keys x 64 queries)" in lines[i + 2]  # linear kv items
+    r = CliRunner().invoke(cli, ["show", str(ROOT / "samples" / "clear.mask"), "--len", "4096"])
+    assert "  sm90 backward tiling: the forward's (computed pairs at len 8704" in r.output
+    assert "(128 keys x 128 queries)" in r.output
+    r = CliRunner().invoke(cli, ["show", str(ROOT / "samples" / "clear.mask"), "--len", "4096",
+                                 "--tiling", "8x16"])
+    assert "  sm90 backward tiling: the forward's\n" in r.output
