@@ -1,6 +1,6 @@
 """GPU check of the sm90 backward on patch tiles (bwd_dq_sm90 and bwd_kv_sm90 with the forward's
 patch tiling; templates/cmc/attn_bwd_sm90_dq.cuh dq_patch, templates/cmc/attn_bwd_sm90.cuh
-kv_patch). Not yet run on a GPU when written (2026-12-05).
+kv_patch). Run on GPUs since 2026-12-05; the split case since run 18 (H100, 2026-12-06).
 
 Small CLEARs whose tile stage picks 8x16 patches at these lengths for both passes (grid origin
 77: a partial linear tile before the grid; origin 0: none), and a clamped NATTEN (W 128, 13 x
