@@ -83,13 +83,18 @@ CASES = {  # name -> (mask, defines, lengths and cuts)
     # transposed hooks' grid families are on the tiling's grid
     "grid_text_w96_r40": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40},
                           [(1500, 77), (333, 200)]),
+    # clamped windows: the transposed clamp inverts into one family of query rows
+    # (transpose.invert_clamps) and one for sequences under K grid rows, 2 grid families x 2
+    # grid rows per item; lengths on both sides of K * W
+    "natten_clamped_w96": ("benchmarks/generality/natten_clamped.mask", {},
+                           [(1000, 200), (1700, 77)]),
+    "natten2d": ("samples/natten2d.mask", {}, [(400, 64), (900, 300)]),
 }
 REFUSED = {  # name -> (mask, defines): the predicate per element costs less than the spans
     "causal": ("samples/causal.mask", {}),  # no grid
-    # the transposed clamped window: 12 families, 43 instances, no grid family pays
+    # the transposed clamped window at W 20: 15 instances, and a 128-key tile meets too many
+    # grid rows for its 2 families to pay (emit._linear_span_grid)
     "natten_clamped": ("benchmarks/generality/natten_clamped.mask", {"W": 20, "K": 5}),
-    # 12 grid families (the patch tiling's grid) x 2 grid rows per item: 24 spans
-    "natten_clamped_w96": ("benchmarks/generality/natten_clamped.mask", {}),
     # 11 instances (R 5) and no grid family
     "clear_r5": ("samples/clear.mask", {"TEXT": 64, "W": 32, "R": 5}),
 }
@@ -155,7 +160,7 @@ def test_check_and_show_say_how_the_kv_masks_partial_items():
     out = run("show", grid, "--len", "512", "-D", "W=96", "-D", "R=40")
     assert "  sm90 kv partial items: span words (4 spans" in out
     out = run("check", str(ROOT / "benchmarks/generality/natten_clamped.mask"))
-    assert ("sm90 kv partial items: the transposed predicate per element (24 spans per key row "
-            "and item, more than 10: 12 grid families x 2 grid rows") in out
+    assert ("sm90 kv partial items: span words (4 spans per key row and item: 2 grid families "
+            "x 2 grid rows + 0 other instances)") in out
     out = run("check", str(ROOT / "samples/causal.mask"))
     assert "sm90 kv partial items: the transposed predicate per element (not a grid mask" in out

@@ -18,6 +18,7 @@ from cmc.transpose import summary, transpose
 
 from .conftest import (
     EXACT,
+    ROOT,
     SAMPLES,
     SMALL_DEFINES,
     assert_same_pairs,
@@ -150,3 +151,24 @@ def test_random_clamped_windows_transposed_equal_oracle(w, kk, origin, ay, ax, y
     assert table.exact and transpose(table).exact, summary(transpose(table))
     assert (dense_from_table(table, length, {}) == dense(table.mask, length, {})).all()
     _check(table, length, {})
+
+
+@pytest.mark.parametrize(("path", "defines", "intervals"), [
+    ("benchmarks/generality/natten_clamped.mask", {}, 26 + 13),
+    ("samples/natten2d.mask", {}, 14 + 7),
+    ("benchmarks/generality/natten_clamped.mask", {"W": 20, "K": 5}, 10 + 5),
+])
+def test_clamped_windows_invert_into_one_family_of_query_rows(path, defines, intervals):
+    """transpose.invert_clamps: a key row's query rows are one grid family (2K rows, each
+    guarded by the clamp's exact step bounds) and one of K rows for sequences under K grid
+    rows (the clamp's bounds crossed), where the case split gave 12 families (102 intervals
+    for W 96, K 13); exact against the oracle on both sides of K grid rows."""
+    table = front(ROOT / path, defines)
+    tt = transpose(table)
+    assert tt.exact and len(tt.terms) == 2
+    assert tt.max_intervals_per_row() == intervals
+    assert all(t.family is not None and t.family.grid is not None for t in tt.terms)
+    w = defines.get("W", 96 if "clamped" in path else 64)
+    k = defines.get("K", 13 if "clamped" in path else 7)
+    for length in (w * k - 1, w * k, w * k + 5, w * (k + 3) + 7):
+        _check(table, length, {})
