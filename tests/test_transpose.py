@@ -172,3 +172,26 @@ def test_clamped_windows_invert_into_one_family_of_query_rows(path, defines, int
     k = defines.get("K", 13 if "clamped" in path else 7)
     for length in (w * k - 1, w * k, w * k + 5, w * (k + 3) + 7):
         _check(table, length, {})
+
+
+@settings(max_examples=80, deadline=None)
+@given(w=st.integers(1, 7), kk=st.integers(1, 6), origin=st.integers(0, 4),
+       ay=st.integers(-2, 6), ax=st.integers(-2, 6), lo_y=st.integers(-3, 3),
+       lo_x=st.integers(-3, 3), cut_y=st.integers(0, 8), cut_x=st.integers(0, 8),
+       length=st.integers(1, 80))
+def test_random_clamps_invert_exactly(w, kk, origin, ay, ax, lo_y, lo_x, cut_y, cut_x, length):
+    """invert_clamps on clamps NATTEN's template does not write: any lower clamp A, any upper
+    clamp (len-dependent rows - cut, or a constant W - cut, which may lie below A: the crossed
+    case), windows placed before or after the query; against the oracle."""
+    m = check(parse(f"""mask m
+const W = {w}
+const K = {kk}
+const C = {origin}
+let rows = (len - C) / W
+let y0 = max({lo_y}, min((q - C) / W - ({ay}), rows - {cut_y}))
+let x0 = max({lo_x}, min((q - C) % W - ({ax}), W - {cut_x}))
+allow q >= C and k >= C and y0 <= (k - C) / W and (k - C) / W < y0 + K and x0 <= (k - C) % W and (k - C) % W < x0 + K
+"""))
+    table = lower(m)
+    assert table.exact and transpose(table).exact, summary(transpose(table))
+    _check(table, length, {})
