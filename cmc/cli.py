@@ -266,7 +266,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
     from .driver import Options, backward_tile, tiling_for
     from .ir import TILE
-    from .tiling import computed_pairs
+    from .tiling import backward_count, computed_pairs
 
     t = tiling_for(table, tiling)
     if t.kind == "patch":
@@ -313,8 +313,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     if bt.kind != t.kind:
         out += [f"  sm90 backward tiling: linear ({TILE}-token tiles)", f"    reason: {bt.reason}"]
     elif t.kind == "patch":
-        own = bt.reason.removesuffix(f"; {t.reason}")  # choose_backward_tiling's count
-        out.append("  sm90 backward tiling: the forward's" + (f" ({own})" if bt is not t else ""))
+        out.append("  sm90 backward tiling: the forward's"
+                   + (f" ({backward_count(table, t)[0]})" if tiling == "auto" else ""))
     item = BWD_SM90_BM if bt.kind == "linear" else TILE
     n = computed_pairs(transposed, bt, length, values, col_tile=item)
     per = f"{n / pairs:.2f} per visible pair" if pairs else "no visible pair"

@@ -1191,7 +1191,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
     tmpl = _env().get_template(TEMPLATE)
     fwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.FORWARD]
     bwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.BACKWARD]
-    own_b = hooks_b is not None and bool(bwd)
+    own_b = hooks_b if bwd else None
     fwd_readers = (SM90.kind,) if own_b else (SM90.kind, KernelKind.BWD_DQ_SM90)
     return tmpl.render(
         mask_name=name,
@@ -1212,12 +1212,12 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         mask_guard=_mask_guard(variants, fwd_readers),
         hooks=render_hooks(hooks, struct_name, "cmc_hooks"),
         hooks_b=({
-            "tables": list(hooks_b.tables),
-            "mask_table": _mask_tables(hooks_b.tiling, "_b"),
+            "tables": list(own_b.tables),
+            "mask_table": _mask_tables(own_b.tiling, "_b"),
             "mask_guard": _mask_guard(variants, (KernelKind.BWD_DQ_SM90,)),
-            "hooks": render_hooks(hooks_b, struct_name, "cmc_hooks_b", suffix="_b"),
-            "tiling": hooks_b.tiling.kind,
-        } if own_b and hooks_b is not None else None),
+            "hooks": render_hooks(own_b, struct_name, "cmc_hooks_b", suffix="_b"),
+            "tiling": own_b.tiling.kind,
+        } if own_b else None),
         backward=(_backward_parts(bwd, hooks_t, struct_name,
                                   (hooks_b or hooks).tiling)
                   if hooks_t is not None and bwd else None),

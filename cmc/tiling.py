@@ -152,6 +152,20 @@ def computed_pairs(table: IntervalTable, tiling: Tiling, length: int,
     return int(touched.sum()) * TILE * col_tile
 
 
+@functools.lru_cache(maxsize=256)
+def _counted(table: IntervalTable, tiling: Tiling, length: int) -> int:
+    """computed_pairs of one sequence, cached: the tile stage counts the same shapes at the
+    same lengths for the shape choice, the start length and the backward's choice."""
+    return computed_pairs(table, tiling, length)
+
+
+def _shape(tiling: Tiling) -> Tiling:
+    """The facts computed_pairs reads (kind, grid, patch shape, start length), so that two
+    tilings that differ only in reason or masks share one count."""
+    return Tiling(tiling.kind, tiling.origin, tiling.width, tiling.patch_rows,
+                  tiling.patch_cols, min_len=tiling.min_len)
+
+
 def patch_tokens(tiling: Tiling, rows: int) -> np.ndarray:
     """[patch, local] token of every local index (box * patch_cols + column) of the patches
     of the first `rows` grid rows, patch-major as the kernel numbers them."""
@@ -679,11 +693,12 @@ def _lattice_period(p: Pred, width: int) -> int:
                              and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value > 1))
 
 
+@functools.lru_cache(maxsize=64)
 def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
                          ) -> tuple[OffsetMasks | None, str]:
     """Per-offset tile masks of LINEAR tiles for the query tiles of an interior band of a
     grid mask (NATTEN's clamped neighbourhood, CLEAR-like discs on any width and origin), or
-    None and why not.
+    None and why not. Cached: a patch forward's linear tiles and a linear backward both ask.
 
     Linear tile qt and tile qt + P (P = phases = W / gcd(128, W)) are translates by 128 P
     tokens, whole grid rows; so are any two tiles of one phase qt % P. Keys before the first
@@ -718,8 +733,7 @@ def lattice_offset_masks(table: IntervalTable, max_len: int = LATTICE_MAX_LEN,
     period = _lattice_period(table.mask.predicate, w)
     phases = period // math.gcd(TILE, period)
     kt0 = -(-o // TILE)  # the first key tile wholly in the grid
-    count = sum(max(0, t.family.stop - t.family.start) if t.family else 1 for t in table.terms)
-    big = min(max_len, LATTICE_WORK // max(1, count)) // TILE * TILE
+    big = min(max_len, LATTICE_WORK // max(1, table.max_intervals_per_row())) // TILE * TILE
     nqt = big // TILE
     if nqt - kt0 < 4 * phases:
         return None, f"fewer than {4 * phases} grid tiles at len {big}"
@@ -827,10 +841,10 @@ def patch_min_len(table: IntervalTable, tiling: Tiling) -> tuple[int, str]:
     SHORT_GAIN fewer pairs with patches (weighted by producer_factor) than with linear tiles."""
     step = max(1, tiling.patch_rows // 2)
     lengths = [tiling.origin + rows * tiling.width for rows in range(step, REF_ROWS + 1, step)]
-    full = replace(tiling, min_len=0)
+    full = _shape(replace(tiling, min_len=0))
     slow = producer_factor(tiling.patch_rows)
-    good = [computed_pairs(table, full, n) * slow
-            <= (1 - SHORT_GAIN) * computed_pairs(table, LINEAR, n) for n in lengths]
+    good = [_counted(table, full, n) * slow <= (1 - SHORT_GAIN) * _counted(table, LINEAR, n)
+            for n in lengths]
     k = len(good)
     while k > 0 and good[k - 1]:
         k -= 1
@@ -881,16 +895,23 @@ def choose_backward_tiling(table: IntervalTable, forward: Tiling) -> Tiling:
     per token."""
     if forward.kind != "patch":
         return forward
-    length = forward.origin + forward.width * REF_ROWS
-    patch = computed_pairs(table, forward, length)
-    base = computed_pairs(table, LINEAR, length)
-    counted = (f"computed pairs at len {length}: linear {base}, "
-               f"{forward.patch_rows}x{forward.patch_cols} {patch} (x {BWD_PATCH_COST}: the "
-               "backward's patch kinds per pair)")
-    if patch * BWD_PATCH_COST <= (1 - MIN_GAIN) * base:
+    counted, patches = backward_count(table, forward)
+    if patches:
         return replace(forward, reason=f"{counted}: the forward's patches; {forward.reason}")
     linear = _with_band_masks(table, Tiling("linear", reason=f"{counted}: linear tiles"))
     return replace(linear, units=forward.units)
+
+
+def backward_count(table: IntervalTable, forward: Tiling) -> tuple[str, bool]:
+    """What choose_backward_tiling counts for a patch forward (the forward's tiling and
+    linear tiles, at the reference length) and whether the backward keeps the patches (cmc
+    show prints the count)."""
+    length = forward.origin + forward.width * REF_ROWS
+    patch = _counted(table, _shape(forward), length)
+    base = _counted(table, LINEAR, length)
+    return (f"computed pairs at len {length}: linear {base}, {forward.patch_rows}x"
+            f"{forward.patch_cols} {patch} (x {BWD_PATCH_COST}: the backward's patch kinds "
+            "per pair)"), patch * BWD_PATCH_COST <= (1 - MIN_GAIN) * base
 
 
 def _with_linear_band_masks(table: IntervalTable, tiling: Tiling) -> Tiling:
@@ -980,8 +1001,8 @@ def _forced_shape(table: IntervalTable, rows: int, cols: int) -> Tiling:
     length = grid.origin + grid.width * REF_ROWS
     shape = Tiling("patch", grid.origin, grid.width, rows, cols)
     why = (f"asked for ({asked}); computed pairs at len {length}: linear "
-           f"{computed_pairs(table, LINEAR, length)}, {rows}x{cols} "
-           f"{computed_pairs(table, shape, length)}: ")
+           f"{_counted(table, LINEAR, length)}, {rows}x{cols} "
+           f"{_counted(table, shape, length)}: ")
     return _patch_tiling(table, shape, why)
 
 
@@ -1000,14 +1021,14 @@ def _choose_shape(table: IntervalTable) -> Tiling:
     if grid is None:
         return Tiling("linear", reason=f"{why_not}: linear tiles") if why_not else LINEAR
     length = grid.origin + grid.width * REF_ROWS
-    base = computed_pairs(table, LINEAR, length)
+    base = _counted(table, LINEAR, length)
     notes = [f"computed pairs at len {length}: linear {base}"]
     cands: list[tuple[float, Tiling]] = []
     for pw in PATCH_COLS:
         if not _cols_fit(grid, pw):
             continue
         cand = Tiling("patch", grid.origin, grid.width, TILE // pw, pw)
-        n = computed_pairs(table, cand, length)
+        n = _counted(table, cand, length)
         slow = producer_factor(cand.patch_rows)
         notes.append(f"{cand.patch_rows}x{pw} {n}"
                      + (f" (x {slow:.2f}: the producer's TMA boxes)" if slow > 1 else ""))

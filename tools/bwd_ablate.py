@@ -428,8 +428,7 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
     combo(name)  # a worker process registers its combination itself
     if name in ALTERNATIVES:
         _, edit, extra = ALTERNATIVES[name]
-        kernels, res = bkc.build_variant(mask, dtype, d, arch, True, edit=edit,
-                                         tiled=(mask, dtype, d) in bkc.PATCH_VARIANTS)
+        kernels, res = bkc.build_variant(mask, dtype, d, arch, True, edit=edit)
         cub, sym, threads, smem, bm, heads, gx = kernels["kv"]
         kernels["kv"] = (cub, sym, THREADS.get(name, threads), smem + extra(d), bm, heads, gx)
         return kernels, res

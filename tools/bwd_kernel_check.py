@@ -87,7 +87,7 @@ VARIANTS = [
     ("grid96", "bf16", 128),
 ]
 LENS = [1, 17, 130, 600]
-# --sm90 also runs the sm_90a kinds on CLEAR's patches (built with tiled=True: LENS stay below
+# --sm90 also runs the sm_90a kinds on CLEAR's patches (TILED_MASKS: LENS stay below
 # every min_len, and the portable forward's builds are linear), on
 # tests/gpu/test_backward_patch_gpu.py's jagged batch: 1500 and 2133 tokens are past min_len
 # 1101, 77 and 1101 are linear tiles.
@@ -111,7 +111,7 @@ def table_of(name: str):
 
 
 def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
-                  edit: Callable[[str], str] | None = None, tiled: bool = False):
+                  edit: Callable[[str], str] | None = None):
     """Worker: {role: (cubin, symbol, threads, dynamic smem, block_m, grid y, grid x)} of the
     forward ("fwd") and the four backward kernels (grid x: the manifest's expression over
     max_len, which a patch tiling's sm90 kinds need), and {symbol: (registers, spill st,
@@ -119,10 +119,10 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
     sm90: the kv role is bwd_kv_sm90 and the dq role bwd_dq_sm90 (cmc.build refuses wgmma
     pipeline notes C7515-C7520, so a built variant has none). edit: applied to the .cu text
     before the build (tools/bwd_ablate.py). The forward is the portable kernel, which the
-    tile stage does not follow, so the backward kinds are on linear tiles; tiled (always for
-    sm90 builds of TILED_MASKS): they are built on the tile stage's backward tiling instead
-    (patches for CLEAR, band-masked linear tiles for natten), as a default compile builds
-    them, and the forward still comes from the portable build."""
+    tile stage does not follow, so the backward kinds are on linear tiles; sm90 builds of
+    TILED_MASKS are built on the tile stage's backward tiling instead (patches for CLEAR,
+    band-masked linear tiles for natten), as a default compile builds them, and the forward
+    still comes from the portable build."""
     from cmc.build import build
     from cmc.driver import Options, back
     from cmc.kernels import Pass, spec
@@ -131,7 +131,7 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
                    backward=True, cache=False, bwd_kernel="lockstep" if sm90 else "portable")
     sources = [back(table_of(name), opts)]
-    if tiled or (sm90 and name in TILED_MASKS):
+    if sm90 and name in TILED_MASKS:
         auto = back(table_of(name), dataclasses.replace(opts, kernel="auto"))
         sources = [dataclasses.replace(sources[0], variants=tuple(
                        v for v in sources[0].variants if spec(v.kernel).pass_ is Pass.FORWARD)),
@@ -393,7 +393,7 @@ def main() -> int:
     arch = os.environ.get("CMC_ARCH", "sm_90a")
     if sm90 and arch != "sm_90a":
         raise SystemExit("--sm90 needs CMC_ARCH=sm_90a (the kind is built for sm_90a only)")
-    # jobs: (mask, dtype, head dim, sm90 kv); the patch cases build tiled
+    # jobs: (mask, dtype, head dim, sm90 kv); the patch cases build tiled (TILED_MASKS)
     cases = VARIANTS + (PATCH_VARIANTS if sm90 else [])
     jobs = [(n, dt, d, sm90) for n, dt, d in cases]
     if not opts.no_timing:
@@ -401,7 +401,7 @@ def main() -> int:
             if j not in jobs:
                 jobs.append(j)
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-        futs = {j: pool.submit(build_variant, *j[:3], arch, j[3], None, j[:3] in PATCH_VARIANTS)
+        futs = {j: pool.submit(build_variant, *j[:3], arch, j[3])
                 for j in jobs}
         built = {j: f.result() for j, f in futs.items()}
     if kc.device_arch() != arch:
