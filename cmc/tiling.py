@@ -903,11 +903,13 @@ def choose_backward_tiling(table: IntervalTable, forward: Tiling) -> Tiling:
 
 
 def backward_count(table: IntervalTable, forward: Tiling) -> tuple[str, bool]:
-    """What choose_backward_tiling counts for a patch forward (the forward's tiling and
-    linear tiles, at the reference length) and whether the backward keeps the patches (cmc
-    show prints the count)."""
+    """What choose_backward_tiling counts for a patch forward (its patches from the grid's
+    first row, as the forward's shape choice counted them, and linear tiles, at the
+    reference length) and whether the backward keeps the patches (cmc show prints the
+    count). The forward's own start length may lie past the reference length (patches "from
+    len REF + 1"), where counting its tiling would count linear tiles twice."""
     length = forward.origin + forward.width * REF_ROWS
-    patch = _counted(table, _shape(forward), length)
+    patch = _counted(table, _shape(replace(forward, min_len=0)), length)
     base = _counted(table, LINEAR, length)
     return (f"computed pairs at len {length}: linear {base}, {forward.patch_rows}x"
             f"{forward.patch_cols} {patch} (x {BWD_PATCH_COST}: the backward's patch kinds "

@@ -49,7 +49,9 @@ def test_backward_keeps_patches_only_where_they_pay_their_cost(path, defines, bw
     table, fwd, bt = _tilings(path, defines)
     assert fwd.kind == "patch" and bt is not None and bt.kind == bwd
     length = fwd.origin + fwd.width * REF_ROWS
-    patch, lin = computed_pairs(table, fwd, length), computed_pairs(table, LINEAR, length)
+    patch = computed_pairs(table, replace(fwd, min_len=0), length)  # as the forward counted
+    lin = computed_pairs(table, LINEAR, length)
+    assert re.search(rf"; {fwd.patch_rows}x{fwd.patch_cols} {patch}\b", fwd.reason)
     assert (patch * BWD_PATCH_COST <= (1 - MIN_GAIN) * lin) == (bwd == "patch")
     assert f"computed pairs at len {length}: linear {lin}, " in bt.reason
     assert f"{fwd.patch_rows}x{fwd.patch_cols} {patch} (x {BWD_PATCH_COST}" in bt.reason
