@@ -741,6 +741,8 @@ class Hooks:
     span_grid: tuple[int, int] = (0, 128)  # (origin, width) of the grid grid_span rows are on
     span_words: bool = False  # the sm90 backward kinds mask partial linear items by span words
     span_words_why: str = ""  # why or why not (cmc check, cmc show)
+    # (origin, width) of the grid at whose rows term() cuts a tile's rows (width 0: it does not)
+    row_split: tuple[int, int] = (0, 0)
 
 
 def _indent(lines: Sequence[str], n: int) -> str:
@@ -958,7 +960,24 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         span_grid=grid,
         span_words=span_words,
         span_words_why=why,
+        row_split=_row_split(table),
     )
+
+
+def _row_split(table: IntervalTable) -> tuple[int, int]:
+    """The grid (origin, width) at whose rows the plan builders cut a tile's rows
+    (cmc_plan_terms: each part's term() on a thread of its own, united), or (0, 0): the
+    table's grid (tiling.grid_of), on which a grid mask's rows divide. Interval arithmetic
+    over rows of several grid rows loses what ties a row's quotient to its remainder (q / W
+    and q % W each take their whole range): natten_clamped's transposed term ranges touched
+    10-14 % more kv items than have a visible pair (751 against 680 at 4K), video3d's
+    forward ranges 16-19 % more key tiles, and exactly those by grid row (2026-12-06, a host
+    count). Cutting is sound for any cut points: each part's ranges hold for its rows, the
+    touched hull of the parts for all of them, and the intersection of their full ranges
+    too. term() itself does not cut (the patch plans call it per box, within a grid row:
+    the cut inlined there spilled the forward producer's 56-296 bytes)."""
+    g = grid_of(table)
+    return (g.origin, g.width) if g is not None else (0, 0)
 
 
 # Span words (_span_words): at most this many spans per key row and item (their code is
@@ -1266,6 +1285,7 @@ def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str,
         other_term=_other_term_code(hooks.other_terms),
         span_grid=hooks.span_grid,
         span_words=1 if hooks.span_words else 0,
+        row_split=hooks.row_split,
     ).rstrip("\n")
 
 

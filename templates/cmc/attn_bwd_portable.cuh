@@ -219,7 +219,7 @@ template <bool BF16, int NN = 8> CMC_DEV void to_a(unsigned (*a)[4], const float
 template <class HH, int NTHREADS>
 CMC_DEV void build_plan(int* plan, const typename HH::seq_t& s, int a, int b, int bn, int tid) {
   constexpr int NT = HH::kTerms;
-  for (int i = tid; i < NT; i += NTHREADS) HH::term(s, a, b, i, plan + 4 * i);
+  cmc_plan_terms<HH>(s, a, b, plan, tid, NTHREADS, [] { __syncthreads(); });
   __syncthreads();
   for (int i = tid; i < NT; i += NTHREADS) cmc_plan_place(plan, NT, i, bn);
   __syncthreads();

@@ -269,6 +269,21 @@ CMC_DEV void cmc_term_out(int* out, cmc_tv g, cmc_iv lo, cmc_iv hi, bool exact, 
   if (g.may) { out[0] = cmc_clamp_key(lo.lo, len); out[1] = cmc_clamp_key(hi.hi, len); }
   if (g.must && exact) { out[2] = cmc_clamp_key(lo.hi, len); out[3] = cmc_clamp_key(hi.lo, len); }
 }
+// Ranges of two row sets united (out, o: cmc_term_out's): the hull of the touched ranges, the
+// intersection of the full ones.
+CMC_DEV void cmc_term_unite(int* out, const int* o) {
+  if (o[1] > o[0]) {
+    if (out[1] > out[0]) {
+      out[0] = out[0] < o[0] ? out[0] : o[0];
+      out[1] = out[1] > o[1] ? out[1] : o[1];
+    } else {
+      out[0] = o[0]; out[1] = o[1];
+    }
+  }
+  const int fa = out[2] > o[2] ? out[2] : o[2], fe = out[3] < o[3] ? out[3] : o[3];
+  out[2] = fe > fa ? fa : 0;
+  out[3] = fe > fa ? fe : 0;
+}
 
 // -------------------------------------------------------------------------------- tile plan
 // Plan in shared memory, nt = H::kTerms term instances, bn = keys per tile:
@@ -301,6 +316,50 @@ CMC_DEV unsigned cmc_colmask32(int lo, int hi, int off) {
   const int a0 = (lo - off + 7) >> 3, b0 = (hi - off + 7) >> 3;
   const int a1 = (lo - off + 6) >> 3, b1 = (hi - off + 6) >> 3;
   return ((1u << b0) - (1u << a0)) | (((1u << b1) - (1u << a1)) << 16);
+}
+
+#if defined(CMC_HOST)
+CMC_DEV void cmc_atomic_min(int* w, int v) { *w = *w < v ? *w : v; }
+CMC_DEV void cmc_atomic_max(int* w, int v) { *w = *w > v ? *w : v; }
+#else
+CMC_DEV void cmc_atomic_min(int* w, int v) { atomicMin(w, v); }
+CMC_DEV void cmc_atomic_max(int* w, int v) { atomicMax(w, v); }
+#endif
+// Step 0: every term instance's ranges over rows [a, b] into p[4 nt] by threads tid < nth;
+// sync() is their barrier, and p is complete after the last call. Hooks whose builders cut
+// the rows at grid rows (H::kRowSplitParts, H::row_part; cmc/emit.py _row_split) take each
+// (instance, part) on a thread of its own, united in shared memory: one part's latency, not
+// their sum (natten_clamped's kv set-up: 17.6K cycles per CTA, 34K with the parts one after
+// the other; 2026-12-06).
+template <class H, class Sync>
+CMC_DEV void cmc_plan_terms(const typename H::seq_t& s, int a, int b, int* p, int tid, int nth,
+                            const Sync& sync) {
+  constexpr int NT = H::kTerms;
+  if constexpr (H::kRowSplitParts > 0) {
+    constexpr int P = H::kRowSplitParts;
+    for (int i = tid; i < NT; i += nth) {  // touched: min lo, max hi; full: max lo, min hi
+      p[4 * i] = 0x7fffffff; p[4 * i + 1] = -0x7fffffff - 1;
+      p[4 * i + 2] = -0x7fffffff - 1; p[4 * i + 3] = 0x7fffffff;
+    }
+    sync();
+    for (int x = tid; x < NT * P; x += nth) {
+      int pa, pb, o[4];
+      if (!H::row_part(a, b, x % P, pa, pb)) continue;
+      H::term(s, pa, pb, x / P, o);
+      int* t = p + 4 * (x / P);
+      if (o[1] > o[0]) { cmc_atomic_min(t, o[0]); cmc_atomic_max(t + 1, o[1]); }
+      if (o[3] > o[2]) { cmc_atomic_max(t + 2, o[2]); cmc_atomic_min(t + 3, o[3]); }
+      else cmc_atomic_max(t + 2, 0x7fffffff);
+    }
+    sync();
+    for (int i = tid; i < NT; i += nth) {  // empty ranges as cmc_term_out writes them
+      int* t = p + 4 * i;
+      if (t[1] <= t[0]) { t[0] = 0; t[1] = 0; }
+      if (t[3] <= t[2]) { t[2] = 0; t[3] = 0; }
+    }
+  } else {
+    for (int i = tid; i < NT; i += nth) H::term(s, a, b, i, p + 4 * i);
+  }
 }
 
 // Step 1 (one thread per term instance i, after every term is written): place i's touched
@@ -680,7 +739,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc) {
   // Tile plan for rows [q0, min(q0 + 127, len - 1)], built while Q is in flight.
   {
     const int qa = q0, qb = (len - 1 - q0 < kBM - 1) ? len - 1 : q0 + kBM - 1;
-    for (int i = tid; i < NT; i += kThreads) H::term(seq, qa, qb, i, plan + 4 * i);
+    cmc_plan_terms<H>(seq, qa, qb, plan, tid, kThreads, [] { __syncthreads(); });
     __syncthreads();
     for (int i = tid; i < NT; i += kThreads) cmc_plan_place(plan, NT, i, kBN);
     __syncthreads();

@@ -57,7 +57,7 @@ template <class H> CMC_DEV constexpr bool partial_linear_tile() {
 template <class H>
 CMC_DEV void build_plan(const typename H::seq_t& seq, int qa, int qb, int* p, int btid) {
   constexpr int NT = H::kTerms;
-  for (int i = btid; i < NT; i += kBuilders) H::term(seq, qa, qb, i, p + 4 * i);
+  cmc_plan_terms<H>(seq, qa, qb, p, btid, kBuilders, [] { producer_bar(); });
   producer_bar();
   for (int i = btid; i < NT; i += kBuilders) cmc_plan_place(p, NT, i, kBN);
   producer_bar();
