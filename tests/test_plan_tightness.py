@@ -102,16 +102,26 @@ CASES = {  # name -> (mask, defines): grid masks whose rows cross grid rows with
     "grid_text_w48": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 48, "R": 6}),
     "grid_text_w100": ("benchmarks/generality/grid_text.mask", {"TEXT": 0, "W": 100, "R": 16}),
     "clear": ("samples/clear.mask", {}),
+    "grid_text_w96": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}),
+    "grid_text_w80": ("benchmarks/generality/grid_text.mask", {"TEXT": 333, "W": 80, "R": 24}),
+}
+OTHERS = {  # exact masks without run-time parameters and without a grid: one range per tile
+    "causal": "samples/causal.mask",
+    "block_causal_video": "samples/block_causal_video.mask",
+    "chunked_causal": "samples/chunked_causal.mask",
+    "longformer": "samples/longformer.mask",
+    "sliding_window": "samples/sliding_window.mask",
 }
 LENGTHS = (4096, 3001)
 
 
 @needs_gxx
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [*CASES, *OTHERS])
 def test_plan_touches_exactly_the_tiles_with_a_visible_pair(name, tmp_path):
-    mask, defines = CASES[name]
+    mask, defines = CASES[name] if name in CASES else (OTHERS[name], {})
     src = emit(front(ROOT / mask, defines), tiling=LINEAR, archs=("sm_90a",), backward=True)
-    assert src.text.count("kRowSplitParts = 4") == 2, "both hooks' builders cut the rows"
+    cuts = src.text.count("kRowSplitParts = 4")
+    assert cuts == (2 if name in CASES else 0), "the grid masks' builders cut the rows"
     exe = host_build(src.text, MAIN.replace("DESC", src.layout.struct_name), tmp_path / name,
                      sanitize=False)
     for n in LENGTHS:
@@ -122,10 +132,3 @@ def test_plan_touches_exactly_the_tiles_with_a_visible_pair(name, tmp_path):
             assert missed == 0, f"{name} {which} len {n}: {line} (unsound)"
             assert touched == visible > 0, f"{name} {which} len {n}: {line}"
 
-
-def test_masks_without_a_grid_keep_one_range_per_tile():
-    """Only grid masks' plan builders cut their rows."""
-    src = emit(front(ROOT / "samples/causal.mask"), tiling=LINEAR, archs=("sm_90a",),
-               backward=True)
-    assert "static CMC_DEV bool row_part" not in src.text
-    assert "kRowSplitParts = 4" not in src.text
