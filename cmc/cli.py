@@ -110,6 +110,9 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
                 if band:
                     _echo(f"sm90 band tile masks: {band}")
             _echo(f"sm90 kv partial items: {_kv_words_line(transposed)}")
+            cut = _plan_cut_line(table, transposed)
+            if cut:
+                _echo(f"plans: {cut}")
     if failed:
         sys.exit(1)
 
@@ -207,6 +210,9 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     for line in _tiling_lines(table, length, values, pairs, transposed, tiling):
         _echo(line)
     _echo(f"  sm90 kv partial items: {_kv_words_line(transposed)}")
+    cut = _plan_cut_line(table, transposed)
+    if cut:
+        _echo(f"  plans: {cut}")
     for r in table.residuals:
         _echo(f"  warning: residual: {r.reason}: {r.where}")
     if png:
@@ -237,6 +243,26 @@ def _kv_words_line(transposed: Any) -> str:
     hooks_t = build_hooks(transposed, prefix="cmc_tabT")
     how = "span words" if hooks_t.span_words else "the transposed predicate per element"
     return f"{how} ({hooks_t.span_words_why})"
+
+
+def _plan_cut_line(table: Any, transposed: Any) -> str:
+    """Where the kernels' plan builders cut a tile's rows (cmc/emit.py row_split_grid), for
+    the forward table and the transposed one; "" where neither has a grid."""
+    from .emit import row_split_grid
+
+    parts = []
+    for what, t in (("forward", table), ("transposed", transposed)):
+        origin, width = row_split_grid(t)
+        if width:
+            parts.append((what, f"{width} tokens from {origin}"))
+    if not parts:
+        return ""
+    if len(parts) == 2 and parts[0][1] == parts[1][1]:
+        where = f"{parts[0][1]}, forward and transposed"
+    else:
+        where = "; ".join(f"{w}: {g}" for w, g in parts)
+    return (f"each term's ranges over a tile's rows are taken per grid row ({where}; at "
+            f"most 4 parts per tile)")
 
 
 def _band_masks_line(table: Any) -> str:

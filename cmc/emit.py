@@ -960,11 +960,11 @@ def build_hooks(table: IntervalTable, tiling: Tiling = LINEAR, prefix: str = "cm
         span_grid=grid,
         span_words=span_words,
         span_words_why=why,
-        row_split=_row_split(table),
+        row_split=row_split_grid(table),
     )
 
 
-def _row_split(table: IntervalTable) -> tuple[int, int]:
+def row_split_grid(table: IntervalTable) -> tuple[int, int]:
     """The grid (origin, width) at whose rows the plan builders cut a tile's rows
     (cmc_plan_terms: each part's term() on a thread of its own, united), or (0, 0): the
     table's grid (tiling.grid_of), on which a grid mask's rows divide. Interval arithmetic

@@ -1,4 +1,4 @@
-"""Plans touch only tiles with a visible pair on grid masks (emit._row_split).
+"""Plans touch only tiles with a visible pair on grid masks (emit.row_split_grid).
 
 A kernel's plan takes a tile's ranges per term instance from term(): interval arithmetic over
 the tile's rows. Over rows of several grid rows that arithmetic loses what ties a row's
@@ -132,3 +132,21 @@ def test_plan_touches_exactly_the_tiles_with_a_visible_pair(name, tmp_path):
             assert missed == 0, f"{name} {which} len {n}: {line} (unsound)"
             assert touched == visible > 0, f"{name} {which} len {n}: {line}"
 
+
+
+def test_check_and_show_say_where_the_plans_cut():
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    def run(*args: str) -> str:
+        r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    out = run("check", str(ROOT / "benchmarks/generality/natten_clamped.mask"))
+    assert ("plans: each term's ranges over a tile's rows are taken per grid row (96 tokens "
+            "from 0, forward and transposed; at most 4 parts per tile)") in out
+    out = run("show", str(ROOT / "samples/clear.mask"), "--len", "1024")
+    assert "  plans: each term's ranges over a tile's rows are taken per grid row (128 tokens from 512" in out
+    assert "plans:" not in run("check", str(ROOT / "samples/causal.mask"))

@@ -327,7 +327,7 @@ CMC_DEV void cmc_atomic_max(int* w, int v) { atomicMax(w, v); }
 #endif
 // Step 0: every term instance's ranges over rows [a, b] into p[4 nt] by threads tid < nth;
 // sync() is their barrier, and p is complete after the last call. Hooks whose builders cut
-// the rows at grid rows (H::kRowSplitParts, H::row_part; cmc/emit.py _row_split) take each
+// the rows at grid rows (H::kRowSplitParts, H::row_part; cmc/emit.py row_split_grid) take each
 // (instance, part) on a thread of its own, united in shared memory: one part's latency, not
 // their sum (natten_clamped's kv set-up: 17.6K cycles per CTA, 34K with the parts one after
 // the other; 2026-12-06).
