@@ -889,3 +889,37 @@ def test_host_hooks_match_evaluate_video3d(workdir):
         exe = _build_harness(t, workdir)
         seen = _check_table(t, exe, random.Random(22), n=30, max_len=60)
         assert seen["p"] > 0 and seen["s"] > 0
+
+
+@needs_gxx
+def test_host_unchecked_intervals_equal_the_checked(workdir, monkeypatch):
+    """cmc_ivu (emit._fits_unchecked: every value proved inside cmc_iv's saturation bound)
+    gives the same term ranges as cmc_iv's saturating arithmetic: tables built both ways
+    print the same tile classes on the same rows (samples' tables and transposed tables at
+    small constants, random tables)."""
+    from dataclasses import replace
+
+    import cmc.emit as emit_mod
+    from cmc.transpose import transpose
+
+    tables = []
+    for stem in ("natten2d", "clear", "block_causal_video", "hstu", "shared_prefix",
+                 "sliding_window_rt"):
+        t = _pipeline_table(stem, small=True)
+        tt = transpose(t)
+        tables += [t, replace(tt, mask=replace(tt.mask, name=f"{stem}_t"))]
+    tables += [_random_table(s) for s in range(10)]
+    assert "= cmc_ivu_" in _harness(tables[0]) and "= cmc_ivu_" in _harness(tables[1])
+    (workdir / "unchecked").mkdir(exist_ok=True)
+    (workdir / "checked").mkdir(exist_ok=True)
+    with ThreadPoolExecutor(2) as pool:
+        fast = list(pool.map(lambda t: _build_harness(t, workdir / "unchecked"), tables))
+    monkeypatch.setattr(emit_mod, "_fits_unchecked", lambda term, scope: False)
+    assert "= cmc_ivu_" not in _harness(tables[0])
+    with ThreadPoolExecutor(2) as pool:
+        slow = list(pool.map(lambda t: _build_harness(t, workdir / "checked"), tables))
+    for i, (table, a, b) in enumerate(zip(tables, fast, slow, strict=True)):
+        cases = _cases(table.mask, random.Random(i), 12, max_len=40)
+        got, want = _run_harness(a, table.mask, cases), _run_harness(b, table.mask, cases)
+        for (_, _, tiles_a), (_, _, tiles_b) in zip(got, want, strict=True):
+            assert tiles_a == tiles_b, table.mask.name
