@@ -73,9 +73,10 @@ def test_cache_key_and_options_include_the_split():
 
 
 def test_a_kernel_that_spills_at_the_default_gets_a_clean_split(tmp_path):
-    """chunked_causal's sm90 kernel spills with 40/232 (producer-side plan code) and is clean
-    with 56/224 (NVRTC 13.0, 2026-12-05)."""
-    out = compile_file(sample("chunked_causal"), tmp_path, archs=["sm_90a"], dtypes=["bf16"],
+    """document_causal's sm90 kernel spills with 40/232 (producer-side plan code) and is clean
+    with 56/224 (NVRTC 13.0, 2026-12-06; chunked_causal was the example until its plan's
+    interval arithmetic went unchecked, emit._fits_unchecked, and fitted 40/232)."""
+    out = compile_file(sample("document_causal"), tmp_path, archs=["sm_90a"], dtypes=["bf16"],
                        head_dims=[128], backward=False, cache=False)
     (k,) = json.loads((out / "manifest.json").read_text())["kernels"]
     assert k["local_bytes"] == k["spill_stores"] == k["spill_loads"] == 0

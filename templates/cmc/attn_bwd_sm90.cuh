@@ -200,21 +200,25 @@ CMC_DEV void cmc_bwd_plan_step(int step, const typename HH::seq_t& s, const cmc_
   unsigned* full = touched + kBwdPatchWords;
   const int len = s.len, nw = (g.nqt + 31) >> 5;
   if (step == 0) {
-    for (int i = tid; i < NT; i += nb) HH::term(s, a, b, i, p + 4 * i);
     for (int w = tid; w < nw; w += nb) touched[w] = 0u;
   } else if (step == 1) {
-    const int nbox = t < g.nlin ? 1 : g.PH;  // a linear tile is its own hull
-    for (int x = tid; x < NT * nbox; x += nb) {
-      const int i = x / nbox, bx = x - i * nbox;
-      if (nbox == 1) {
-        cmc_patch_mark(touched, g, p[4 * i], p[4 * i + 1]);
-        continue;
-      }
-      const int s0 = cmc_patch_box(g, t, bx);
-      if (s0 >= len) continue;
+    // items x < NT: term x over the hull (a linear tile's marks too); then term i over box bx.
+    // One HH::term call site: with two, clear's ws kv spilled 12 / 24 bytes (2026-12-06).
+    const int nbox = t < g.nlin ? 0 : g.PH;
+    for (int x = tid; x < NT * (1 + nbox); x += nb) {
+      const bool hull = x < NT;
+      const int y = x - NT, i = hull ? x : y / nbox, bx = hull ? 0 : y - i * nbox;
+      const int s0 = hull ? a : cmc_patch_box(g, t, bx);
+      if (!hull && s0 >= len) continue;  // the hull holds a token (cmc_bwd_tile_hull)
       int r4[4];
-      HH::term(s, s0, s0 + g.PW - 1 < len - 1 ? s0 + g.PW - 1 : len - 1, i, r4);
-      cmc_patch_mark(touched, g, r4[0], r4[1]);
+      HH::term(s, s0, hull ? b : (s0 + g.PW - 1 < len - 1 ? s0 + g.PW - 1 : len - 1), i, r4);
+      if (hull) {
+        p[4 * i] = r4[0];
+        p[4 * i + 1] = r4[1];
+        p[4 * i + 2] = r4[2];
+        p[4 * i + 3] = r4[3];
+      }
+      if (!hull || nbox == 0) cmc_patch_mark(touched, g, r4[0], r4[1]);
     }
   } else if (step == 2) {
     // A range over several grid rows marks whole patch rows (cmc_patch_mark), so patches of
