@@ -175,44 +175,9 @@ CMC_DEV cmc_iv cmc_iv_abs(cmc_iv a) {
   if (a.hi <= 0) return cmc_iv_neg(a);
   cmc_iv r; r.lo = 0; r.hi = cmc_i64max(-a.lo, a.hi); return r;
 }
-// floor division: monotone in a for a fixed divisor; corners when the divisor keeps its sign;
-// a divisor interval spanning 0 (x / 0 == 0, x / +-1 == +-x) gives [-max|a|, max|a|].
-CMC_DEV cmc_iv cmc_iv_div(cmc_iv a, cmc_iv b) {
-  if (cmc_iv_inf(a) || cmc_iv_inf(b)) return cmc_iv_top();
-  if (b.lo == b.hi) {
-    const cmc_i64 c = b.lo;
-    if (c == 0) return cmc_iv_pt(0);
-    if (c > 0) return cmc_iv_mk(cmc_fdiv(a.lo, c), cmc_fdiv(a.hi, c));
-    return cmc_iv_mk(cmc_fdiv(a.hi, c), cmc_fdiv(a.lo, c));
-  }
-  if (b.lo > 0 || b.hi < 0) {
-    const cmc_i64 p0 = cmc_fdiv(a.lo, b.lo), p1 = cmc_fdiv(a.lo, b.hi);
-    const cmc_i64 p2 = cmc_fdiv(a.hi, b.lo), p3 = cmc_fdiv(a.hi, b.hi);
-    return cmc_iv_mk(cmc_i64min(cmc_i64min(p0, p1), cmc_i64min(p2, p3)),
-                     cmc_i64max(cmc_i64max(p0, p1), cmc_i64max(p2, p3)));
-  }
-  const cmc_i64 m = cmc_i64max(cmc_abs(a.lo), cmc_abs(a.hi));
-  return cmc_iv_mk(-m, m);
-}
-// floor remainder: exact when a stays inside one quotient block of a fixed divisor c, else
-// the full residue range of c's sign; divisor intervals: the union over their values.
-CMC_DEV cmc_iv cmc_iv_mod(cmc_iv a, cmc_iv b) {
-  if (b.lo == b.hi && b.lo > -CMC_IV_BIG && b.lo < CMC_IV_BIG) {
-    const cmc_i64 c = b.lo;
-    if (c == 0) return a;
-    if (!cmc_iv_inf(a) && cmc_fdiv(a.lo, c) == cmc_fdiv(a.hi, c))
-      return cmc_iv_mk(cmc_fmod(a.lo, c), cmc_fmod(a.hi, c));
-    return c > 0 ? cmc_iv_mk(0, c - 1) : cmc_iv_mk(c + 1, 0);
-  }
-  if (cmc_iv_inf(b)) return cmc_iv_top();
-  if (b.lo > 0) return cmc_iv_mk(0, b.hi - 1);
-  if (b.hi < 0) return cmc_iv_mk(b.lo + 1, 0);
-  if (cmc_iv_inf(a)) return cmc_iv_top();
-  return cmc_iv_mk(cmc_i64min(cmc_i64min(a.lo, b.lo + 1), 0), cmc_i64max(cmc_i64max(a.hi, b.hi - 1), 0));
-}
 // Unchecked: where emit._fits_unchecked proved that every value of a term lies strictly
-// inside (-CMC_IV_BIG, CMC_IV_BIG), the saturation and infinity tests above never fire, and
-// these give the same intervals without them.
+// inside (-CMC_IV_BIG, CMC_IV_BIG), the saturation and infinity tests never fire, and these
+// give the same intervals without them (cmc_iv_div is cmc_ivu_div with them).
 CMC_DEV cmc_iv cmc_ivu_mk(cmc_i64 lo, cmc_i64 hi) { cmc_iv r; r.lo = lo; r.hi = hi; return r; }
 CMC_DEV cmc_iv cmc_ivu_pt(cmc_i64 v) { return cmc_ivu_mk(v, v); }
 CMC_DEV cmc_iv cmc_ivu_add(cmc_iv a, cmc_iv b) { return cmc_ivu_mk(a.lo + b.lo, a.hi + b.hi); }
@@ -248,6 +213,29 @@ CMC_DEV cmc_iv cmc_ivu_mod(cmc_iv a, cmc_iv b) {
   if (b.lo > 0) return cmc_ivu_mk(0, b.hi - 1);
   if (b.hi < 0) return cmc_ivu_mk(b.lo + 1, 0);
   return cmc_ivu_mk(cmc_i64min(cmc_i64min(a.lo, b.lo + 1), 0), cmc_i64max(cmc_i64max(a.hi, b.hi - 1), 0));
+}
+// floor division: monotone in a for a fixed divisor; corners when the divisor keeps its sign;
+// a divisor interval spanning 0 (x / 0 == 0, x / +-1 == +-x) gives [-max|a|, max|a|].
+CMC_DEV cmc_iv cmc_iv_div(cmc_iv a, cmc_iv b) {
+  if (cmc_iv_inf(a) || cmc_iv_inf(b)) return cmc_iv_top();
+  const cmc_iv r = cmc_ivu_div(a, b);
+  return cmc_iv_mk(r.lo, r.hi);
+}
+// floor remainder: exact when a stays inside one quotient block of a fixed divisor c, else
+// the full residue range of c's sign; divisor intervals: the union over their values.
+CMC_DEV cmc_iv cmc_iv_mod(cmc_iv a, cmc_iv b) {
+  if (b.lo == b.hi && b.lo > -CMC_IV_BIG && b.lo < CMC_IV_BIG) {
+    const cmc_i64 c = b.lo;
+    if (c == 0) return a;
+    if (!cmc_iv_inf(a) && cmc_fdiv(a.lo, c) == cmc_fdiv(a.hi, c))
+      return cmc_iv_mk(cmc_fmod(a.lo, c), cmc_fmod(a.hi, c));
+    return c > 0 ? cmc_iv_mk(0, c - 1) : cmc_iv_mk(c + 1, 0);
+  }
+  if (cmc_iv_inf(b)) return cmc_iv_top();
+  if (b.lo > 0) return cmc_iv_mk(0, b.hi - 1);
+  if (b.hi < 0) return cmc_iv_mk(b.lo + 1, 0);
+  if (cmc_iv_inf(a)) return cmc_iv_top();
+  return cmc_iv_mk(cmc_i64min(cmc_i64min(a.lo, b.lo + 1), 0), cmc_i64max(cmc_i64max(a.hi, b.hi - 1), 0));
 }
 // seg is non-decreasing in its argument (and constant beyond the int32 range, so saturated
 // ends are fine); seg_start / seg_end over a range of segments j in [j0, j1]: the starts are
