@@ -140,6 +140,16 @@ carried bandab out/benchrun out/abrun/preband -- bandab.log 120 python3 benchmar
 carried linab out/benchrun out/abrun/lin -- linab.log 120 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
     out/abrun/lin --suite all --patterns clear clear_text g_grid77_w96_r40 g_grid333_w80_r24 \
     g_natten_clamped --lengths 2048 --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/linab"
+# 1f5. Unchecked interval arithmetic in the plans' term() (cb7cbbe; kernel notes, "Unchecked
+#    interval arithmetic"): natten_clamped's kv set-up (predicted 17.6K -> 9-12K cycles per
+#    CTA), then out/benchrun (HEAD's build) against out/abrun/rs2 (run 19's: the plans cut at
+#    grid rows, before cb7cbbe; rebuild it at e7aee83 with `bench.py --compile` and
+#    `--runtime-copy` if gone)
+step ivprobe probe.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask natten \
+    --lengths 4096x8
+carried ivab out/benchrun out/abrun/rs2 -- ivab.log 150 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
+    out/abrun/rs2 --suite all --patterns causal hstu clear clear_text g_natten_clamped g_video3d \
+    g_grid77_w48_r6 --lengths 4096 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/ivab"
 # 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
 #    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
