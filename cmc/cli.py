@@ -248,7 +248,7 @@ def _kv_words_line(transposed: Any) -> str:
 def _plan_cut_line(table: Any, transposed: Any) -> str:
     """Where the kernels' plan builders cut a tile's rows (cmc/emit.py row_split_grid), for
     the forward table and the transposed one; "" where neither has a grid."""
-    from .emit import row_split_grid
+    from .emit import ROW_SPLIT_PARTS, row_split_grid
 
     parts = []
     for what, t in (("forward", table), ("transposed", transposed)):
@@ -262,7 +262,7 @@ def _plan_cut_line(table: Any, transposed: Any) -> str:
     else:
         where = "; ".join(f"{w}: {g}" for w, g in parts)
     return (f"each term's ranges over a tile's rows are taken per grid row ({where}; at "
-            f"most 4 parts per tile)")
+            f"most {ROW_SPLIT_PARTS} parts per tile)")
 
 
 def _band_masks_line(table: Any) -> str:

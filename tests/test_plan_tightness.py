@@ -7,8 +7,8 @@ quotient q / W to its remainder q % W, and the plan touched tiles without a visi
 forward tiles on video3d (2026-12-06). The plan builders (cmc_plan_terms) now cut a tile's
 rows where a grid row begins (row_part), one thread per instance and part, and unite them.
 Built for the host with g++ from the emitted source: for every row tile, the tiles the
-builders' ranges touch (emulated here part by part, and equal to term_cut, the parts one
-after the other) against the tiles in which span() (exact: tests/test_emit.py,
+builders' ranges touch (cmc_plan_terms itself, on one thread; equal to term_cut, the parts
+one after the other) against the tiles in which span() (exact: tests/test_emit.py,
 test_transpose.py) finds a visible pair. The forward hooks on 128-row tiles against 128-key
 tiles, the transposed ones (the kv's) on 128 keys against 64-query items.
 """
@@ -39,32 +39,21 @@ template <class HK> static void count(const typename HK::seq_t& st, int len, int
     const int b = std::min(len, a + rt) - 1;
     std::fill(touched.begin(), touched.end(), 0);
     std::fill(vis.begin(), vis.end(), 0);
+    std::vector<int> plan(4 * HK::kTerms);
+    cmc_plan_terms<HK>(st, a, b, plan.data(), 0, 1, [] {});  // the builders, one thread
     for (int i = 0; i < HK::kTerms; ++i) {
-      int o[4];
-      HK::term(st, a, b, i, o);
-      if constexpr (HK::kRowSplitParts > 0) {  // cmc_plan_terms: the parts on threads
-        int t[4] = {0x7fffffff, -0x7fffffff - 1, -0x7fffffff - 1, 0x7fffffff};
-        for (int part = 0; part < HK::kRowSplitParts; ++part) {
-          int pa, pb, u[4];
-          if (!HK::row_part(a, b, part, pa, pb)) continue;
-          HK::term(st, pa, pb, i, u);
-          if (u[1] > u[0]) { t[0] = std::min(t[0], u[0]); t[1] = std::max(t[1], u[1]); }
-          if (u[3] > u[2]) { t[2] = std::max(t[2], u[2]); t[3] = std::min(t[3], u[3]); }
-          else t[2] = 0x7fffffff;
-        }
-        if (t[1] <= t[0]) { t[0] = 0; t[1] = 0; }
-        if (t[3] <= t[2]) { t[2] = 0; t[3] = 0; }
-        int w[4];  // term_cut, the parts one after the other, empty ranges as (0, 0)
+      const int* o = plan.data() + 4 * i;
+      if constexpr (HK::kRowSplitParts > 0) {  // against term_cut, the parts one after another
+        int w[4];
         HK::term_cut(st, a, b, i, w);
-        if (w[1] <= w[0]) { w[0] = 0; w[1] = 0; }
+        if (w[1] <= w[0]) { w[0] = 0; w[1] = 0; }  // empty ranges as (0, 0)
         if (w[3] <= w[2]) { w[2] = 0; w[3] = 0; }
         for (int j = 0; j < 4; ++j) {
-          if (t[j] != w[j]) {
+          if (o[j] != w[j]) {
             printf("parts differ: rows %d %d term %d: %d %d %d %d, term_cut %d %d %d %d\n", a,
-                   b, i, t[0], t[1], t[2], t[3], w[0], w[1], w[2], w[3]);
+                   b, i, o[0], o[1], o[2], o[3], w[0], w[1], w[2], w[3]);
             exit(4);
           }
-          o[j] = t[j];
         }
       }
       for (int c = o[0] / ct; o[1] > o[0] && c <= (o[1] - 1) / ct; ++c) touched[c] = 1;
