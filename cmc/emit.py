@@ -779,8 +779,11 @@ def _fits_unchecked(term: Term, scope: _Scope) -> bool:
                    {scope.index: scope.index_range} if scope.index is not None else None,
                    {name: (min(vals, default=0), max(vals, default=0))
                     for name, (_, vals) in scope.tables.items()})
-    compared = [x for n in nodes(term.guard) if isinstance(n, (Cmp, Same)) for x in (n.a, n.b)]
-    for e in (term.lo.expr, term.hi.expr, *compared):
+    roots = [term.lo.expr, term.hi.expr,
+             *(x for n in nodes(term.guard) if isinstance(n, (Cmp, Same)) for x in (n.a, n.b))]
+    # a table's index is evaluated too, but widest_range takes the table's values for it
+    roots += [n.index for r in list(roots) for n in nodes(r) if isinstance(n, TableRef)]
+    for e in roots:
         lo, hi = widest_range(e, env)
         if not -IV_BIG < lo <= hi < IV_BIG:
             return False

@@ -925,3 +925,20 @@ def test_host_unchecked_intervals_equal_the_checked(workdir, monkeypatch):
         got, want = _run_harness(a, table.mask, cases), _run_harness(b, table.mask, cases)
         for (_, _, tiles_a), (_, _, tiles_b) in zip(got, want, strict=True):
             assert tiles_a == tiles_b, table.mask.name
+
+
+def test_unchecked_needs_every_evaluated_value_in_range():
+    """A table's index is evaluated by term() although its value is the table's: an index
+    past cmc_iv's saturation bound keeps the term checked (the range of the table alone
+    would not)."""
+    from cmc.emit import _fits_unchecked, _Scope
+
+    fam = Family("t", 0, 2, (("tab", (1, 2)),))
+    scope = _Scope({}, "t", (0, 1), {"tab": ("arr", (1, 2))}, {})
+
+    def term(index: Expr) -> Term:
+        return Term(Cmp("<=", Const(0), TableRef("tab", index)), Bound(Const(0), "const"),
+                    Bound(L, "const"), family=fam)
+
+    assert _fits_unchecked(term(Var("t")), scope)
+    assert not _fits_unchecked(term(BinOp("*", Var("t"), Const(1 << 62))), scope)
