@@ -363,6 +363,19 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[st
     return out
 
 
+# CLEAR's patch loaders (ws_load_patch) wait for their cp.async rows before arriving: run 20's
+# probe put their issue at 11.4K cycles per push against 1.8K for the linear TMA loader, and the
+# consumers' full wait at 2.6K cycles per item (causal 0.3K). Arriving as the copies land
+# (.noinc) and fencing in the consumers: correct, so --check runs it.
+ALTERNATIVES["wspnoinc"] = (
+    "ws whose patch loaders arrive as their copies land (.noinc), the consumers fencing the "
+    "stage after the full wait (CMC_WS_PATCH_NOINC 1)",
+    lambda t: "#define CMC_WS_PATCH_NOINC 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+ALTERNATIVES["wspnoincprobe"] = (
+    "wspnoinc with wsprobe's clock counters",
+    lambda t: "#define CMC_WS_PATCH_NOINC 1\n#define CMC_WS_PROBE 1\n" + _ws(t),
+    lambda d: WS_SMEM_GROWTH)
+
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
 # by stmatrix.x4 (4 per warp instead of 16 st.shared.b32) and an item's LSE read into registers
@@ -383,13 +396,14 @@ ALTERNATIVES["wsnofa"] = (
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+            "wspnoinc", "wspnoincprobe",
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspnoinc"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 
@@ -540,7 +554,7 @@ def main() -> int:
             for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
-            if n == "wsprobe" and not opts.once:
+            if n in ("wsprobe", "wspnoincprobe") and not opts.once:
                 for line in ws_probe(bkc, bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay,
                                      table, L, B):
                     print(line, flush=True)

@@ -1,12 +1,18 @@
 """The persistent grid's balance, simulated from the interval table (CPU): how close the work
 counter schedule comes to a perfect split over the SMs, taking units in index order (the
-kernel) or costliest first, for the benchmark's linear cases.
+kernel) or costliest first, for the benchmark's linear cases. `--bwd`: the backward's
+non-persistent kv grid (one CTA per key tile, head and sequence, started in launch order) in
+the grid's own order (the key tile fastest) and numbered costliest first within L2 groups of
+(sequence, head)s. That numbering was built and measured slower, not faster (run 20,
+docs/kernel-notes.md "The backward grids numbered costliest first in L2 groups"): the
+simulation leaves out what the grid's order keeps in L2.
 
 Units as struct Sched in templates/cmc/attn_fwd_sm90.cuh: "pairs" of query tiles
 (nqt - 1 - p, p) of one (sequence, head), or single "tiles" in L2 groups. An item costs ITEM key tiles plus its visible key tiles
 (partial ones PART); a CTA takes its next unit when its last one ends (the counter).
 
     python tools/sched_sim.py 1024 4096 8192
+    python tools/sched_sim.py --bwd 4096 16384 32768
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SMS, ITEM, PART = 132, 1.5, 1.2
+KV_SETUP = 1.1  # a kv CTA's set-up and dK, dV stores, in items (6.5K cycles; run 19 probe)
 
 
 def tile_costs(table: Any, n: int, params: Any) -> np.ndarray:
@@ -65,6 +72,21 @@ def grouped_tiles(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int) ->
     return units
 
 
+def kv_grid(seqs: list[np.ndarray], nkt: int, heads: int, max_len: int,
+            grouped: bool) -> list[float]:
+    """The kv grid's CTAs in launch order: key tile fastest, then head, then sequence; or
+    (grouped) in groups of (sequence, head)s whose Q and dO fit the L2 budget (bf16, D =
+    128), key tile ascending, then (sequence, head). A CTA costs KV_SETUP items beside its
+    own; one past its sequence's end almost nothing."""
+    group = max(1, (24 << 20) // (max_len * 512)) if grouped else 1
+    bh = [tc for tc in seqs for _ in range(heads)]
+    units: list[float] = []
+    for g0 in range(0, len(bh), group):
+        for kt in range(nkt):
+            units += [KV_SETUP + float(tc[kt]) if kt < len(tc) else 0.05 for tc in bh[g0:g0 + group]]
+    return units
+
+
 def main(lengths: list[int]) -> None:
     import bench
 
@@ -89,5 +111,34 @@ def main(lengths: list[int]) -> None:
               f"{ideal / makespan(sorted(tiles, reverse=True)):.3f}")
 
 
+def main_bwd(lengths: list[int]) -> None:
+    """The kv grid's balance in the grid's order and numbered in L2 groups: key tiles cost
+    their query tiles on the transposed table (64-row items, two per 128-row tile)."""
+    import bench
+
+    from cmc.driver import front
+    from cmc.transpose import transpose
+
+    rng = np.random.default_rng(0)
+    print("kv grid balance = ideal makespan / simulated (1.0: every SM ends together)")
+    for case in bench.make_cases(rng, tuple(lengths)):
+        if case.pattern.startswith("clear"):
+            continue
+        table = transpose(front(ROOT / "samples" / f"{bench.artifact_for(case.pattern)}.mask"))
+        nkt = (max(case.lengths) + 127) // 128
+        seqs = [2 * (tile_costs(table, n, params) - ITEM)
+                for n, params in zip(case.lengths, case.params, strict=True)]
+        plain = kv_grid(seqs, nkt, bench.HEADS, max(case.lengths), False)
+        grouped = kv_grid(seqs, nkt, bench.HEADS, max(case.lengths), True)
+        ideal = sum(plain) / SMS
+        a, b = ideal / makespan(plain), ideal / makespan(grouped)
+        print(f"{case.pattern:22s} L={case.length:6d}  grid order {a:.3f}  grouped {b:.3f}"
+              f"  ({a / b:.3f} of the time)")
+
+
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [1024, 4096, 32768])
+    args = sys.argv[1:]
+    if args[:1] == ["--bwd"]:
+        main_bwd([int(a) for a in args[1:]] or [4096, 16384, 32768])
+    else:
+        main([int(a) for a in args] or [1024, 4096, 32768])
