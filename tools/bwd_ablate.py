@@ -265,6 +265,12 @@ WS_ABLATIONS = {
                    "dsa[2 * jj + 1];",
                    "      if (hq < -1) *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) "
                    "= dsa[2 * jj + 1];", 1)]),
+    "wspnoqdo": ("ws whose patch loaders copy no Q or dO rows (LSE and Dsum only; the consumers "
+                 "read stale stages): the ceiling of a faster patch loader (--mask clear_patch)",
+                 [("      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return "
+                   "rows(64 * hh + r); }, true, lane);",
+                   "      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return "
+                   "rows(64 * hh + r); }, false, lane);", 1)]),
 }
 for _n, (_what, _edits) in WS_ABLATIONS.items():
     ALTERNATIVES[_n] = (_what, _ws_without(_edits), lambda d: WS_SMEM_GROWTH)
