@@ -73,6 +73,23 @@ def test_every_bwd_alternative_builds(name):
         assert c.resources.spill_stores == 0 and c.resources.spill_loads == 0, c.symbol
 
 
+def test_ws_patch_loader_alternatives_build_on_patches(monkeypatch):
+    """The patch loader's alternatives (bwd_ablate wsptma, wspnoqdo: CMC_WS_PATCH_TMA, the
+    cp.async rows left out) on CLEAR's patch tiling, where their loader code is instantiated
+    (the causal builds above never reach it): the kv without spills at both head dims, so the
+    24-register loaders hold the TMA path (one more live map pointer spilled them, 2026-12-06)."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    ab = _tool("bwd_ablate")
+    for name in ("wsptma", "wspnoqdo"):
+        for d in (64, 128):
+            regs = ab._build(name, "sm_90a", "clear_patch", "bf16", d)[1]
+            kv = {s: r for s, r in regs.items() if "bwd_kv_sm90" in s}
+            assert kv and all(r[1:] == (0, 0) for r in kv.values()), (name, d, kv)
+
+
 def test_bwd_kernel_check_tiled_builds_the_patch_kinds(tmp_path, monkeypatch):
     """build_variant of a TILED_MASKS mask: the backward kinds on CLEAR's patch tiling (their
     grid x is the manifest's patch rule: 25 tiles at 2133 tokens, not ceil(2133 / 128) = 17)

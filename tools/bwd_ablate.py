@@ -377,6 +377,14 @@ ALTERNATIVES["wspnoinc"] = (
     "ws whose patch loaders arrive as their copies land (.noinc), the consumers fencing the "
     "stage after the full wait (CMC_WS_PATCH_NOINC 1)",
     lambda t: "#define CMC_WS_PATCH_NOINC 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+ALTERNATIVES["wsptma"] = (
+    "ws whose patch loaders bring whole-row items by TMA boxes of one patch row, a box per "
+    "lane (CMC_WS_PATCH_TMA 1)",
+    lambda t: "#define CMC_WS_PATCH_TMA 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+ALTERNATIVES["wsptmaprobe"] = (
+    "wsptma with wsprobe's clock counters",
+    lambda t: "#define CMC_WS_PATCH_TMA 1\n#define CMC_WS_PROBE 1\n" + _ws(t),
+    lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wspnoincprobe"] = (
     "wspnoinc with wsprobe's clock counters",
     lambda t: "#define CMC_WS_PATCH_NOINC 1\n#define CMC_WS_PROBE 1\n" + _ws(t),
@@ -402,14 +410,15 @@ ALTERNATIVES["wsnofa"] = (
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspnoinc", "wspnoincprobe",
+            "wspnoinc", "wspnoincprobe", "wsptma", "wsptmaprobe",
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspnoinc"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspnoinc",
+                 "wsptma"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 
@@ -560,7 +569,7 @@ def main() -> int:
             for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
-            if n in ("wsprobe", "wspnoincprobe") and not opts.once:
+            if n.endswith("probe") and not opts.once:
                 for line in ws_probe(bkc, bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay,
                                      table, L, B):
                     print(line, flush=True)

@@ -40,6 +40,11 @@
 #ifndef CMC_WS_STSM
 #define CMC_WS_STSM 1  // dS^T to shared memory by stmatrix, FA3 / FA4's way (0: bwd_ablate wsnostsm)
 #endif
+#ifndef CMC_WS_PATCH_TMA
+// 1: the patch loaders bring an item whose 64 rows all have tokens as TMA boxes of one patch
+// row (one box per lane), not as 2 x 64 rows of cp.async chunks (0: bwd_ablate wspcpasync)
+#define CMC_WS_PATCH_TMA 0
+#endif
 #ifndef CMC_WS_PATCH_NOINC
 // 1 (bwd_ablate wspnoinc): the patch loaders arrive on a stage's full barrier as their copies
 // land (cp.async.mbarrier.arrive.noinc) instead of waiting for them, and the consumers fence
@@ -251,17 +256,39 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
   cp_wait<0>();
 }
 
+// The Q and dO boxes of one run (BOX tokens from tok) into its stage rows at dst_q / dst_do, one
+// 64-column chunk CB: the chunk's offset and column are immediates, and dO's map is made from
+// Q's inside the asm (maps->dout lies 128 bytes after maps->q), so ptxas keeps no second map
+// pointer live across the loader's loop (with one more value the 24-register loaders spill).
+template <int CB>
+CMC_DEV void ws_tma_run(unsigned dst_q, unsigned dst_do, const KvMaps* maps, unsigned bar, int h, int tok) {
+  static_assert(sizeof(cmc_kv_map) == 128, "map stride");
+  asm volatile(
+      "{\n.reg .u64 m;\n"
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%2, {%4, %5, %6}], [%3];\n"
+      "add.u64 m, %2, 128;\n"
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%1], [m, {%4, %5, %6}], [%3];\n}\n" ::"r"(dst_q + CB * (kBM * 128)),
+      "r"(dst_do + CB * (kBM * 128)), "l"(reinterpret_cast<unsigned long long>(&maps->q)), "r"(bar), "n"(64 * CB),
+      "r"(h), "r"(tok)
+      : "memory");
+}
+
 // The patch loader (kv_patch_ws; warp 0 of WG0 loads stage 0, warp 3 stage 1, so each has two
 // items' time for its copies): kv_patch's items (head of the group g, touched query tile j,
 // half hh: query rows 64 hh .. of tile j's token map), each into stage n % 2 as ws_load, all by
 // cp.async with zero fill (rows without a token) from the 32 lanes, which wait for their copies
-// and fence them to the async proxy before they arrive; then the end item. (TMA boxes of one
-// patch row for whole-row items, as ws_load's, did not fit the loaders' 24 registers: even the
-// runs' check spilled, and ptxas moved the spill into the consumers' item loop; 2026-12-05.)
+// and fence them to the async proxy before they arrive; then the end item. Issuing those 2 x 64
+// rows of chunks takes a loader 11.4K cycles per item on CLEAR's patches, more than a consumer
+// item (run 20), so with CMC_WS_PATCH_TMA an item whose rows all have tokens comes as TMA boxes
+// of one patch row instead (lane b: run b's Q and dO boxes; the maps' boxes are patch rows,
+// abi.py), LSE and Dsum by cp.async with .noinc arrivals. Built without spills, not yet run.
 template <class H, class HT, int D>
 CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H::desc_t& desc,
-                           const cmc_bwd_args& args, const unsigned* touched, int nw, const cmc_patch_geo& geo,
-                           cmc_i64 tok0, int len, int hq0, int group, int lane, int mine) {
+                           const cmc_bwd_args& args, const KvMaps* maps, const unsigned* touched, int nw,
+                           const cmc_patch_geo& geo, cmc_i64 tok0, int len, int hq0, int group, int lane,
+                           int mine) {
   int n = 0;
   CMC_WS_PROBE_DECL(lane == 0);
   auto push = [&](int j, int g, int hh) {
@@ -273,10 +300,31 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
     if (!ws_wait(base + SmemWS<D>::kEmpty + 8 * st, (((n - 1) >> 1) & 1) ^ 1)) return false;
     CMC_WS_LAP(kPrLdEmpty);
     CMC_WS_COUNT(kPrLdItems);
-    if (lane == 0) {
-      *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, hh, 0);
-      ws_arrive(fullb);
+    if (lane == 0) *reinterpret_cast<int4*>(smem + SmemWS<D>::kItem + 16 * st) = make_int4(j, g, hh, 0);
+#if CMC_WS_PATCH_TMA
+    if (j >= 0) {
+      const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(geo, j, len);
+      constexpr int BOX = cmc_bwd_patch_box<H>(), NR = 64 / BOX;
+      if (cmc_bwd_item_runs<BOX>(rows, 64 * hh)) {  // every row has a token: boxes by TMA
+        // run b's first token: rows(64 hh) + b step (a patch row down, or BOX tokens on)
+        const int tok = (int)tok0 + rows(64 * hh) + lane * (rows.linear ? BOX : H::kGridWidth);
+        if (lane == 0) kv_mbar_expect_tx(fullb, 2 * Cfg<D>::kTileQ);
+        __syncwarp();
+        if (lane < NR) {  // lane b: run b's boxes, Q's and dO's, every column chunk
+          const unsigned dst = st * Cfg<D>::kTileQ + lane * (BOX * 128);
+          ws_tma_run<0>(base + SmemWS<D>::kQ + dst, base + SmemWS<D>::kDO + dst, maps, fullb, hq0 + g, tok);
+          if constexpr (D == 128)
+            ws_tma_run<1>(base + SmemWS<D>::kQ + dst, base + SmemWS<D>::kDO + dst, maps, fullb, hq0 + g, tok);
+        }
+        ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return rows(64 * hh + r); }, false,
+                        lane);
+        ws_filled(fullb, false);  // LSE and Dsum as they land; Q and dO by the boxes' bytes
+        CMC_WS_LAP(kPrLdIssue);
+        return true;
+      }
     }
+#endif
+    if (lane == 0) ws_arrive(fullb);
     if (j >= 0) {
       const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(geo, j, len);
       ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return rows(64 * hh + r); }, true, lane);
@@ -298,8 +346,8 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
     }
   }
   push(-1, 0, 0);
-#if CMC_WS_PATCH_NOINC
-  cp_commit();  // as ws_load: the warp stays until its last copies have landed
+#if CMC_WS_PATCH_NOINC || CMC_WS_PATCH_TMA
+  cp_commit();  // as ws_load: the warp stays until its last copies (.noinc arrivals) have landed
   cp_wait<0>();
 #endif
 }
@@ -762,7 +810,7 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
 
   ws_roles<BF16, D, WsPatch<H, HT>::kBox>(
       [&](int warp, int lane) {  // warps 0 and 3: stages 0 and 1
-        ws_load_patch<H, HT, D>(base, smem, desc, args, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
+        ws_load_patch<H, HT, D>(base, smem, desc, args, maps, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
                                 group, lane, warp == 0 ? 0 : 1);
       },
       [&] { return WsPatch<H, HT>(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid)); }, desc, args,
