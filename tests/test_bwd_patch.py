@@ -58,7 +58,11 @@ int main() {
       putchar('\n');
       // the ws kind's dQ boxes of each half (cmc_bwd_item_runs)
       constexpr int kBox = cmc_bwd_patch_box<cmc_hooks>();
-      for (int hh = 0; hh < 2; ++hh) printf("%d %d ", kBox, cmc_bwd_item_runs<kBox>(m, 64 * hh));
+      for (int hh = 0; hh < 2; ++hh) {
+        const int runs = cmc_bwd_item_runs<kBox>(m, 64 * hh);
+        printf("%d %d ", kBox, runs);
+        for (int b = 0; b < runs; ++b) printf("%d ", cmc_bwd_run_token<cmc_hooks>(m, 64 * hh, b));
+      }
       putchar('\n');
       int a, b;
       if (!cmc_bwd_tile_hull(g, t, len, a, b)) { printf("-\n-\n"); continue; }
@@ -99,17 +103,23 @@ def _check_plan(line: str, vis: np.ndarray, toks: list[np.ndarray], t: int, side
 
 
 def _check_runs(tok: np.ndarray, got: list[int], seen: dict[str, int]) -> None:
-    """One tile's ws dQ boxes (per half: box rows, cmc_bwd_item_runs) against the token map: a
-    half of whole runs has 64 / box of them, each box rows consecutive tokens; any other half
-    none (a half with no token is never an item)."""
+    """One tile's ws boxes (per half: box rows, cmc_bwd_item_runs, then each run's first token,
+    cmc_bwd_run_token) against the token map: a half of whole runs has 64 / box of them, each
+    box rows consecutive tokens from the token printed; any other half none (a half with no
+    token is never an item). The dQ writers' adds and the patch loader's TMA boxes use them."""
+    pos = 0
     for hh in range(2):
-        box, runs = got[2 * hh:2 * hh + 2]
+        box, runs = got[pos:pos + 2]
+        starts = got[pos + 2:pos + 2 + runs]
+        pos += 2 + runs
         half = tok[64 * hh:64 * hh + 64]
         ok = all((half[b * box:(b + 1) * box] == half[b * box] + np.arange(box)).all()
                  and half[b * box] >= 0 for b in range(64 // box))
         assert runs == (64 // box if ok else 0), (hh, box, half)
+        assert starts == [int(half[b * box]) for b in range(runs)], (hh, box, starts, half)
         if half[0] >= 0:
             seen["boxed" if ok else "gathered"] += 1
+    assert pos == len(got)
 
 
 def _run(table, transposed, tiling: Tiling, exe: Path, lengths: list[int]) -> dict[str, int]:

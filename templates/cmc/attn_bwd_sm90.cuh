@@ -86,6 +86,13 @@ template <int BOX, class Rows> CMC_DEV int cmc_bwd_item_runs(const Rows& rows, i
   static_assert(BOX >= 8 && 64 % BOX == 0, "boxes of 8 .. 64 rows");
   return rows(r0 + 63) >= 0 ? 64 / BOX : 0;
 }
+// The first token of run b of such an item (every row has a token): b patch rows down from
+// row r0's, or b runs on in a linear tile (or in a patch row longer than an item). Host-checked
+// against the token maps (tests/test_bwd_patch.py); the ws patch loader's TMA boxes start there.
+template <class H> CMC_DEV int cmc_bwd_run_token(const cmc_bwd_tile_tokens<H>& rows, int r0, int b) {
+  constexpr int BOX = cmc_bwd_patch_box<H>();
+  return rows(r0) + b * (rows.linear || H::kPatchCols > 64 ? BOX : H::kGridWidth);
+}
 // The hull [a, b] of tile t's tokens; false when it has none (past the last tile, or a patch
 // wholly past len).
 CMC_DEV bool cmc_bwd_tile_hull(const cmc_patch_geo& g, int t, int len, int& a, int& b) {

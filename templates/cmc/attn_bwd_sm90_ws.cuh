@@ -306,8 +306,7 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
       const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(geo, j, len);
       constexpr int BOX = cmc_bwd_patch_box<H>(), NR = 64 / BOX;
       if (cmc_bwd_item_runs<BOX>(rows, 64 * hh)) {  // every row has a token: boxes by TMA
-        // run b's first token: rows(64 hh) + b step (a patch row down, or BOX tokens on)
-        const int tok = (int)tok0 + rows(64 * hh) + lane * (rows.linear ? BOX : H::kGridWidth);
+        const int tok = (int)tok0 + cmc_bwd_run_token<H>(rows, 64 * hh, lane);  // run `lane`
         if (lane == 0) kv_mbar_expect_tx(fullb, 2 * Cfg<D>::kTileQ);
         __syncwarp();
         if (lane < NR) {  // lane b: run b's boxes, Q's and dO's, every column chunk
