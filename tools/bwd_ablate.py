@@ -223,6 +223,12 @@ def _ws_without(edits: list[tuple[str, str, int]]) -> Callable[[str], str]:
     return lambda text: apply(_ws(text), edits)
 
 
+def _ws_macros(what: str, **macros: int) -> tuple[str, Callable[[str], str], Callable[[int], int]]:
+    """An alternative: ws with these attn_bwd_sm90_ws.cuh macros defined (CMC_WS_... = value)."""
+    head = "".join(f"#define CMC_{k} {v}\n" for k, v in macros.items())
+    return what, lambda text: head + _ws(text), lambda d: WS_SMEM_GROWTH
+
+
 # The ws kernel's atomic dQ path taken apart (timing only: wrong gradients). Where its 1.3 ms
 # at causal 4K x 8 goes (ws atomic kv 3.31 ms, ws deterministic kv 2.01; docs/kernel-notes.md,
 # "The warp-specialised kv on the H200"): the writers' bulk adds, the consumers' staging
@@ -303,10 +309,9 @@ ALTERNATIVES["wsplain"] = (
 # consumer warpgroup, lane 0 of each dQ writer and of the loader; correct gradients, so --check
 # runs it). The 1.1 ms between ws's atomic and deterministic kv (run 15) is read off as the
 # phases that grow between the two modes (ws_probe below).
-ALTERNATIVES["wsprobe"] = (
+ALTERNATIVES["wsprobe"] = _ws_macros(
     "ws with clock cycle counters per phase of an item (CMC_WS_PROBE; correct, a little "
-    "slower), read back and printed per mode after the timings",
-    lambda t: "#define CMC_WS_PROBE 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
+    "slower), read back and printed per mode after the timings", WS_PROBE=1)
 # attn_bwd_sm90_ws.cuh enum WsProbe: consumer phases of an item, in their order
 PROBE_PHASES = ("full", "issue", "word", "wait_s", "p", "dv_ds", "ds_st", "bar", "issue_dq_dk",
                 "wait_dq", "stg_wait", "stage", "wait_dk")
@@ -373,38 +378,32 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[st
 # probe put their issue at 11.4K cycles per push against 1.8K for the linear TMA loader, and the
 # consumers' full wait at 2.6K cycles per item (causal 0.3K). Arriving as the copies land
 # (.noinc) and fencing in the consumers: correct, so --check runs it.
-ALTERNATIVES["wspnoinc"] = (
+ALTERNATIVES["wspnoinc"] = _ws_macros(
     "ws whose patch loaders arrive as their copies land (.noinc), the consumers fencing the "
-    "stage after the full wait (CMC_WS_PATCH_NOINC 1)",
-    lambda t: "#define CMC_WS_PATCH_NOINC 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
-ALTERNATIVES["wsptma"] = (
-    "ws whose patch loaders bring whole-row items by TMA boxes of one patch row, a box per "
-    "lane (CMC_WS_PATCH_TMA 1)",
-    lambda t: "#define CMC_WS_PATCH_TMA 1\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
-ALTERNATIVES["wsptmaprobe"] = (
-    "wsptma with wsprobe's clock counters",
-    lambda t: "#define CMC_WS_PATCH_TMA 1\n#define CMC_WS_PROBE 1\n" + _ws(t),
-    lambda d: WS_SMEM_GROWTH)
-ALTERNATIVES["wspnoincprobe"] = (
-    "wspnoinc with wsprobe's clock counters",
-    lambda t: "#define CMC_WS_PATCH_NOINC 1\n#define CMC_WS_PROBE 1\n" + _ws(t),
-    lambda d: WS_SMEM_GROWTH)
+    "stage after the full wait (CMC_WS_PATCH_NOINC 1)", WS_PATCH_NOINC=1)
+ALTERNATIVES["wspnoincprobe"] = _ws_macros("wspnoinc with wsprobe's clock counters",
+                                           WS_PATCH_NOINC=1, WS_PROBE=1)
+# The patch loaders by TMA (kernel notes, "A TMA patch loader for the ws kv"): correct, so
+# --check runs it.
+ALTERNATIVES["wsptma"] = _ws_macros(
+    "ws whose patch loaders bring whole-row items as TMA boxes of one patch row, lane b run "
+    "b's (CMC_WS_PATCH_TMA 1)", WS_PATCH_TMA=1)
+ALTERNATIVES["wsptmaprobe"] = _ws_macros("wsptma with wsprobe's clock counters", WS_PATCH_TMA=1,
+                                         WS_PROBE=1)
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
 # by stmatrix.x4 (4 per warp instead of 16 st.shared.b32) and an item's LSE read into registers
 # while the S^T GEMM runs. Each variant below is ws without one or both. Correct, so --check
 # runs them.
-ALTERNATIVES["wsnostsm"] = (
-    "ws storing dS^T to shared memory by st.shared.b32, not stmatrix (CMC_WS_STSM 0)",
-    lambda t: "#define CMC_WS_STSM 0\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
-ALTERNATIVES["wsnolse"] = (
+ALTERNATIVES["wsnostsm"] = _ws_macros(
+    "ws storing dS^T to shared memory by st.shared.b32, not stmatrix (CMC_WS_STSM 0)", WS_STSM=0)
+ALTERNATIVES["wsnolse"] = _ws_macros(
     "ws reading an item's LSE from shared memory after the S^T wait (CMC_WS_LSE_REGS 0)",
-    lambda t: "#define CMC_WS_LSE_REGS 0\n" + _ws(t), lambda d: WS_SMEM_GROWTH)
-ALTERNATIVES["wsnofa"] = (
+    WS_LSE_REGS=0)
+ALTERNATIVES["wsnofa"] = _ws_macros(
     "ws before run 16: neither of FA3 / FA4's differences (CMC_WS_LSE_REGS 0, CMC_WS_STSM 0)",
-    lambda t: "#define CMC_WS_LSE_REGS 0\n#define CMC_WS_STSM 0\n" + _ws(t),
-    lambda d: WS_SMEM_GROWTH)
+    WS_LSE_REGS=0, WS_STSM=0)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
