@@ -158,6 +158,13 @@ step ptma ptma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsptma
     --cases clear_patch causal --mask clear_patch --lengths 4096x8 16384x2
 step ptma ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsptmaprobe --mask clear_patch \
     --lengths 4096x8
+#    and through the runtime: the default build (lockstep kv on CLEAR's patches) against ws with
+#    the cp.async patch loader (out/abrun/pws) and ws with the TMA one (out/abrun/ptma: built
+#    with CMC_WS_PATCH_TMA 1), each `bench.py --compile out/ab/X --bwd-kernel ws --patterns
+#    clear clear_text` then `--runtime-copy out/ab/X out/abrun/X`
+carried ptmaab out/benchrun out/abrun/pws out/abrun/ptma -- ptmaab.log 150 python3 benchmarks/bench.py \
+    --artifacts out/benchrun --ab out/benchrun out/abrun/pws out/abrun/ptma --suite public --patterns \
+    clear clear_text --lengths 2048 4096 16384 32768 --rep 20 --no-plot --out "$OUT/ptmaab"
 # 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
 #    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
