@@ -383,6 +383,21 @@ ALTERNATIVES["wspnoinc"] = _ws_macros(
     "stage after the full wait (CMC_WS_PATCH_NOINC 1)", WS_PATCH_NOINC=1)
 ALTERNATIVES["wspnoincprobe"] = _ws_macros("wspnoinc with wsprobe's clock counters",
                                            WS_PATCH_NOINC=1, WS_PROBE=1)
+# An item's mask word before its S^T and dP^T GEMMs are issued, not after: the word of a
+# patch item is a load from the tile-mask table (kv_patch_word's __ldg), which P^T waits for;
+# run 20 put clear_patch's P^T at 2.5K cycles per item against causal's 0.9K. Correct, so
+# --check runs it.
+ALTERNATIVES["wswordfirst"] = (
+    "ws computing (loading) an item's mask word before issuing its S^T and dP^T GEMMs",
+    _ws_without([("    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);\n"
+                  "    CMC_WS_LAP(kPrIssue);\n"
+                  "    unsigned mw = 0u;\n"
+                  "    const bool mw_ok = tiling.word(item, ctid, mw);\n",
+                  "    unsigned mw = 0u;\n"
+                  "    const bool mw_ok = tiling.word(item, ctid, mw);\n"
+                  "    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);\n"
+                  "    CMC_WS_LAP(kPrIssue);\n", 1)]),
+    lambda d: WS_SMEM_GROWTH)
 # The patch loaders by TMA (kernel notes, "A TMA patch loader for the ws kv"): correct, so
 # --check runs it.
 ALTERNATIVES["wsptma"] = _ws_macros(
@@ -409,7 +424,7 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspnoinc", "wspnoincprobe", "wsptma", "wsptmaprobe",
+            "wspnoinc", "wspnoincprobe", "wsptma", "wsptmaprobe", "wswordfirst",
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
@@ -417,7 +432,7 @@ TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
 PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspnoinc",
-                 "wsptma"}
+                 "wsptma", "wswordfirst"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 

@@ -151,11 +151,14 @@ carried ivab out/benchrun out/abrun/rs2 -- ivab.log 150 python3 benchmarks/bench
     out/abrun/rs2 --suite all --patterns causal hstu clear clear_text g_natten_clamped g_video3d \
     g_grid77_w48_r6 --lengths 4096 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/ivab"
 # 1h. The ws kv's patch loader by TMA boxes (CMC_WS_PATCH_TMA; kernel notes, "A TMA patch
-#    loader for the ws kv"): checks on CLEAR's patches and causal, the kv against ws, the
-#    lockstep base and the no-copy ceiling (wspnoqdo), then the probe (predicted: the loader's
-#    issue 11.4K -> 2-3K cycles per push, the full wait 2.6K -> under 600)
-step ptma ptma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsptma wspnoqdo --check \
-    --cases clear_patch causal --mask clear_patch --lengths 4096x8 16384x2
+#    loader for the ws kv") and the mask word before the GEMM issue (wswordfirst): checks on
+#    CLEAR's patches, causal and grid96, the kv against ws, the lockstep base and the no-copy
+#    ceiling (wspnoqdo), then the probe (predicted: the loader's issue 11.4K -> 2-3K cycles per
+#    push, the full wait 2.6K -> under 600)
+step ptma ptma.log 180 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsptma wspnoqdo wswordfirst \
+    --check --cases clear_patch causal grid96 --mask clear_patch --lengths 4096x8 16384x2
+step ptma ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wswordfirst --mask natten \
+    --lengths 4096x8
 step ptma ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsptmaprobe --mask clear_patch \
     --lengths 4096x8
 #    and through the runtime: the default build (lockstep kv on CLEAR's patches) against ws with
