@@ -1107,6 +1107,26 @@ def _layout_fields(layout: DescriptorLayout) -> list[dict[str, object]]:
     return out
 
 
+def _variant(kind: KernelKind, archs: tuple[str, ...], name: str, dtype: str, head_dim: int,
+             n_terms: int, tiling: Tiling) -> KernelVariant:
+    """Kind `kind`'s variant for (dtype, head dim): its plan sized by the n_terms of the table
+    it walks, on `tiling` if the kind follows the tiling (else linear tiles)."""
+    s = SPECS[kind]
+    own = tiling if s.tiled else LINEAR
+    return KernelVariant(
+        symbol=s.symbol.format(mask=name, dtype=dtype, head_dim=head_dim),
+        dtype=dtype,
+        head_dim=head_dim,
+        block_m=s.block_m,
+        block_n=s.block_n,
+        threads=s.threads[head_dim],
+        smem_bytes=s.smem(head_dim, s.plan_ints(n_terms, patch_key_tiles(own))),
+        kernel=kind,
+        archs=archs,
+        tiling=own,
+    )
+
+
 def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
               archs: Sequence[str], n_terms: int, kernel: str,
               tiling: Tiling = LINEAR) -> tuple[KernelVariant, ...]:
@@ -1119,21 +1139,8 @@ def _variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int],
         for hd in dict.fromkeys(head_dims):
             if hd not in artifacts.HEAD_DIMS:
                 raise ValueError(f"unsupported head dim {hd!r} (supported: {artifacts.HEAD_DIMS})")
-            for kind, kind_archs in kinds:
-                s = SPECS[kind]
-                own = tiling if s.tiled else LINEAR
-                out.append(KernelVariant(
-                    symbol=s.symbol.format(mask=name, dtype=dt, head_dim=int(hd)),
-                    dtype=dt,
-                    head_dim=int(hd),
-                    block_m=s.block_m,
-                    block_n=s.block_n,
-                    threads=s.threads[int(hd)],
-                    smem_bytes=s.smem(int(hd), s.plan_ints(n_terms, patch_key_tiles(own))),
-                    kernel=kind,
-                    archs=kind_archs,
-                    tiling=own,
-                ))
+            out += [_variant(kind, kind_archs, name, dt, int(hd), n_terms, tiling)
+                    for kind, kind_archs in kinds]
     if not out:
         raise ValueError("no kernel variants requested")
     return tuple(out)
@@ -1165,22 +1172,9 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
     out = []
     for dt in dict.fromkeys(dtypes):
         for hd in dict.fromkeys(head_dims):
-            for kind, kind_archs in kinds:
-                s = SPECS[kind]
-                nt = n_terms_t if s.walks == "transposed" else n_terms
-                own = tiling if s.tiled else LINEAR
-                out.append(KernelVariant(
-                    symbol=s.symbol.format(mask=name, dtype=dt, head_dim=int(hd)),
-                    dtype=dt,
-                    head_dim=int(hd),
-                    block_m=s.block_m,
-                    block_n=s.block_n,
-                    threads=s.threads[int(hd)],
-                    smem_bytes=s.smem(int(hd), s.plan_ints(nt, patch_key_tiles(own))),
-                    kernel=kind,
-                    archs=kind_archs,
-                    tiling=own,
-                ))
+            out += [_variant(kind, kind_archs, name, dt, int(hd),
+                             n_terms_t if SPECS[kind].walks == "transposed" else n_terms, tiling)
+                    for kind, kind_archs in kinds]
     return tuple(out)
 
 
