@@ -42,7 +42,8 @@
 #endif
 #ifndef CMC_WS_PATCH_TMA
 // 1: the patch loaders bring an item whose 64 rows all have tokens as TMA boxes of one patch
-// row (one box per lane), not as 2 x 64 rows of cp.async chunks (0: bwd_ablate wspcpasync)
+// row (lane b issues run b's), not as 2 x 64 rows of cp.async chunks (bwd_ablate wsptma; off
+// until measured: kernel notes, "A TMA patch loader for the ws kv")
 #define CMC_WS_PATCH_TMA 0
 #endif
 #ifndef CMC_WS_PATCH_NOINC
