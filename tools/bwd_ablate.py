@@ -374,15 +374,6 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[st
     return out
 
 
-# CLEAR's patch loaders (ws_load_patch) wait for their cp.async rows before arriving: run 20's
-# probe put their issue at 11.4K cycles per push against 1.8K for the linear TMA loader, and the
-# consumers' full wait at 2.6K cycles per item (causal 0.3K). Arriving as the copies land
-# (.noinc) and fencing in the consumers: correct, so --check runs it.
-ALTERNATIVES["wspnoinc"] = _ws_macros(
-    "ws whose patch loaders arrive as their copies land (.noinc), the consumers fencing the "
-    "stage after the full wait (CMC_WS_PATCH_NOINC 1)", WS_PATCH_NOINC=1)
-ALTERNATIVES["wspnoincprobe"] = _ws_macros("wspnoinc with wsprobe's clock counters",
-                                           WS_PATCH_NOINC=1, WS_PROBE=1)
 # An item's mask word before its S^T and dP^T GEMMs are issued, not after: the word of a
 # patch item is a load from the tile-mask table (kv_patch_word's __ldg), which P^T waits for;
 # run 20 put clear_patch's P^T at 2.5K cycles per item against causal's 0.9K. Correct, so
@@ -424,15 +415,15 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspnoinc", "wspnoincprobe", "wsptma", "wsptmaprobe", "wswordfirst",
+            "wsptma", "wsptmaprobe", "wswordfirst",
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspnoinc",
-                 "wsptma", "wswordfirst"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wsptma",
+                 "wswordfirst"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 

@@ -46,12 +46,6 @@
 // until measured: kernel notes, "A TMA patch loader for the ws kv")
 #define CMC_WS_PATCH_TMA 0
 #endif
-#ifndef CMC_WS_PATCH_NOINC
-// 1 (bwd_ablate wspnoinc): the patch loaders arrive on a stage's full barrier as their copies
-// land (cp.async.mbarrier.arrive.noinc) instead of waiting for them, and the consumers fence
-// the stage to the async proxy after the full wait
-#define CMC_WS_PATCH_NOINC 0
-#endif
 namespace cmc_bwd_sm90 {
 
 // Four 8 x 8 b16 matrices of the accumulator fragment layout (register i: matrix i, rows lane /
@@ -329,11 +323,7 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
       const cmc_bwd_tile_tokens<H> rows = cmc_bwd_tokens_of<H>(geo, j, len);
       ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return rows(64 * hh + r); }, true, lane);
     }
-#if CMC_WS_PATCH_NOINC
-    ws_cp_arrive(fullb);  // the consumers fence the stage after their full wait
-#else
     ws_filled(fullb, true);  // (waits for this lane's copies)
-#endif
     CMC_WS_LAP(kPrLdIssue);
     return true;
   };
@@ -346,7 +336,7 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
     }
   }
   push(-1, 0, 0);
-#if CMC_WS_PATCH_NOINC || CMC_WS_PATCH_TMA
+#if CMC_WS_PATCH_TMA
   cp_commit();  // as ws_load: the warp stays until its last copies (.noinc arrivals) have landed
   cp_wait<0>();
 #endif
@@ -535,7 +525,6 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
 // final dK, dV stores.
 template <class H, class HT> struct WsLinear {
   static constexpr int kBox = kBM;
-  static constexpr bool kFenceAfterFull = false;  // the loader fences its gathered edge items
   const typename HT::seq_t& seqt;
   int len, k0;
   cmc_i64 tok0;
@@ -574,7 +563,6 @@ template <class H, class HT> struct WsLinear {
 };
 template <class H, class HT> struct WsPatch {
   static constexpr int kBox = cmc_bwd_patch_box<H>();
-  static constexpr bool kFenceAfterFull = CMC_WS_PATCH_NOINC;
   const typename HT::seq_t& seqt;
   const cmc_patch_geo& geo;
   const cmc_bwd_tile_tokens<H>& keys;
@@ -648,7 +636,6 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
   for (int n = 0;; ++n) {
     const int st = n & 1;
     if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
-    if constexpr (T::kFenceAfterFull) fence_proxy_async();  // the loaders' cp.async rows
     CMC_WS_LAP(kPrFull);
     const int4 slot = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
     if (slot.x < 0) break;
