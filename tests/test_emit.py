@@ -927,6 +927,19 @@ def test_host_unchecked_intervals_equal_the_checked(workdir, monkeypatch):
             assert tiles_a == tiles_b, table.mask.name
 
 
+def test_unchecked_bound_is_the_kernels_saturation_bound():
+    """emit.IV_BIG, the bound _fits_unchecked proves values inside, is CMC_IV_BIG of the
+    hand-written interval code: a larger Python bound would emit cmc_ivu where cmc_iv
+    saturates."""
+    import re
+
+    from cmc.emit import IV_BIG
+
+    text = (ROOT / "templates" / "cmc" / "attn_fwd_portable.cuh").read_text()
+    m = re.search(r"#define CMC_IV_BIG \(1LL << (\d+)\)", text)
+    assert m is not None and 1 << int(m.group(1)) == IV_BIG
+
+
 def test_unchecked_needs_every_evaluated_value_in_range():
     """A table's index is evaluated by term() although its value is the table's: an index
     past cmc_iv's saturation bound keeps the term checked (the range of the table alone
