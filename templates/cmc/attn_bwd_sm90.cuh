@@ -219,13 +219,7 @@ CMC_DEV void cmc_bwd_plan_step(int step, const typename HH::seq_t& s, const cmc_
       if (!hull && s0 >= len) continue;  // the hull holds a token (cmc_bwd_tile_hull)
       int r4[4];
       HH::term(s, s0, hull ? b : (s0 + g.PW - 1 < len - 1 ? s0 + g.PW - 1 : len - 1), i, r4);
-      if (hull) {
-        p[4 * i] = r4[0];
-        p[4 * i + 1] = r4[1];
-        p[4 * i + 2] = r4[2];
-        p[4 * i + 3] = r4[3];
-      }
-      if (!hull || nbox == 0) cmc_patch_mark(touched, g, r4[0], r4[1]);
+      cmc_plan_patch_item(p, touched, g, i, r4, hull, nbox > 0);
     }
   } else if (step == 2) {
     // A range over several grid rows marks whole patch rows (cmc_patch_mark), so patches of

@@ -591,6 +591,19 @@ CMC_DEV void cmc_patch_mark(unsigned* bits, const cmc_patch_geo& g, int lo, int 
     cmc_bits_set(bits, g.nlin + (ya / g.PH) * g.ngx, g.nlin + (yb / g.PH + 1) * g.ngx);
   }
 }
+// One item of a patch plan's hull-and-box loop (the forward's build_plan_patch, the
+// backward's cmc_bwd_plan_step): term i's ranges r4 over the tile's hull are its plan entry
+// p[4 i ..]; those over a box, or a linear tile's hull (no boxes), mark the tiles they touch.
+CMC_DEV void cmc_plan_patch_item(int* p, unsigned* touched, const cmc_patch_geo& g, int i, const int* r4,
+                                 bool hull, bool boxes) {
+  if (hull) {
+    p[4 * i] = r4[0];
+    p[4 * i + 1] = r4[1];
+    p[4 * i + 2] = r4[2];
+    p[4 * i + 3] = r4[3];
+  }
+  if (!hull || !boxes) cmc_patch_mark(touched, g, r4[0], r4[1]);
+}
 // Whether every key of tile t is below its limit (cmc_patch_lim) and inside one of the full
 // ranges of the plan's terms (p[4 i + 2 .. 3], i < nt): then every pair of the tile is visible.
 CMC_DEV bool cmc_patch_full(const cmc_patch_geo& g, const int* p, int nt, int len, int t) {

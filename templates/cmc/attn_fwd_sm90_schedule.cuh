@@ -97,13 +97,7 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
     const int e = end < lim - 1 ? end : lim - 1;
     int r4[4];
     H::term(seq, s, e, i, r4);
-    if (hull) {
-      p[4 * i] = r4[0];
-      p[4 * i + 1] = r4[1];
-      p[4 * i + 2] = r4[2];
-      p[4 * i + 3] = r4[3];
-    }
-    if (!hull || nbox == 0) cmc_patch_mark(touched, g, r4[0], r4[1]);
+    cmc_plan_patch_item(p, touched, g, i, r4, hull, nbox > 0);
   }
   builders_bar(nb);
   // btid opaque: else ptxas keeps btid < nw (the first loop's test) across the term code
