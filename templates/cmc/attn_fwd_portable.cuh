@@ -592,7 +592,7 @@ CMC_DEV void cmc_patch_mark(unsigned* bits, const cmc_patch_geo& g, int lo, int 
   }
 }
 // One item of a patch plan's hull-and-box loop (the forward's build_plan_patch, the
-// backward's cmc_bwd_plan_step): term i's ranges r4 over the tile's hull are its plan entry
+// backward kv's patch plan step): term i's ranges r4 over the tile's hull are its plan entry
 // p[4 i ..]; those over a box, or a linear tile's hull (no boxes), mark the tiles they touch.
 CMC_DEV void cmc_plan_patch_item(int* p, unsigned* touched, const cmc_patch_geo& g, int i, const int* r4,
                                  bool hull, bool boxes) {
