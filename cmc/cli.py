@@ -371,9 +371,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
               show_default=True,
               help="On sm_90a the wgmma dK/dV and dQ kernels (the portable ones elsewhere): "
                    "ws: the warp-specialised dK/dV kernel; lockstep: the dK/dV kernel whose "
-                   "warpgroups also load; auto: ws on linear tiles, lockstep on patch tiles "
-                   "(the faster of the two for each, measured). portable: the portable "
-                   "kernels on every arch.")
+                   "warpgroups also load; auto: ws (the faster on every tiling measured). "
+                   "portable: the portable kernels on every arch.")
 @click.option("--reg-split", type=click.Choice(["auto", "fixed"]), default="auto",
               show_default=True,
               help="auto: the sm90 forward tries its register splits until one uses no local "

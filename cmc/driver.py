@@ -71,8 +71,7 @@ class Options:
     tiling: str = "auto"
     backward: bool = True  # the backward kernels and the transposed table (--no-backward: off)
     # the wgmma kinds on sm_90a, cmc_bwd elsewhere: "ws" (kv bwd_kv_sm90_ws), "lockstep" (kv
-    # bwd_kv_sm90), "auto": ws on a linear tiling, lockstep on a patch tiling; "portable":
-    # cmc_bwd everywhere (kernels.backward_kinds).
+    # bwd_kv_sm90), "auto": ws; "portable": cmc_bwd everywhere (kernels.backward_kinds).
     bwd_kernel: str = "auto"
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).

@@ -1168,7 +1168,7 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
     """One variant per (dtype, head dim) and backward kind (kernels.backward_kinds, with
     `bwd_kernel`'s choice), each its own cubin; a kind's plan is sized by the table it walks
     (kv: the transposed one); the kinds that follow the tiling (bwd_dq_sm90) get `tiling`."""
-    kinds = backward_kinds(tuple(archs), bwd_kernel, patch=tiling.kind == "patch")
+    kinds = backward_kinds(tuple(archs), bwd_kernel)
     out = []
     for dt in dict.fromkeys(dtypes):
         for hd in dict.fromkeys(head_dims):

@@ -14,8 +14,8 @@ replaces FWD_PORTABLE on sm_90a, and BWD_KV_SM90 (role "kv", archs ("sm_90a",)) 
 BWD_DQ_SM90 (role "dq") replace BWD_KV and BWD_DQ the same way. Which of them claim an arch
 follows the build's choice (`choices`): the forward's "auto" (the default) takes FWD_SM90;
 the backward's "ws" takes the warp-specialised BWD_KV_SM90_WS for the kv role and BWD_DQ_SM90,
-"lockstep" BWD_KV_SM90 and BWD_DQ_SM90, and its "auto" (the default) is "ws" on a linear
-tiling and "lockstep" on a patch tiling (`backward_kinds`); "portable" takes none. Backward kinds carry their entry
+"lockstep" BWD_KV_SM90 and BWD_DQ_SM90, and its "auto" (the default) is "ws"
+(`backward_kinds`); "portable" takes none. Backward kinds carry their entry
 point (`entry`, `threads_expr`, `smem_expr`), so emit renders them without a template
 change; the forward's entry points are in templates/kernel.cu.j2. A new launch parameter
 also needs its packing in the runtime. docs/architecture.md, "Where to change what".
@@ -395,8 +395,7 @@ def _bwd_sm90_plan_ints(n_terms: int, patch_tiles: int | None) -> int:
     return _portable_plan_ints(n_terms, None)
 
 
-# Replaces BWD_KV on sm_90a under "lockstep", which "auto" is on patch tilings
-# (backward_kinds); checked on the H200 on 2026-12-05 (tests/gpu, tools/bwd_kernel_check.py). It
+# Replaces BWD_KV on sm_90a under "lockstep" (backward_kinds); checked on the H200 on 2026-12-05 (tests/gpu, tools/bwd_kernel_check.py). It
 # follows the tile stage's tiling: with a patch tiling its CTA is one forward tile of keys
 # (linear or patch) and its grid counts the forward's tiles (attn_bwd_sm90.cuh kv_patch).
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
@@ -478,9 +477,9 @@ def _bwd_kv_sm90_ws_smem(head_dim: int, plan_ints: int) -> int:
 
 
 # BWD_KV_SM90 warp-specialised (docs/kernel-notes.md, "The warp-specialised kv"): the default
-# kv on linear tilings (backward_kinds' "auto"; on the H200, 2026-12-05, 1.22-1.32x the
-# lockstep kind's backward on the dense and jagged masks, 0.95-0.99x on CLEAR's patch
-# tiling, which therefore keeps BWD_KV_SM90). Its second parameter is the
+# kv (backward_kinds' "auto"; on the H200, 2026-12-05, 1.22-1.32x the lockstep kind's
+# backward on the dense and jagged masks; on CLEAR's patch tiling 1.28-1.41x since its patch
+# loaders issue TMA boxes, H100, 2026-12-06, kernel notes "Run 21"). Its second parameter is the
 # Q and dO tensor maps and dq_accum's (fp32, abi.F32_MAP_COLS columns), boxes of the tiling's
 # box rows capped at kBM = 64 tokens (map_box_cap: 64 on a linear tiling, a patch row on a
 # patch tiling): an item's rows are loaded and its dQ partial added as boxes of consecutive
@@ -545,22 +544,22 @@ def forward_kinds(archs: tuple[str, ...], choice: str) -> list[tuple[KernelKind,
 # Options.bwd_kernel. On sm_90a the wgmma kinds (1.8-2.3x the portable kinds' backward on the
 # dense and jagged masks, 4.4-4.6x on CLEAR; H200, 2026-12-05, docs/benchmarks.md run 12):
 # "lockstep" takes BWD_KV_SM90 for the kv role, "ws" the warp-specialised BWD_KV_SM90_WS
-# (1.22-1.32x lockstep's backward on the dense and jagged masks, 0.95-0.99x on CLEAR's patch
-# tiling; H200, 2026-12-05, docs/benchmarks.md), both with BWD_DQ_SM90; "auto" is "ws" on a
-# linear tiling and "lockstep" on a patch tiling. "portable" gives cmc_bwd every arch.
+# (1.22-1.32x lockstep's backward on the dense and jagged masks, H200, 2026-12-05,
+# docs/benchmarks.md; 1.28-1.41x on CLEAR's patch tiling, H100, 2026-12-06, kernel notes
+# "Run 21"), both with BWD_DQ_SM90; "auto" is "ws". "portable" gives cmc_bwd every arch.
 BWD_KERNELS = ("auto", "portable", "lockstep", "ws")
 
 
-def backward_kinds(archs: tuple[str, ...], choice: str = "auto", *, patch: bool = False
+def backward_kinds(archs: tuple[str, ...], choice: str = "auto"
                    ) -> list[tuple[KernelKind, tuple[str, ...]]]:
-    """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post), for a
-    build whose tile stage chose a patch tiling (`patch`) or a linear one: "auto" resolves
-    to "lockstep" (patch) or "ws" (linear), then each arch-specific kind whose `choices`
-    hold the choice claims its archs; "portable" gives the portable kinds every arch."""
+    """(kind, archs) of the backward pass, roles in launch order (pre, kv, dq, post): "auto"
+    resolves to "ws" (the faster kv on every tiling measured), then each arch-specific kind
+    whose `choices` hold the choice claims its archs; "portable" gives the portable kinds
+    every arch."""
     if choice not in BWD_KERNELS:
         raise ValueError(f"unsupported backward kernel {choice!r} (supported: {BWD_KERNELS})")
     if choice == "auto":
-        choice = "lockstep" if patch else "ws"
+        choice = "ws"
     return kinds_for(Pass.BACKWARD, archs, choice)
 
 

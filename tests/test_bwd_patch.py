@@ -204,17 +204,20 @@ def test_host_bwd_patch_plans_short_sequences_are_linear(workdir):
     assert seen["p"] > 0
 
 
-def test_dq_and_kv_follow_the_forward_tiling():
-    """bwd_dq_sm90 and bwd_kv_sm90 get the tile stage's patch tiling (grid: the forward's
-    tiles, heads_q for dq and heads_kv for kv; plan: the term ranges of the table each walks,
-    the transposed one for kv, and two bit sets); a linear mask keeps the linear rule."""
+@pytest.mark.parametrize("choice", ["auto", "lockstep"])
+def test_dq_and_kv_follow_the_forward_tiling(choice):
+    """bwd_dq_sm90 and either kv kind (auto: the ws one) get the tile stage's patch tiling
+    (grid: the forward's tiles, heads_q for dq and heads_kv for kv; plan: the term ranges of
+    the table each walks, the transposed one for kv, and two bit sets); a linear mask keeps
+    the linear rule."""
     from cmc.artifacts import KernelKind
     from cmc.kernels import TileShape, spec
 
     src = emit(front(ROOT / "samples" / "clear.mask"), archs=("sm_90a",), backward=True,
-               bwd_kernel="auto", dtypes=("bf16",), head_dims=(128,))
+               bwd_kernel=choice, dtypes=("bf16",), head_dims=(128,))
     by_kind = {v.kernel: v for v in src.variants}
-    dq, kv = by_kind[KernelKind.BWD_DQ_SM90], by_kind[KernelKind.BWD_KV_SM90]
+    dq = by_kind[KernelKind.BWD_DQ_SM90]
+    kv = by_kind[KernelKind.BWD_KV_SM90 if choice == "lockstep" else KernelKind.BWD_KV_SM90_WS]
     assert (dq.tiling.kind, kv.tiling.kind) == ("patch", "patch")
     assert dq.tiling == kv.tiling
     shape = dq.tiling.shape
@@ -248,15 +251,16 @@ int main() {
   const cmc_patch_geo g = cmc_bwd_geo<cmc_hooks>(len);
   for (int t = 0; t < g.nqt; ++t)
     for (int j = 0; j < g.nqt; ++j) {
-      const int c = cmc_patch_class_of<cmc_hooks>(g, t, j, len);
-      if (c < 0) continue;
-      // dq_patch's decoding: thread (wg, wtid) rows lr, lr + 8; half hh, column 64 hh + 8 jj
-      // + cq + e from bit e * 16 + 8 hh + jj of the forward consumer's words
+      // dq_patch's word (cmc_patch_tile_mask) and decoding: thread (wg, wtid) rows lr, lr + 8;
+      // half hh, column 64 hh + 8 jj + cq + e from bit e * 16 + 8 hh + jj
       static char m[128][129];
+      bool has = false;
       for (int tid = 0; tid < 256; ++tid) {
         const int wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
         const int lr = 64 * wg + 16 * warp + (lane >> 2), cq = 2 * (lane & 3);
-        const cmc_uint2 mw = cmc_hooks::patch_masks()[c * 256 + wg * 128 + wtid];
+        cmc_uint2 mw;
+        has = cmc_patch_tile_mask<cmc_hooks>(g, t, j, len, wg * 128 + wtid, cq, mw);
+        if (!has) break;
         for (int hh = 0; hh < 2; ++hh)
           for (int jj = 0; jj < 8; ++jj)
             for (int e = 0; e < 2; ++e) {
@@ -265,6 +269,7 @@ int main() {
               m[lr + 8][col] = (mw.y >> bit) & 1u ? '1' : '0';
             }
       }
+      if (!has) continue;
       printf("%d %d\n", t, j);
       for (int r = 0; r < 128; ++r) { m[r][128] = 0; puts(m[r]); }
     }
@@ -316,23 +321,25 @@ def test_host_dq_patch_reads_the_forward_tile_masks(shape, workdir):
     """bwd_dq_sm90 on patches applies the forward's per-offset tile mask of (query tile, key
     tile) for its 64-key halves (dq_patch: bit cmc_bwd_dq_mask_bit(hh, jj, e) of the forward
     consumer thread's words). That decoding, compiled from the emitted source with the real
-    table, cmc_patch_class_of and the kernel's bit helper, equals the dense mask on every
-    pair that has a class."""
+    table, cmc_patch_tile_mask and the kernel's bit helper, equals the dense mask on every
+    pair that has a class; a key patch cut by len has one, its keys past len cleared."""
     table, tiling, src = _masked_clear(shape)
     exe = host_build(src.text, MASK_MAIN, workdir / f"dq_masks_{shape[0]}", sanitize=False)
     n, vis, toks, local = _masked_clear_case(table, tiling)
     out = subprocess.run([str(exe)], input=str(n), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    pairs = 0
+    pairs = cut = 0
     for (t, j), got in _pairs(out.stdout):
         qt, kt = local[t - 1], local[j - 1]  # one linear tile (the 128 text tokens) first
-        assert (kt < n).all(), "a class for a key patch cut by len"
         rows = qt < n  # rows past len: P = 0 by their LSE offset, whatever the bits say
-        assert set(qt[rows]) <= set(toks[t]) and set(kt) <= set(toks[j])
-        want = vis[np.ix_(qt[rows], kt)]
-        assert (got[rows] == want).all(), f"tile pair ({t}, {j}): dq decoding differs"
+        keys = kt < n
+        assert set(qt[rows]) <= set(toks[t]) and set(kt[keys]) <= set(toks[j])
+        want = vis[np.ix_(qt[rows], kt[keys])]
+        assert (got[np.ix_(rows, keys)] == want).all(), f"tile pair ({t}, {j}): dq decoding differs"
+        assert not got[:, ~keys].any(), f"tile pair ({t}, {j}): a key past len has a bit"
         pairs += 1
-    assert pairs > 0
+        cut += int(not keys.all())
+    assert pairs > 0 and cut > 0
 
 
 KV_MASK_MAIN = r"""
@@ -343,8 +350,9 @@ int main() {
   const cmc_patch_geo g = cmc_bwd_geo<cmc_hooks>(len);
   for (int t = 0; t < g.nqt; ++t)
     for (int j = 0; j < g.nqt; ++j) {
-      // kv_patch: CTA key tile j, item query tile t; the forward pair's class
-      const int c = cmc_patch_class_of<cmc_hooks>(g, t, j, len);
+      // kv_patch: CTA key tile j, item query tile t; the pair's class (key patch cut by len too)
+      int lim;
+      const int c = cmc_patch_class_cut<cmc_hooks>(g, t, j, len, lim);
       if (c < 0) continue;
       // thread (wg, wtid) key rows lr, lr + 8; half hh's word, query column 64 hh + 8 jj +
       // cq + e of key row lr + 8 i at bit cmc_bwd_kv_mask_bit(i, jj, e)
@@ -376,29 +384,32 @@ def test_host_kv_patch_reads_the_transposed_tile_masks(shape, workdir):
     """bwd_kv_sm90 on patches applies the forward's per-offset tile mask of (query tile, key
     tile), transposed to its layout (cmc_patch_mask_words_t, cmc/emit.py sm90_kv_mask_words:
     key rows of the thread, the word of query half hh, bit cmc_bwd_kv_mask_bit(i, jj, e)).
-    That decoding, compiled from the emitted source with the real table, cmc_patch_class_of
+    That decoding, compiled from the emitted source with the real table, cmc_patch_class_cut
     and the kernel's bit helper, equals the dense mask transposed on every pair that has a
-    class; the same decoding with the halves swapped differs (the comparison can fail)."""
+    class, the key patches cut by len included (on their keys below len); the same decoding
+    with the halves swapped differs (the comparison can fail)."""
     table, tiling, src = _masked_clear(shape)
     assert "cmc_patch_mask_words_t[" in src.text
     exe = host_build(src.text, KV_MASK_MAIN, workdir / f"kv_masks_{shape[0]}", sanitize=False)
     n, vis, toks, local = _masked_clear_case(table, tiling)
 
-    def mismatches(swap: int) -> tuple[int, int]:
+    def mismatches(swap: int) -> tuple[int, int, int]:
         out = subprocess.run([str(exe)], input=f"{n} {swap}", capture_output=True, text=True,
                              timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
-        pairs = bad = 0
+        pairs = bad = cut = 0
         for (t, j), got in _pairs(out.stdout):
             qt, kt = local[t - 1], local[j - 1]  # one linear tile (the 128 text tokens) first
-            assert (kt < n).all(), "a class for a key patch cut by len"
-            cols = qt < n  # query rows past len: zero Q, dO, Dsum add 0, whatever the bits say
-            assert set(qt[cols]) <= set(toks[t]) and set(kt) <= set(toks[j])
-            want = vis[np.ix_(qt[cols], kt)].T  # [key local][query local]
-            bad += int(not (got[:, cols] == want).all())
+            # rows and columns past len: K, V (Q, dO, Dsum) zero, adding 0 whatever the bits
+            rows, cols = kt < n, qt < n
+            assert set(qt[cols]) <= set(toks[t]) and set(kt[rows]) <= set(toks[j])
+            want = vis[np.ix_(qt[cols], kt[rows])].T  # [key local][query local]
+            bad += int(not (got[np.ix_(rows, cols)] == want).all())
             pairs += 1
-        return pairs, bad
+            cut += int(not rows.all())
+        return pairs, bad, cut
 
-    pairs, bad = mismatches(0)
+    pairs, bad, cut = mismatches(0)
     assert pairs > 0 and bad == 0, f"{bad} of {pairs} pairs: kv decoding differs"
+    assert cut > 0, "no key patch cut by len had a class"
     assert mismatches(1)[1] > 0, "a swapped half was not caught"

@@ -1,7 +1,7 @@
 """The sm_90a backward kinds: dK/dV (kernels.BWD_KV_SM90, templates/cmc/attn_bwd_sm90.cuh) and
 the deterministic dQ (kernels.BWD_DQ_SM90, templates/cmc/attn_bwd_sm90_dq.cuh): chosen with
-bwd_kernel "lockstep" (and the dq kind with "ws"; "auto", the default, is "lockstep" on patch
-tilings and "ws" on linear ones) on sm_90a only and never with "portable", their specs against
+bwd_kernel "lockstep" (and the dq kind with "ws" and "auto", the default, which is "ws") on
+sm_90a only and never with "portable", their specs against
 the headers' constants, NVRTC builds without spills or wgmma pipeline notes (cmc.build raises
 on C7515-C7520), and the runtime launching them by role with the manifest's grid, threads and
 shared memory (fake driver). Their GPU check: tools/bwd_kernel_check.py --sm90 and tests/gpu
@@ -40,30 +40,26 @@ def test_portable_backward_does_not_contain_the_sm90_kind():
     assert "cmc_bwd_sm90" not in src.text and "bwd_kv_sm90" not in src.text
 
 
-@pytest.mark.parametrize("patch,kv", [(False, KernelKind.BWD_KV_SM90_WS),
-                                      (True, KernelKind.BWD_KV_SM90)])
-def test_default_backward_is_the_sm90_kinds_on_sm90a(patch, kv):
+def test_default_backward_is_the_sm90_kinds_on_sm90a():
     """The default (Options().bwd_kernel, "auto"): sm_90a gets the wgmma kinds (kv: the
-    warp-specialised one on a linear tiling, the lockstep one on a patch tiling), sm_100a
-    the portable ones; pre and post are portable on both."""
+    warp-specialised one), sm_100a the portable ones; pre and post are portable on both."""
     assert Options().bwd_kernel == "auto"
-    got = {(k, a) for k, archs in backward_kinds(("sm_90a", "sm_100a"), patch=patch)
-           for a in archs}
+    got = {(k, a) for k, archs in backward_kinds(("sm_90a", "sm_100a")) for a in archs}
     assert got == {(KernelKind.BWD_PRE, "sm_90a"), (KernelKind.BWD_PRE, "sm_100a"),
-                   (kv, "sm_90a"), (KernelKind.BWD_KV, "sm_100a"),
+                   (KernelKind.BWD_KV_SM90_WS, "sm_90a"), (KernelKind.BWD_KV, "sm_100a"),
                    (KernelKind.BWD_DQ_SM90, "sm_90a"), (KernelKind.BWD_DQ, "sm_100a"),
                    (KernelKind.BWD_POST, "sm_90a"), (KernelKind.BWD_POST, "sm_100a")}
-    assert backward_kinds(("sm_90a",), patch=patch) == backward_kinds(
-        ("sm_90a",), "lockstep" if patch else "ws")
+    assert backward_kinds(("sm_90a",)) == backward_kinds(("sm_90a",), "ws")
 
 
-@pytest.mark.parametrize("name,kv", [("causal", "bwd_kv_sm90_ws"), ("clear", "bwd_kv_sm90")])
-def test_default_kv_follows_the_tile_stage(name, kv):
-    """Through the driver: causal (linear tiles) gets the warp-specialised kv, clear (the
-    tile stage's patches) the lockstep one."""
+@pytest.mark.parametrize("name", ["causal", "clear"])
+def test_default_kv_is_the_ws_kind_on_either_tiling(name):
+    """Through the driver: causal (linear tiles) and clear (the tile stage's patches) get the
+    warp-specialised kv."""
     src = back(front(ROOT / "samples" / f"{name}.mask"),
                Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,)))
-    assert [v.kernel.value for v in _bwd(src) if spec(v.kernel).role == "kv"] == [kv]
+    assert [v.kernel.value for v in _bwd(src) if spec(v.kernel).role == "kv"] == [
+        "bwd_kv_sm90_ws"]
 
 
 def test_lockstep_choice_replaces_kv_and_dq_on_sm90a_only():

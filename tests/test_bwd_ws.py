@@ -32,9 +32,9 @@ def test_ws_choice_swaps_the_kv_kind_on_sm90a_only():
                    (KernelKind.BWD_KV, "sm_80"), (KernelKind.BWD_KV_SM90_WS, "sm_90a"),
                    (KernelKind.BWD_DQ, "sm_80"), (KernelKind.BWD_DQ_SM90, "sm_90a"),
                    (KernelKind.BWD_POST, "sm_80"), (KernelKind.BWD_POST, "sm_90a")}
-    for choice, patch in (("lockstep", False), ("auto", True), ("portable", False)):
+    for choice in ("lockstep", "portable"):
         assert all(k is not KernelKind.BWD_KV_SM90_WS
-                   for k, _ in backward_kinds(("sm_90a",), choice, patch=patch))
+                   for k, _ in backward_kinds(("sm_90a",), choice))
 
 
 def test_ws_spec():

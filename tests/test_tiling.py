@@ -275,16 +275,17 @@ int main() {
     // the per-offset tile masks as the consumers read them (fragment order decoded)
     if (cmc_hooks::kPatchMasks) {
       static char m[128][129];
+      cmc_uint2 w0;
       for (int t = 0; t < g.nqt; ++t)
         for (int j = 0; j < g.nqt; ++j) {
-          const int cl = cmc_patch_class_of<cmc_hooks>(g, t, j, len);
-          if (cl < 0) continue;
+          if (!cmc_patch_tile_mask<cmc_hooks>(g, t, j, len, 0, 0, w0)) continue;
           printf("M %d %d\n", t, j);
           for (int r = 0; r < 128; ++r) { memset(m[r], '0', 128); m[r][128] = 0; }
           for (int th = 0; th < 256; ++th) {
-            const cmc_uint2 w = cmc_hooks::patch_masks()[cl * 256 + th];
             const int ct = th % 128, lane = ct % 32;
             const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
+            cmc_uint2 w;
+            cmc_patch_tile_mask<cmc_hooks>(g, t, j, len, th, off, w);
             for (int n = 0; n < 16; ++n)
               for (int e = 0; e < 2; ++e) {
                 if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
@@ -326,7 +327,7 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int],
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     lines = r.stdout.split("\n")
     pos = 0
-    seen = {"f": 0, "p": 0, ".": 0, "m": 0}
+    seen = {"f": 0, "p": 0, ".": 0, "m": 0, "cut": 0}
     for n in lengths:
         vis = _dense(table, n)
         nqt = int(lines[pos])
@@ -376,10 +377,12 @@ def _check(table, tiling: Tiling, exe: Path, lengths: list[int],
             pos += 129
             qrows = [s + x for s in boxes_of(int(t), nqt, tiling, n) for x in range(pw)]
             keys = [s + x for s in boxes_of(int(j), nqt, tiling, n) for x in range(pw)]
-            assert max(keys) < n, f"len {n}: a tile mask for key tile {j} past len"
             live = [r for r in range(128) if qrows[r] < n]  # rows past len are never stored
-            want = vis[np.ix_([qrows[r] for r in live], keys)]
-            assert (got[live] == want).all(), f"len {n}: tile mask of tiles ({t}, {j})"
+            kin = [c for c in range(128) if keys[c] < n]  # a key patch cut by len: a prefix
+            want = vis[np.ix_([qrows[r] for r in live], [keys[c] for c in kin])]
+            assert (got[np.ix_(live, kin)] == want).all(), f"len {n}: tile mask of tiles ({t}, {j})"
+            assert not got[:, len(kin):].any(), f"len {n}: tile ({t}, {j}) has a key past len"
+            seen["cut"] += int(len(kin) < 128)
             seen["m"] += 1
             if masked is not None:
                 masked.append((n, int(t), int(j)))
@@ -427,7 +430,7 @@ def test_host_patch_plan_clear(shape, workdir):
         exe = _build(table, t, workdir)
         seen = _check(table, t, exe, [1, 100, 128, 129, 128 + 32 * 7 + 5, 128 + 32 * 20, 700])
         assert seen["p"] > 0 and seen["f"] > 0 and seen["."] > 0
-    assert seen["m"] > 0
+    assert seen["m"] > 0 and seen["cut"] > 0  # key patches cut by len have their classes
 
 
 @needs_gxx

@@ -74,16 +74,16 @@ def test_every_bwd_alternative_builds(name):
 
 
 def test_ws_patch_loader_alternatives_build_on_patches(monkeypatch):
-    """The patch loader's alternatives (bwd_ablate wsptma, wspnoqdo: CMC_WS_PATCH_TMA, the
+    """The patch loader's alternatives (bwd_ablate wspcp, wspnoqdo: CMC_WS_PATCH_TMA 0, the
     cp.async rows left out) on CLEAR's patch tiling, where their loader code is instantiated
-    (the causal builds above never reach it): the kv without spills at both head dims, so the
-    24-register loaders hold the TMA path (one more live map pointer spilled them, 2026-12-06)."""
+    (the causal builds above never reach it): the kv without spills at both head dims (the
+    shipped TMA path's own check is the manifest's, tests/test_bwd_ws.py)."""
     pytest.importorskip("cuda.bindings.nvrtc")
     import types
 
     monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
     ab = _tool("bwd_ablate")
-    for name in ("wsptma", "wspnoqdo"):
+    for name in ("wspcp", "wspnoqdo"):
         for d in (64, 128):
             regs = ab._build(name, "sm_90a", "clear_patch", "bf16", d)[1]
             kv = {s: r for s, r in regs.items() if "bwd_kv_sm90" in s}

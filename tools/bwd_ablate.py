@@ -271,8 +271,9 @@ WS_ABLATIONS = {
                    "dsa[2 * jj + 1];",
                    "      if (hq < -1) *reinterpret_cast<unsigned*>(sds + swz<kBN>(lr + 8, jj) + off) "
                    "= dsa[2 * jj + 1];", 1)]),
-    "wspnoqdo": ("ws whose patch loaders copy no Q or dO rows (LSE and Dsum only; the consumers "
-                 "read stale stages): the ceiling of a faster patch loader (--mask clear_patch)",
+    "wspnoqdo": ("ws whose patch loaders copy no Q or dO rows (LSE and Dsum only, by the cp.async "
+                 "loader: CMC_WS_PATCH_TMA 0; the consumers read stale stages): the ceiling of any "
+                 "patch loader (--mask clear_patch)",
                  [("      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return "
                    "rows(64 * hh + r); }, true, lane);",
                    "      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return "
@@ -280,6 +281,10 @@ WS_ABLATIONS = {
 }
 for _n, (_what, _edits) in WS_ABLATIONS.items():
     ALTERNATIVES[_n] = (_what, _ws_without(_edits), lambda d: WS_SMEM_GROWTH)
+_noqdo = ALTERNATIVES["wspnoqdo"][1]
+ALTERNATIVES["wspnoqdo"] = (ALTERNATIVES["wspnoqdo"][0],
+                            lambda text: "#define CMC_WS_PATCH_TMA 0\n" + _noqdo(text),
+                            lambda d: WS_SMEM_GROWTH)
 # The kind before its writers added items of consecutive tokens by TMA tensor reduce-adds
 # (linear items: 2026-12-05 run 15; patch items, by patch-row boxes: later that day): every
 # item by one bulk add per row. Correct, so --check runs it.
@@ -374,28 +379,12 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[st
     return out
 
 
-# An item's mask word before its S^T and dP^T GEMMs are issued, not after: the word of a
-# patch item is a load from the tile-mask table (kv_patch_word's __ldg), which P^T waits for;
-# run 20 put clear_patch's P^T at 2.5K cycles per item against causal's 0.9K. Correct, so
-# --check runs it.
-ALTERNATIVES["wswordfirst"] = (
-    "ws computing (loading) an item's mask word before issuing its S^T and dP^T GEMMs",
-    _ws_without([("    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);\n"
-                  "    CMC_WS_LAP(kPrIssue);\n"
-                  "    unsigned mw = 0u;\n"
-                  "    const bool mw_ok = tiling.word(item, ctid, mw);\n",
-                  "    unsigned mw = 0u;\n"
-                  "    const bool mw_ok = tiling.word(item, ctid, mw);\n"
-                  "    issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);\n"
-                  "    CMC_WS_LAP(kPrIssue);\n", 1)]),
-    lambda d: WS_SMEM_GROWTH)
-# The patch loaders by TMA (kernel notes, "A TMA patch loader for the ws kv"): correct, so
-# --check runs it.
-ALTERNATIVES["wsptma"] = _ws_macros(
-    "ws whose patch loaders bring whole-row items as TMA boxes of one patch row, lane b run "
-    "b's (CMC_WS_PATCH_TMA 1)", WS_PATCH_TMA=1)
-ALTERNATIVES["wsptmaprobe"] = _ws_macros("wsptma with wsprobe's clock counters", WS_PATCH_TMA=1,
-                                         WS_PROBE=1)
+# ws before its patch loaders took whole-row items as TMA boxes (run 21, 2026-12-06: the kv on
+# clear_patch 4K x 8 4.34 -> 3.40 ms; kernel notes, "A TMA patch loader for the ws kv"): every
+# item's Q and dO rows by cp.async chunks. Correct, so --check runs it.
+ALTERNATIVES["wspcp"] = _ws_macros(
+    "ws whose patch loaders bring every item by cp.async chunks, not TMA boxes of one patch row "
+    "(CMC_WS_PATCH_TMA 0)", WS_PATCH_TMA=0)
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
@@ -415,15 +404,14 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wsptma", "wsptmaprobe", "wswordfirst",
+            "wspcp",
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wsptma",
-                 "wswordfirst"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspcp"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 

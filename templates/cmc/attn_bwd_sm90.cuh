@@ -1141,16 +1141,18 @@ CMC_DEV void kv_issue_rows(unsigned base, int buf, const Desc& desc, const cmc_b
 // The forward's per-offset tile mask of the pair (query tile j, key tile kt) where the tile
 // stage proved one (H::kPatchMasks; class from the forward geometry and hooks H), transposed
 // to the key rows of kv thread ctid (HT::patch_masks_t, cmc/emit.py sm90_kv_mask_words): the
-// word of half hh into mw, loaded under the S^T / dP^T GEMMs; false where there is none. A
-// class implies the key patch is wholly below len (cmc_patch_mask_class), so every key row
-// has a token; a query row without one may still have its bit set: its Q, dO, LSE and Dsum
-// are zero-filled, so S = 0, P = 1 (clamped to 2 by kv_p_patch), dP = 0 and its dS = P (dP -
-// Dsum) = 0 and P dO = 0 add exactly 0 to dK and dV; its dQ row is never stored.
+// word of half hh into mw, loaded under the S^T / dP^T GEMMs; false where there is none. The
+// key patch may be cut by len (cmc_patch_class_cut): its key rows past len have no token, so
+// K = V = 0, S = dP = 0, P is clamped to 2 (kv_p_patch), their dS adds dS K = 0 to dQ, and
+// their dK, dV rows are never stored. A query row without a token may still have its bit set:
+// its Q, dO, LSE and Dsum are zero-filled, so S = 0, P = 1 (clamped to 2), dP = 0 and its
+// dS = P (dP - Dsum) = 0 and P dO = 0 add exactly 0 to dK and dV; its dQ row is never stored.
 template <class H, class HT>
 CMC_DEV bool kv_patch_word(bool is_full, const cmc_patch_geo& geo, int j, int kt, int len, int ctid, int hh,
                            unsigned& mw) {
   if constexpr (H::kPatchMasks != 0) {
-    const int c = is_full ? -1 : cmc_patch_class_of<H>(geo, j, kt, len);
+    int lim;
+    const int c = is_full ? -1 : cmc_patch_class_cut<H>(geo, j, kt, len, lim);
     if (c >= 0) mw = __ldg(reinterpret_cast<const unsigned*>(HT::patch_masks_t() + c * 256 + ctid) + hh);
     return c >= 0;
   } else {

@@ -348,9 +348,7 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     cmc_uint2 mw = {0u, 0u};
     bool mw_ok = false;
     if constexpr (H::kPatchMasks != 0) {
-      const int c = is_full ? -1 : cmc_patch_class_of<H>(g, qt, j, len);
-      mw_ok = c >= 0;
-      if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + wg * 128 + wtid);
+      mw_ok = !is_full && cmc_patch_tile_mask<H>(g, qt, j, len, wg * 128 + wtid, cq, mw);
     }
 
     float s[32], dp[32];

@@ -522,6 +522,33 @@ CMC_DEV int cmc_patch_class_of(const cmc_patch_geo& g, int qt, int j, int len) {
   }
   return c;
 }
+// How many of patch tile j's 128 columns have a token below len: a patch's columns are its
+// tokens in order (patch row r, column x at r PW + x), so those below len are a prefix.
+CMC_DEV int cmc_patch_keys_below(const cmc_patch_geo& g, int j, int len) {
+  const int u = j - g.nlin, ky = u / g.ngx, kx = u - ky * g.ngx;
+  const int base = g.O + ky * g.PH * g.W + kx * g.PW;
+  if (base + (g.PH - 1) * g.W + g.PW <= len) return 128;
+  const int d = len - base, r = d > 0 ? d / g.W : 0, x = d > 0 ? d - r * g.W : 0;
+  return r * g.PW + (x < g.PW ? x : g.PW);
+}
+// The mask class of (query patch qt, key patch j) as cmc_patch_class_of, and also for a key
+// patch cut by len (a sequence's last patch row) where the classes hold at every length (no
+// interior rule: cmc/tiling.py patch_masks proves that no grid key's visibility from a grid
+// query reads len, so the class's bits of the keys below len are theirs); lim: how many of
+// the key patch's columns are below len (128: all). The caller clears the columns from lim
+// on, or has no key there (zero-filled rows that add nothing).
+template <class H>
+CMC_DEV int cmc_patch_class_cut(const cmc_patch_geo& g, int qt, int j, int len, int& lim) {
+  lim = 128;
+  if constexpr (H::kMaskInterior != 0) {
+    return cmc_patch_class_of<H>(g, qt, j, len);
+  } else {
+    const int c = cmc_patch_mask_class(g, qt, j, 0x3fffffff, H::kMaskDyLo, H::kMaskDyN, H::kMaskDxLo,
+                                       H::kMaskDxN);
+    if (c >= 0) lim = cmc_patch_keys_below(g, j, len);
+    return c;
+  }
+}
 #if defined(CMC_HOST)
 struct cmc_uint2 {
   unsigned x, y;
@@ -531,6 +558,26 @@ struct cmc_uint2 {
 typedef uint2 cmc_uint2;
 #define CMC_MASK_TABLE static __device__ const cmc_uint2
 #endif
+// The tile mask of the patch pair (query patch qt, key patch j) for sm90 consumer thread th
+// (class cmc_patch_class_cut; the columns from len on cleared, off = 2 (lane % 4)), false
+// where the pair has no class.
+template <class H>
+CMC_DEV bool cmc_patch_tile_mask(const cmc_patch_geo& g, int qt, int j, int len, int th, int off, cmc_uint2& w) {
+  int lim;
+  const int c = cmc_patch_class_cut<H>(g, qt, j, len, lim);
+  if (c < 0) return false;
+#if defined(CMC_HOST)
+  w = H::patch_masks()[c * 256 + th];
+#else
+  w = __ldg(H::patch_masks() + c * 256 + th);
+#endif
+  if (lim < 128) {
+    const unsigned cut = cmc_colmask32(0, lim, off);
+    w.x &= cut;
+    w.y &= cut;
+  }
+  return true;
+}
 // The tile mask of the linear tile pair (query tile qt, key tile j) for sm90 consumer
 // thread th, from a per-offset table over the tile offsets [lo, lo + n), one block of n per
 // query-tile phase qt % phases (cmc/tiling.py offset_masks, lattice_offset_masks;

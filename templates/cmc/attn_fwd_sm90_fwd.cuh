@@ -628,9 +628,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
             }
           }
           if constexpr (kPatch && H::kPatchMasks != 0) {
-            const int c = cmc_patch_class_of<H>(g, it.qt, j, len);
-            mw_ok = c >= 0;
-            if (mw_ok) mw = __ldg(H::patch_masks() + c * 256 + cw * 128 + ctid);
+            mw_ok = cmc_patch_tile_mask<H>(g, it.qt, j, len, cw * 128 + ctid, off, mw);
           } else if constexpr (kPatch && H::kOffsetMasks != 0) {
             mw_ok = false;  // a longer sequence's item after a shorter one's
           } else if constexpr (!kPatch && H::kOffsetMasks != 0 && H::kOffsetBand != 0) {
