@@ -86,18 +86,14 @@ def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:
 def test_backward_matches_reference(sample, case, bwd_kernel):
     """bwd_kernel "auto" (id sm90, the default build): on sm_90a the dq role is bwd_dq_sm90
     (the deterministic runs go through it) and the kv role the warp-specialised
-    bwd_kv_sm90_ws (its Q and dO tensor maps passed by the runtime) on a linear tiling, the
-    lockstep bwd_kv_sm90 on a patch tiling (clear); "lockstep" and "ws": that kv kind on
-    every sample; "portable": --bwd-kernel portable."""
+    bwd_kv_sm90_ws (its Q and dO tensor maps passed by the runtime) on either tiling;
+    "lockstep" and "ws": that kv kind on every sample; "portable": --bwd-kernel portable."""
     name = sample.stem
     if bwd_kernel != "portable" and device_arch() != "sm_90a":
         pytest.skip("the sm90 dK/dV and dQ kinds are built for sm_90a only")
     attn = load_bwd(name, bwd_kernel)
     if bwd_kernel != "portable":
-        # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
-        patch = any(k.max_len is not None for k in attn.manifest.kernels if k.role == "dq")
-        ws = bwd_kernel == "ws" or (bwd_kernel == "auto" and not patch)
-        kv = "sm90ws" if ws else "sm90"
+        kv = "sm90" if bwd_kernel == "lockstep" else "sm90ws"
         assert any(k.role == "kv" and k.symbol.startswith(f"cmc_{name}_bwd_kv_{kv}_")
                    for k in attn.manifest.kernels), f"the artifact's kv is not the {kv} kind"
         assert any(k.role == "dq" and k.symbol.startswith(f"cmc_{name}_bwd_dq_sm90_")

@@ -70,7 +70,7 @@ def _artifact(mask: str, defines: dict[str, int], tiling: str, dtype: str, d: in
     return load(path)
 
 
-@pytest.mark.parametrize("bwd_kernel", ["auto", "ws"], ids=["sm90", "ws"])
+@pytest.mark.parametrize("bwd_kernel", ["auto", "lockstep"], ids=["sm90", "lockstep"])
 @pytest.mark.parametrize("case", range(len(CASES)), ids=IDS)
 def test_patch_backward_matches_reference(case, bwd_kernel):
     from cmc.driver import load_mask
@@ -85,7 +85,7 @@ def test_patch_backward_matches_reference(case, bwd_kernel):
     assert all(k.max_len is not None for k in attn.manifest.kernels if k.pass_ == "forward")
     for role in ("dq", "kv"):
         ks = [k for k in attn.manifest.kernels if k.role == role]
-        kind = "sm90ws" if role == "kv" and (bwd_kernel == "ws" or not bwd_patch) else "sm90"
+        kind = "sm90ws" if role == "kv" and bwd_kernel == "auto" else "sm90"
         assert ks and all(k.symbol.startswith(f"cmc_{name}_bwd_{role}_{kind}_") for k in ks)
         assert all((k.max_len is not None) == bwd_patch for k in ks), f"{role}'s tiling"
     c = backward_case(torch, load_mask(ROOT / mask, defines), packed,
