@@ -299,3 +299,25 @@ def test_reader_takes_do_maps_for_backward_kernels_only(tmp_path):
     edit_manifest(d, dq_accum_box)
     with pytest.raises(ArtifactError, match=r"entry \{'tensor': 'dq_accum', 'box': \[64, 1, 64\]"):
         read_manifest(d)
+
+
+def test_ws_patch_kv_of_a_many_term_grid_builds_without_local_memory():
+    """The ws kv on 8x16 patches of a grid with many transposed terms (g_grid77_w96_r40's
+    disc of radius 40, `--tiling 8x16`): kv_patch_ws recomputes the geometry and the key
+    map after the plan builder instead of keeping them live across it; kept live, three
+    values spilled 12 bytes (2026-12-06, kernel notes "The ws kv's patch tiling for the
+    generality grids")."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import dataclasses
+
+    from cmc.build import build
+
+    src = back(front(ROOT / "benchmarks" / "generality" / "grid_text.mask",
+                     {"TEXT": 77, "W": 96, "R": 40}),
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,), tiling="8x16"))
+    kv = tuple(v for v in src.variants if v.kernel is KernelKind.BWD_KV_SM90_WS)
+    assert kv and all(v.tiling.kind == "patch" for v in kv)
+    built = build(dataclasses.replace(src, variants=kv), archs=("sm_90a",), jobs=1)
+    for c in built.cubins:
+        r = c.resources
+        assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0), (c.symbol, r)

@@ -795,13 +795,17 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
   CMC_WS_CTA_READY(pr_start, tid);
 
+  // the geometry and the key map again from len: cheaper than keeping them live across the plan
+  // builder (kept, they spilled 12 bytes on grids with many terms: g_grid77_w96_r40 at 8x16)
+  const cmc_patch_geo g2 = cmc_bwd_geo<H>(len);
+  const cmc_bwd_tile_tokens<H> keys2 = cmc_bwd_tokens_of<H>(g2, kt, len);  // (WsPatch keeps references)
   ws_roles<BF16, D, WsPatch<H, HT>::kBox>(
       [&](int warp, int lane) {  // warps 0 and 3: stages 0 and 1
-        ws_load_patch<H, HT, D>(base, smem, desc, args, maps, touched, (geo.nqt + 31) >> 5, geo, tok0, len, hkv * group,
+        ws_load_patch<H, HT, D>(base, smem, desc, args, maps, touched, (g2.nqt + 31) >> 5, g2, tok0, len, hkv * group,
                                 group, lane, warp == 0 ? 0 : 1);
       },
-      [&] { return WsPatch<H, HT>(seqt, geo, keys, full, len, kt, tok0, ws_key_row(tid)); }, desc, args,
-      maps, smem, base, hkv, atomic_dq, tid);
+      [&] { return WsPatch<H, HT>(seqt, g2, keys2, full, len, kt, tok0, ws_key_row(tid)); }, desc, args, maps, smem,
+      base, hkv, atomic_dq, tid);
 }
 
 // The bwd_kv_sm90_ws kind's entry (cmc/kernels.py): kv_ws on a linear tiling, kv_patch_ws on a
