@@ -95,10 +95,14 @@ BOX_CYCLES = 60
 BOX_BYTES_PER_CYCLE = 190
 TILE_GEMM_CYCLES = 3400
 # The backward's patch kinds (kv_patch: K, V gathered by token, Q and dO by patch-row boxes,
-# the patch plan walked per key tile; the lockstep kv) take this much longer per computed
+# the patch plan walked per key tile; the lockstep kv) took this much longer per computed
 # pair than the linear ws kinds: 1.50-1.57 x on the three generality grids, 1.56-1.83 x on
 # CLEAR with and without text, 2.0 x on natten_clamped (H100, 2026-12-06, kernel notes
 # "Run 18": the same masks built with --tiling linear, computed pairs from computed_pairs).
+# The ws kv with TMA patch loaders (the default since run 21) is cheaper: on the three grids
+# at 8x16 it beats their linear builds by 4-8 % at 16K but loses 10-16 % at 4K, below their
+# patch start lengths (kernel notes "The ws kv's patch tiling for the generality grids"), so
+# the constant stays until a patch artifact carries linear kinds for short sequences.
 BWD_PATCH_COST = 1.6
 
 
