@@ -395,9 +395,10 @@ def _bwd_sm90_plan_ints(n_terms: int, patch_tiles: int | None) -> int:
     return _portable_plan_ints(n_terms, None)
 
 
-# Replaces BWD_KV on sm_90a under "lockstep" (backward_kinds); checked on the H200 on 2026-12-05 (tests/gpu, tools/bwd_kernel_check.py). It
-# follows the tile stage's tiling: with a patch tiling its CTA is one forward tile of keys
-# (linear or patch) and its grid counts the forward's tiles (attn_bwd_sm90.cuh kv_patch).
+# Replaces BWD_KV on sm_90a under "lockstep" (backward_kinds); checked on the H200 on
+# 2026-12-05 (tests/gpu, tools/bwd_kernel_check.py). It follows the tile stage's tiling: with
+# a patch tiling its CTA is one forward tile of keys (linear or patch) and its grid counts the
+# forward's tiles (attn_bwd_sm90.cuh kv_patch).
 BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90: dataclasses.replace(
     BWD_SPECS[KernelKind.BWD_KV],
     kind=KernelKind.BWD_KV_SM90,

@@ -43,7 +43,7 @@
 #ifndef CMC_WS_PATCH_TMA
 // 1: the patch loaders bring an item whose 64 rows all have tokens as TMA boxes of one patch
 // row (lane b issues run b's), not as 2 x 64 rows of cp.async chunks (0: bwd_ablate wspcp;
-// kernel notes, "A TMA patch loader for the ws kv": the kv 1.24-1.34 x faster on CLEAR)
+// kernel notes, "A TMA patch loader for the ws kv": the kv 1.27-1.39 x faster on CLEAR)
 #define CMC_WS_PATCH_TMA 1
 #endif
 namespace cmc_bwd_sm90 {
@@ -796,7 +796,7 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   CMC_WS_CTA_READY(pr_start, tid);
 
   // the geometry and the key map again from len: cheaper than keeping them live across the plan
-  // builder (kept, they spilled 12 bytes on grids with many terms: g_grid77_w96_r40 at 8x16)
+  // builder (kept live, they spilled 12 bytes on grids with many terms: g_grid77_w96_r40 at 8x16)
   const cmc_patch_geo g2 = cmc_bwd_geo<H>(len);
   const cmc_bwd_tile_tokens<H> keys2 = cmc_bwd_tokens_of<H>(g2, kt, len);  // (WsPatch keeps references)
   ws_roles<BF16, D, WsPatch<H, HT>::kBox>(
