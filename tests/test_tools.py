@@ -368,3 +368,36 @@ def test_bwd_ablate_encodes_the_ws_maps_with_the_builds_box_rows(monkeypatch):
     bkc = _tool("bwd_kernel_check")
     assert {ab._box_rows(v) for v in bkc.VARIANTS} == {64}
     assert [ab._box_rows(v) for v in bkc.PATCH_VARIANTS] == [16, 16]
+
+
+def test_device_validate_names_only_known_bwd_ablate_variants_and_masks():
+    """Every `bwd_ablate.py` call in tools/device_validate.sh names variants the tool knows
+    (its ablations, alternatives, or a+b of ws ablations) and bwd_kernel_check's masks: a
+    variant removed from the tool (wsptma, wswordfirst at run 21) must leave the device's
+    script too, or its part fails on a machine that costs minutes to get."""
+    import re
+    import types
+
+    sys.modules.setdefault("torch", types.ModuleType("torch"))
+    ab = _tool("bwd_ablate")
+    bkc = _tool("bwd_kernel_check")
+    lines = (ROOT / "tools" / "device_validate.sh").read_text().splitlines()
+    text = "\n".join(ln for ln in lines if not ln.lstrip().startswith("#")).replace("\\\n", " ")
+    calls = re.findall(r"tools/bwd_ablate\.py([^\n;']*)", text)
+    assert len(calls) >= 10
+    for call in calls:
+        words = call.split()
+        names = []
+        for w in words:
+            if w.startswith("--"):
+                break
+            names.append(w)
+        assert names, call
+        for n in names:
+            assert n in ab.ABLATIONS or n in ab.ALTERNATIVES or ab.combo(n), (n, call)
+        for flag in ("--mask", "--cases"):
+            if flag in words:
+                i = words.index(flag) + 1
+                while i < len(words) and not words[i].startswith("--"):
+                    assert words[i] in bkc.MASKS, (words[i], call)
+                    i += 1

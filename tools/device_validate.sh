@@ -150,24 +150,21 @@ step ivprobe probe.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsp
 carried ivab out/benchrun out/abrun/rs2 -- ivab.log 150 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
     out/abrun/rs2 --suite all --patterns causal hstu clear clear_text g_natten_clamped g_video3d \
     g_grid77_w48_r6 --lengths 4096 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/ivab"
-# 1h. The ws kv's patch loader by TMA boxes (CMC_WS_PATCH_TMA; kernel notes, "A TMA patch
-#    loader for the ws kv") and the mask word before the GEMM issue (wswordfirst): checks on
-#    CLEAR's patches, causal and grid96, the kv against ws, the lockstep base and the no-copy
-#    ceiling (wspnoqdo), then the probe (predicted: the loader's issue 11.4K -> 2-3K cycles per
-#    push, the full wait 2.6K -> under 600)
-step ptma ptma.log 180 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsptma wspnoqdo wswordfirst \
-    --check --cases clear_patch causal grid96 --mask clear_patch --lengths 4096x8 16384x2
-step ptma ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wswordfirst --mask natten \
-    --lengths 4096x8
-step ptma ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsptmaprobe --mask clear_patch \
-    --lengths 4096x8
-#    and through the runtime: the default build (lockstep kv on CLEAR's patches) against ws with
-#    the cp.async patch loader (out/abrun/pws) and ws with the TMA one (out/abrun/ptma: built
-#    with CMC_WS_PATCH_TMA 1), each `bench.py --compile out/ab/X --bwd-kernel ws --patterns
-#    clear clear_text` then `--runtime-copy out/ab/X out/abrun/X`
-carried ptmaab out/benchrun out/abrun/pws out/abrun/ptma -- ptmaab.log 150 python3 benchmarks/bench.py \
-    --artifacts out/benchrun --ab out/benchrun out/abrun/pws out/abrun/ptma --suite public --patterns \
-    clear clear_text --lengths 2048 4096 16384 32768 --rep 20 --no-plot --out "$OUT/ptmaab"
+# 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
+#    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
+#    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)
+#    and 4,173 (whole patch rows), and the probe at both (where the 6 % of the cut row goes)
+step ptma ptma.log 90 "${PYTEST[@]}" "${XDIST[@]}" tests/gpu/test_backward_patch_gpu.py
+step ptma ptma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspcp wspnoqdo wsprobe \
+    --check --cases clear_patch grid96 --mask clear_patch --lengths 4096x8 4173x8
+#    and through the runtime: the generality grids' shipped linear backward (out/abrun/g3, from
+#    out/benchrun) against `--tiling 8x16` builds whose ws patch kv no longer spills
+#    (out/abrun/p816b: `bench.py --compile out/ab/p816b --tiling 8x16 --patterns
+#    g_grid77_w96_r40 g_grid333_w80_r24` then `--runtime-copy`; predicted within 0-3 % of run
+#    21's spilling build: 1.05-1.08 at 16K, 0.86-0.90 at 4K)
+carried ptmaab out/abrun/g3 out/abrun/p816b -- ptmaab.log 120 python3 benchmarks/bench.py \
+    --artifacts out/abrun/g3 --ab out/abrun/g3 out/abrun/p816b --suite generality --patterns \
+    g_grid77_w96_r40 g_grid333_w80_r24 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/ptmaab"
 # 1g. Where the forward's cycles go on the sparse masks against causal (tools/sm90_probe.py;
 #    out/abrun/probe: `python tools/sm90_probe.py build && python benchmarks/bench.py
 #    --runtime-copy out/ab/probe out/abrun/probe`, 3.1 MiB)
