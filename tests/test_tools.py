@@ -105,7 +105,7 @@ def test_bwd_kernel_check_tiled_builds_the_patch_kinds(tmp_path, monkeypatch):
     name, dtype, d = bkc.PATCH_VARIANTS[1]
     assert name in bkc.TILED_MASKS
     tiled, _ = bkc.build_variant(name, dtype, d, "sm_90a", sm90=True)
-    monkeypatch.setattr(bkc, "TILED_MASKS", set())
+    monkeypatch.setattr(bkc, "TILED_MASKS", {})
     linear, _ = bkc.build_variant(name, dtype, d, "sm_90a", sm90=True)
     assert tiled["fwd"][1] == linear["fwd"][1] == f"cmc_clear_fwd_{dtype}_d{d}"  # portable
     for role in ("kv", "dq"):
@@ -401,3 +401,18 @@ def test_device_validate_names_only_known_bwd_ablate_variants_and_masks():
                 while i < len(words) and not words[i].startswith("--"):
                     assert words[i] in bkc.MASKS, (words[i], call)
                     i += 1
+
+
+def test_grid96p_is_grid96_on_the_forwards_patches(monkeypatch):
+    """bwd_ablate --mask grid96p times the ws kv of grid96 on 8 x 16 patches (the patch kinds
+    on linear tiles below len 6222): the same mask as grid96, its maps' boxes one patch row
+    (16 tokens) where grid96's are 64."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    ab = _tool("bwd_ablate")
+    bkc = sys.modules["bwd_kernel_check"]
+    assert bkc.MASKS["grid96p"] == bkc.MASKS["grid96"] and bkc.TILED_MASKS["grid96p"] == "8x16"
+    assert ab._box_rows(("grid96p", "bf16", 128)) == 16
+    assert ab._box_rows(("grid96", "bf16", 128)) == 64
+

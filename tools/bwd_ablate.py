@@ -467,12 +467,15 @@ def _box_rows(case: tuple[str, str, int]) -> int:
     import bwd_kernel_check as bkc
 
     from cmc.abi import tensor_maps
+    from cmc.driver import tiling_for
     from cmc.tiling import choose_backward_tiling, choose_tiling
 
     if case[0] not in bkc.TILED_MASKS:
         return 64
     table = bkc.table_of(case[0])
-    tiling = choose_backward_tiling(table, choose_tiling(table))
+    value = bkc.TILED_MASKS[case[0]]
+    tiling = (choose_backward_tiling(table, choose_tiling(table)) if value == "auto"
+              else tiling_for(table, value))
     return tensor_maps("bwd_kv_sm90_ws", tiling.box_rows)[0].box[2]
 
 

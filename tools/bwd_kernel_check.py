@@ -74,6 +74,10 @@ MASKS = {  # name -> (sample path or mask text, defines)
     # 6144; its kv evaluates the transposed predicate per element on partial items outside the
     # band (12 grid families: run 17, backward 0.36 x cuDNN flex at 4K)
     "natten": ("benchmarks/generality/natten_clamped.mask", {}),
+    # bwd_ablate --mask: grid96 with its backward on the forward's 8 x 16 patches (--tiling
+    # 8x16): the patch kinds on linear tiles below len 6222, on patches above (run 21: 0.90 x
+    # grid96's linear kinds at 4K, 1.08 x at 16K through the runtime)
+    "grid96p": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}),
 }
 # (mask, dtype, head dim) variants to build; every case runs GQA 4/2 on a jagged batch.
 VARIANTS = [
@@ -92,9 +96,10 @@ LENS = [1, 17, 130, 600]
 # tests/gpu/test_backward_patch_gpu.py's jagged batch: 1500 and 2133 tokens are past min_len
 # 1101, 77 and 1101 are linear tiles.
 PATCH_VARIANTS = [("clear_patch", "bf16", 128), ("clear_patch", "fp16", 64)]
-# Masks whose backward kinds are built on the tile stage's backward tiling, as an artifact has
-# them: CLEAR's patches, natten's linear tiles with band masks (tiling.choose_backward_tiling).
-TILED_MASKS = {"clear_patch", "natten"}
+# Masks whose backward kinds are built on a tiling as an artifact has them, with the --tiling
+# value that gives it: the tile stage's backward tiling (CLEAR's patches, natten's linear tiles
+# with band masks: tiling.choose_backward_tiling), or patches asked for (grid96p).
+TILED_MASKS = {"clear_patch": "auto", "natten": "auto", "grid96p": "8x16"}
 PATCH_LENS = [1500, 77, 2133, 1101]
 
 
@@ -132,7 +137,7 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
                    backward=True, cache=False, bwd_kernel="lockstep" if sm90 else "portable")
     sources = [back(table_of(name), opts)]
     if sm90 and name in TILED_MASKS:
-        auto = back(table_of(name), dataclasses.replace(opts, kernel="auto"))
+        auto = back(table_of(name), dataclasses.replace(opts, kernel="auto", tiling=TILED_MASKS[name]))
         sources = [dataclasses.replace(sources[0], variants=tuple(
                        v for v in sources[0].variants if spec(v.kernel).pass_ is Pass.FORWARD)),
                    dataclasses.replace(auto, variants=tuple(

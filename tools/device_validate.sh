@@ -157,6 +157,11 @@ carried ivab out/benchrun out/abrun/rs2 -- ivab.log 150 python3 benchmarks/bench
 step ptma ptma.log 90 "${PYTEST[@]}" "${XDIST[@]}" tests/gpu/test_backward_patch_gpu.py
 step ptma ptma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspcp wspnoqdo wsprobe \
     --check --cases clear_patch grid96 --mask clear_patch --lengths 4096x8 4173x8
+#    where the patch kinds lose to the linear ones below the start length (grid96p: grid96 on
+#    8 x 16 patches, linear tiles at 4K through the patch kinds; 16K on patches), each probed
+step ptma ptma.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask grid96p \
+    --lengths 4096x8 16384x2
+step ptma ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask grid96 --lengths 4096x8
 #    and through the runtime: the generality grids' shipped linear backward (out/abrun/g3, from
 #    out/benchrun) against `--tiling 8x16` builds whose ws patch kv no longer spills
 #    (out/abrun/p816b: `bench.py --compile out/ab/p816b --tiling 8x16 --patterns
