@@ -370,7 +370,7 @@ def test_bwd_ablate_encodes_the_ws_maps_with_the_builds_box_rows(monkeypatch):
     assert [ab._box_rows(v) for v in bkc.PATCH_VARIANTS] == [16, 16]
 
 
-def test_device_validate_names_only_known_bwd_ablate_variants_and_masks():
+def test_device_validate_names_only_known_bwd_ablate_variants_and_masks(monkeypatch):
     """Every `bwd_ablate.py` call in tools/device_validate.sh names variants the tool knows
     (its ablations, alternatives, or a+b of ws ablations) and bwd_kernel_check's masks: a
     variant removed from the tool (wsptma, wswordfirst at run 21) must leave the device's
@@ -378,7 +378,7 @@ def test_device_validate_names_only_known_bwd_ablate_variants_and_masks():
     import re
     import types
 
-    sys.modules.setdefault("torch", types.ModuleType("torch"))
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
     ab = _tool("bwd_ablate")
     bkc = _tool("bwd_kernel_check")
     lines = (ROOT / "tools" / "device_validate.sh").read_text().splitlines()

@@ -274,17 +274,14 @@ WS_ABLATIONS = {
     "wspnoqdo": ("ws whose patch loaders copy no Q or dO rows (LSE and Dsum only, by the cp.async "
                  "loader: CMC_WS_PATCH_TMA 0; the consumers read stale stages): the ceiling of any "
                  "patch loader (--mask clear_patch)",
-                 [("      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return "
+                 [("#define CMC_WS_PATCH_TMA 1\n", "#define CMC_WS_PATCH_TMA 0\n", 1),
+                  ("      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return "
                    "rows(64 * hh + r); }, true, lane);",
                    "      ws_copy_rows<D>(base, st, desc, args, tok0, hq0 + g, [&](int r) { return "
                    "rows(64 * hh + r); }, false, lane);", 1)]),
 }
 for _n, (_what, _edits) in WS_ABLATIONS.items():
     ALTERNATIVES[_n] = (_what, _ws_without(_edits), lambda d: WS_SMEM_GROWTH)
-_noqdo = ALTERNATIVES["wspnoqdo"][1]
-ALTERNATIVES["wspnoqdo"] = (ALTERNATIVES["wspnoqdo"][0],
-                            lambda text: "#define CMC_WS_PATCH_TMA 0\n" + _noqdo(text),
-                            lambda d: WS_SMEM_GROWTH)
 # The kind before its writers added items of consecutive tokens by TMA tensor reduce-adds
 # (linear items: 2026-12-05 run 15; patch items, by patch-row boxes: later that day): every
 # item by one bulk add per row. Correct, so --check runs it.
@@ -565,7 +562,7 @@ def main() -> int:
             for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
-            if n.endswith("probe") and not opts.once:
+            if n == "wsprobe" and not opts.once:
                 for line in ws_probe(bkc, bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay,
                                      table, L, B):
                     print(line, flush=True)
