@@ -351,8 +351,7 @@ int main() {
   for (int t = 0; t < g.nqt; ++t)
     for (int j = 0; j < g.nqt; ++j) {
       // kv_patch: CTA key tile j, item query tile t; the pair's class (key patch cut by len too)
-      int lim;
-      const int c = cmc_patch_class_cut<cmc_hooks>(g, t, j, len, lim);
+      const int c = cmc_patch_class_cut<cmc_hooks>(g, t, j, len);
       if (c < 0) continue;
       // thread (wg, wtid) key rows lr, lr + 8; half hh's word, query column 64 hh + 8 jj +
       // cq + e of key row lr + 8 i at bit cmc_bwd_kv_mask_bit(i, jj, e)

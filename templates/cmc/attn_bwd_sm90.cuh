@@ -1151,8 +1151,7 @@ template <class H, class HT>
 CMC_DEV bool kv_patch_word(bool is_full, const cmc_patch_geo& geo, int j, int kt, int len, int ctid, int hh,
                            unsigned& mw) {
   if constexpr (H::kPatchMasks != 0) {
-    int lim;
-    const int c = is_full ? -1 : cmc_patch_class_cut<H>(geo, j, kt, len, lim);
+    const int c = is_full ? -1 : cmc_patch_class_cut<H>(geo, j, kt, len);
     if (c >= 0) mw = __ldg(reinterpret_cast<const unsigned*>(HT::patch_masks_t() + c * 256 + ctid) + hh);
     return c >= 0;
   } else {

@@ -534,20 +534,15 @@ CMC_DEV int cmc_patch_keys_below(const cmc_patch_geo& g, int j, int len) {
 // The mask class of (query patch qt, key patch j) as cmc_patch_class_of, and also for a key
 // patch cut by len (a sequence's last patch row) where the classes hold at every length (no
 // interior rule: cmc/tiling.py patch_masks proves that no grid key's visibility from a grid
-// query reads len, so the class's bits of the keys below len are theirs); lim: how many of
-// the key patch's columns are below len (128: all). The caller clears the columns from lim
-// on, or has no key there (zero-filled rows that add nothing).
+// query reads len, so the class's bits of the keys below len are theirs). The caller clears
+// the columns from cmc_patch_keys_below on (cmc_patch_tile_mask), or has no key there
+// (zero-filled rows that add nothing: the kv).
 template <class H>
-CMC_DEV int cmc_patch_class_cut(const cmc_patch_geo& g, int qt, int j, int len, int& lim) {
-  lim = 128;
-  if constexpr (H::kMaskInterior != 0) {
+CMC_DEV int cmc_patch_class_cut(const cmc_patch_geo& g, int qt, int j, int len) {
+  if constexpr (H::kMaskInterior != 0)
     return cmc_patch_class_of<H>(g, qt, j, len);
-  } else {
-    const int c = cmc_patch_mask_class(g, qt, j, 0x3fffffff, H::kMaskDyLo, H::kMaskDyN, H::kMaskDxLo,
-                                       H::kMaskDxN);
-    if (c >= 0) lim = cmc_patch_keys_below(g, j, len);
-    return c;
-  }
+  else
+    return cmc_patch_mask_class(g, qt, j, 0x3fffffff, H::kMaskDyLo, H::kMaskDyN, H::kMaskDxLo, H::kMaskDxN);
 }
 #if defined(CMC_HOST)
 struct cmc_uint2 {
@@ -563,18 +558,20 @@ typedef uint2 cmc_uint2;
 // where the pair has no class.
 template <class H>
 CMC_DEV bool cmc_patch_tile_mask(const cmc_patch_geo& g, int qt, int j, int len, int th, int off, cmc_uint2& w) {
-  int lim;
-  const int c = cmc_patch_class_cut<H>(g, qt, j, len, lim);
+  const int c = cmc_patch_class_cut<H>(g, qt, j, len);
   if (c < 0) return false;
 #if defined(CMC_HOST)
   w = H::patch_masks()[c * 256 + th];
 #else
   w = __ldg(H::patch_masks() + c * 256 + th);
 #endif
-  if (lim < 128) {
-    const unsigned cut = cmc_colmask32(0, lim, off);
-    w.x &= cut;
-    w.y &= cut;
+  if constexpr (H::kMaskInterior == 0) {  // (an interior class's key patch is below len)
+    const int lim = cmc_patch_keys_below(g, j, len);
+    if (lim < 128) {
+      const unsigned cut = cmc_colmask32(0, lim, off);
+      w.x &= cut;
+      w.y &= cut;
+    }
   }
   return true;
 }
