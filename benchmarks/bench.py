@@ -72,7 +72,7 @@ ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 
 def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
                 bwd_kernel: str = "auto", reg_split: str = "auto",
-                patterns: Sequence[str] = ()) -> None:
+                patterns: Sequence[str] = (), short_kernels: bool = True) -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
@@ -83,7 +83,8 @@ def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
         t = time.perf_counter()
         path = compile_file(ROOT / spec.mask, dest / spec.key, archs=["sm_90a"], dtypes=["bf16"],
                             head_dims=[HEAD_DIM], defines=spec.defines, jobs=2, tiling=tiling,
-                            bwd_kernel=bwd_kernel, reg_split=reg_split)
+                            bwd_kernel=bwd_kernel, reg_split=reg_split,
+                            short_kernels=short_kernels)
         print(f"compiled {spec.key} -> {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
@@ -852,6 +853,9 @@ def main() -> None:
     ap.add_argument("--reg-split", choices=("auto", "fixed"), default="auto",
                     help="with --compile: cmc compile --reg-split (fixed: the A/B baseline of "
                          "the sm90 forward's register split)")
+    ap.add_argument("--no-short-kernels", action="store_true",
+                    help="with --compile: cmc compile --no-short-kernels (the A/B baseline of "
+                         "the kernels for short sequences)")
     ap.add_argument("--suite", choices=("public", "generality", "all"), default="all",
                     help="which masks to compile and run")
     ap.add_argument("--artifacts", default="out/bench")
@@ -903,7 +907,7 @@ def main() -> None:
         return
     if args.compile:
         compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split,
-                    args.patterns or ())
+                    args.patterns or (), not args.no_short_kernels)
         return
     import torch
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .abi import SCHEMA_VERSION, DescriptorLayout  # noqa: F401  (SCHEMA_VERSION: re-exported)
 from .ir import LINEAR, IntervalTable, Tiling
-from .kernels import KernelKind, RegSplit, spec
+from .kernels import SHORT_SUFFIX, KernelKind, RegSplit, spec
 
 DEFAULT_ARCHS = ("sm_90a", "sm_100a")
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
@@ -29,6 +29,9 @@ class KernelVariant:
     kernel: KernelKind  # which hand-written kernel (its spec: cmc/kernels.py)
     archs: tuple[str, ...]  # archs this variant is built for
     tiling: Tiling = LINEAR  # which tokens share a tile (sm90; the portable is linear)
+    # > 0: a kernel for short sequences, launched instead of its role's kernel (whose patch
+    # tiling is all linear tiles below this length) when every sequence is shorter
+    below_len: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kernel", KernelKind(self.kernel))  # also from its string
@@ -36,7 +39,8 @@ class KernelVariant:
     @property
     def tag(self) -> str:
         """Names the variant in cubin files and header macros (unique per artifact)."""
-        return spec(self.kernel).tag.format(dtype=self.dtype, head_dim=self.head_dim)
+        tag = spec(self.kernel).tag.format(dtype=self.dtype, head_dim=self.head_dim)
+        return f"{tag}{SHORT_SUFFIX}" if self.below_len else tag
 
     @property
     def define(self) -> str:

@@ -304,6 +304,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     else:
         shape = f"linear ({TILE}-token tiles)"
     out = [f"  sm90 tiling: {shape}", f"    reason: {t.reason}"]
+    if t.kind == "patch" and t.min_len:
+        out.append(f"    short sequences: batches whose max_len is below {t.min_len} run kernels "
+                   "built on linear tiles (cmc compile --no-short-kernels: the patch kernels' "
+                   "linear tiles)" + (f"; len {length} is one" if length < t.min_len else ""))
     if t.masks is not None:
         pm, inner = t.masks, t.masks.interior
         where = ("every grid query patch" if inner is None else
@@ -377,6 +381,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
               show_default=True,
               help="auto: the sm90 forward tries its register splits until one uses no local "
                    "memory; fixed: the default split only (may spill; the warning says so).")
+@click.option("--short-kernels/--no-short-kernels", default=True, show_default=True,
+              help="Where a patch tiling starts at a length (below it every tile is linear), "
+                   "also build its kernels on linear tiles, which the runtime launches when "
+                   "every sequence is shorter (the manifest's below_len).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
@@ -384,8 +392,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
 @_reports_errors
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
                 defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
-                backward: bool, bwd_kernel: str, reg_split: str, jobs: int,
-                check_only: bool, no_cache: bool) -> None:
+                backward: bool, bwd_kernel: str, reg_split: str, short_kernels: bool,
+                jobs: int, check_only: bool, no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
 
@@ -410,7 +418,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    tiling=tiling, cache=not no_cache, backward=backward,
-                   bwd_kernel=bwd_kernel, reg_split=reg_split)
+                   bwd_kernel=bwd_kernel, reg_split=reg_split, short_kernels=short_kernels)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

@@ -76,6 +76,9 @@ class Options:
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).
     reg_split: str = "auto"
+    # kernels for short sequences: each patch-tiled kernel with a start length again on linear
+    # tiles, launched when every sequence is shorter (short_tile; --no-short-kernels: off)
+    short_kernels: bool = True
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class Progress:
     table: IntervalTable | None = None  # lower
     tiling: Tiling | None = None  # tile: the forward's
     bwd_tiling: Tiling | None = None  # tile: the backward's (None: --no-backward)
+    short_tiling: Tiling | None = None  # tile: the short sequences' kernels' (None: none)
     source: EmittedSource | None = None  # emit
     built: BuiltKernels | None = None  # build
     artifact: Path | None = None  # package: OUT/NAME
@@ -118,6 +122,18 @@ def backward_tile(table: IntervalTable, forward: Tiling, opts: Options) -> Tilin
     from .tiling import choose_backward_tiling
 
     return choose_backward_tiling(table, forward)
+
+
+def short_tile(table: IntervalTable, tilings: Sequence[Tiling | None],
+               opts: Options) -> Tiling | None:
+    """The tiling of the kernels for short sequences: where a patch tiling of `tilings` (the
+    forward's, the backward's) starts at a length (min_len), the tiling --tiling linear gives,
+    on which those kinds are built again for sequences shorter than that (emit's below_len);
+    None where no tiling has a start length or opts.short_kernels is off."""
+    if not opts.short_kernels or not any(
+            t is not None and t.kind == "patch" and t.min_len > 0 for t in tilings):
+        return None
+    return tiling_for(table, "linear")
 
 
 def tiling_for(table: IntervalTable, value: str) -> Tiling:
@@ -162,7 +178,9 @@ def _lower(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
 def _tile(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     assert p.table is not None
     forward = tile(p.table, opts)
-    return replace(p, tiling=forward, bwd_tiling=backward_tile(p.table, forward, opts))
+    bwd = backward_tile(p.table, forward, opts)
+    return replace(p, tiling=forward, bwd_tiling=bwd,
+                   short_tiling=short_tile(p.table, (forward, bwd), opts))
 
 
 def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -172,7 +190,7 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
                                        archs=opts.archs, kernel=opts.kernel, tiling=p.tiling,
                                        backward=opts.backward, bwd_kernel=opts.bwd_kernel,
-                                       bwd_tiling=p.bwd_tiling))
+                                       bwd_tiling=p.bwd_tiling, short_tiling=p.short_tiling))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -253,6 +271,7 @@ def compile_file(
     backward: bool = True,
     bwd_kernel: str = "auto",
     reg_split: str = "auto",
+    short_kernels: bool = True,
 ) -> Path:
     """Every stage; returns OUT/NAME."""
     opts = Options(
@@ -267,6 +286,7 @@ def compile_file(
         backward=backward,
         bwd_kernel=bwd_kernel,
         reg_split=reg_split,
+        short_kernels=short_kernels,
     )
     artifact = run(path, opts, "package", Path(out_dir)).artifact
     assert artifact is not None

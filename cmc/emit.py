@@ -65,6 +65,7 @@ from .ir import (
 from .kernels import (
     BWD_KERNELS,
     ROWS_PER_WARP,
+    SHORT_SUFFIX,
     SPECS,
     KernelKind,
     KernelSpec,
@@ -1108,13 +1109,15 @@ def _layout_fields(layout: DescriptorLayout) -> list[dict[str, object]]:
 
 
 def _variant(kind: KernelKind, archs: tuple[str, ...], name: str, dtype: str, head_dim: int,
-             n_terms: int, tiling: Tiling) -> KernelVariant:
+             n_terms: int, tiling: Tiling, below_len: int = 0) -> KernelVariant:
     """Kind `kind`'s variant for (dtype, head dim): its plan sized by the n_terms of the table
-    it walks, on `tiling` if the kind follows the tiling (else linear tiles)."""
+    it walks, on `tiling` if the kind follows the tiling (else linear tiles); `below_len`: a
+    kernel for sequences shorter than that (SHORT_SUFFIX on its symbol and tag)."""
     s = SPECS[kind]
     own = tiling if s.tiled else LINEAR
+    symbol = s.symbol.format(mask=name, dtype=dtype, head_dim=head_dim)
     return KernelVariant(
-        symbol=s.symbol.format(mask=name, dtype=dtype, head_dim=head_dim),
+        symbol=f"{symbol}{SHORT_SUFFIX}" if below_len else symbol,
         dtype=dtype,
         head_dim=head_dim,
         block_m=s.block_m,
@@ -1124,6 +1127,7 @@ def _variant(kind: KernelKind, archs: tuple[str, ...], name: str, dtype: str, he
         kernel=kind,
         archs=archs,
         tiling=own,
+        below_len=below_len,
     )
 
 
@@ -1178,6 +1182,19 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
     return tuple(out)
 
 
+def _short_variants(name: str, variants: Sequence[KernelVariant], n_terms: int, n_terms_t: int,
+                    tiling: Tiling) -> tuple[KernelVariant, ...]:
+    """Each variant on a patch tiling with a start length again on linear `tiling`, for
+    sequences shorter than that start (below_len = min_len): there the patch kernel cuts them
+    into linear tiles too, but pays the patch path (its plan code, 16-token TMA boxes)."""
+    return tuple(
+        _variant(v.kernel, v.archs, name, v.dtype, v.head_dim,
+                 n_terms_t if SPECS[v.kernel].walks == "transposed" else n_terms, tiling,
+                 below_len=v.tiling.min_len)
+        for v in variants
+        if v.tiling.kind == "patch" and v.tiling.min_len > 0)
+
+
 KV_MASK_SYMBOL = "cmc_patch_mask_words_t"
 # The kv kinds that read the forward's tile masks in kv's layout (cmc_hooks_t's accessors).
 KV_SM90_KINDS = (KernelKind.BWD_KV_SM90, KernelKind.BWD_KV_SM90_WS)
@@ -1195,12 +1212,11 @@ def _mask_guard(variants: Sequence[KernelVariant], kinds: Sequence[KernelKind]) 
 
 def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
                     struct_name: str, tiling: Tiling = LINEAR) -> dict[str, object]:
-    """The backward's pieces of NAME.cu: transposed hooks, header, one block per variant.
-    With bwd_kv_sm90 (or its ws kind) and the forward's tile masks also those masks in kv's layout
-    (sm90_kv_mask_words): patch masks (`tiling.masks`) as KV_MASK_SYMBOL and
-    `cmc_hooks_t::patch_masks_t()`, linear offset masks (`tiling.offset_masks`, with or
-    without a band) as KV_OFFSET_MASK_SYMBOL and `cmc_hooks_t::offset_masks_t()`."""
-    headers = dict.fromkeys(h for v in variants for h in SPECS[v.kernel].headers)
+    """One set's transposed hooks in NAME.cu: with bwd_kv_sm90 (or its ws kind) and the
+    forward's tile masks also those masks in kv's layout (sm90_kv_mask_words): patch masks
+    (`tiling.masks`) as KV_MASK_SYMBOL and `cmc_hooks_t::patch_masks_t()`, linear offset masks
+    (`tiling.offset_masks`, with or without a band) as KV_OFFSET_MASK_SYMBOL and
+    `cmc_hooks_t::offset_masks_t()`."""
     kv = any(v.kernel in KV_SM90_KINDS for v in variants)
     kv_masks = kv and tiling.masks is not None
     kv_offset = kv and tiling.offset_masks is not None
@@ -1214,26 +1230,72 @@ def _backward_parts(variants: Sequence[KernelVariant], hooks_t: Hooks,
         "hooks": render_hooks(hooks_t, struct_name, "cmc_hooks_t",
                               KV_MASK_SYMBOL if kv_masks else None,
                               KV_OFFSET_MASK_SYMBOL if kv_offset else None),
-        "header": "\n\n".join(_read_resource(h).rstrip("\n") for h in headers),
-        "variants": [{
-            "symbol": check_identifier(v.symbol),
-            "define": v.define,
-            "threads": int(v.threads),
-            "smem_bytes": int(v.smem_bytes),
-            "threads_expr": SPECS[v.kernel].threads_expr.format(head_dim=int(v.head_dim)),
-            "smem_expr": SPECS[v.kernel].smem_expr.format(head_dim=int(v.head_dim)),
-            "maps": "maps" in SPECS[v.kernel].params,
-            "entry": SPECS[v.kernel].entry.format(
-                head_dim=int(v.head_dim), bf16="true" if v.dtype == "bf16" else "false"),
-        } for v in variants],
+    }
+
+
+def _backward_entry(v: KernelVariant) -> dict[str, object]:
+    """A backward variant's entry point in NAME.cu."""
+    return {
+        "symbol": check_identifier(v.symbol),
+        "define": v.define,
+        "threads": int(v.threads),
+        "smem_bytes": int(v.smem_bytes),
+        "threads_expr": SPECS[v.kernel].threads_expr.format(head_dim=int(v.head_dim)),
+        "smem_expr": SPECS[v.kernel].smem_expr.format(head_dim=int(v.head_dim)),
+        "maps": "maps" in SPECS[v.kernel].params,
+        "entry": SPECS[v.kernel].entry.format(
+            head_dim=int(v.head_dim), bf16="true" if v.dtype == "bf16" else "false"),
+    }
+
+
+SHORT_SET = "CMC_SHORT_SET"  # defined in the cubins of the kernels for short sequences
+
+
+@dataclass(frozen=True)
+class HookSet:
+    """The hooks one set of kernels reads: the forward table on the forward's tiling (cmc_hooks),
+    on the backward's where that differs (cmc_hooks_b), and the transposed table (cmc_hooks_t,
+    None: forward only). NAME.cu holds the main set and, where a patch tiling has a start
+    length, the set for short sequences on linear tiles, each under its own preprocessor
+    branch, so both keep these names."""
+
+    hooks: Hooks
+    hooks_t: Hooks | None = None
+    hooks_b: Hooks | None = None
+
+
+def _hook_set(table: IntervalTable, variants: Sequence[KernelVariant], hs: HookSet,
+              struct_name: str, guard: str) -> dict[str, object]:
+    """One set's part of NAME.cu (`variants`: the set's own, which its mask guards name)."""
+    bwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.BACKWARD]
+    own_b = hs.hooks_b if bwd else None
+    fwd_readers = (SM90.kind,) if own_b else (SM90.kind, KernelKind.BWD_DQ_SM90)
+    return {
+        "guard": guard,
+        "tables": list(hs.hooks.tables),
+        "mask_table": _mask_tables(hs.hooks.tiling),
+        "mask_guard": _mask_guard(variants, fwd_readers),
+        "hooks": render_hooks(hs.hooks, struct_name, "cmc_hooks"),
+        "hooks_b": ({
+            "tables": list(own_b.tables),
+            "mask_table": _mask_tables(own_b.tiling, "_b"),
+            "mask_guard": _mask_guard(variants, (KernelKind.BWD_DQ_SM90,)),
+            "hooks": render_hooks(own_b, struct_name, "cmc_hooks_b", suffix="_b"),
+            "tiling": own_b.tiling.kind,
+        } if own_b else None),
+        "backward": (_backward_parts(bwd, hs.hooks_t, struct_name,
+                                     (hs.hooks_b or hs.hooks).tiling)
+                     if hs.hooks_t is not None and bwd else None),
     }
 
 
 def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks,
-           hooks_t: Hooks | None = None, hooks_b: Hooks | None = None) -> str:
+           hooks_t: Hooks | None = None, hooks_b: Hooks | None = None,
+           short: HookSet | None = None) -> str:
     """NAME.cu; with `hooks_t` (the transposed table's hooks) also the backward variants, and
     with `hooks_b` the forward table's hooks on the backward's own tiling as cmc_hooks_b (else
-    cmc_hooks_b is cmc_hooks)."""
+    cmc_hooks_b is cmc_hooks). `short`: the hooks of the variants for short sequences
+    (below_len), on linear tiles, compiled where SHORT_SET is defined."""
     mask = table.mask
     name = check_identifier(mask.name)
     layout = descriptor_layout(mask)
@@ -1241,8 +1303,17 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
     tmpl = _env().get_template(TEMPLATE)
     fwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.FORWARD]
     bwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.BACKWARD]
-    own_b = hooks_b if bwd else None
-    fwd_readers = (SM90.kind,) if own_b else (SM90.kind, KernelKind.BWD_DQ_SM90)
+    main_v = [v for v in variants if not v.below_len]
+    short_v = [v for v in variants if v.below_len]
+    if short_v and short is None:
+        raise ValueError("variants for short sequences need the short set's hooks")
+    sets = [_hook_set(table, main_v, HookSet(hooks, hooks_t, hooks_b), struct_name,
+                      f"#if !defined({SHORT_SET})" if short_v else "")]
+    if short_v:
+        assert short is not None
+        sets.append(_hook_set(table, short_v, short, struct_name,
+                              f"#else  // {SHORT_SET}: linear tiles, for sequences below the "
+                              "patch tilings' start length"))
     return tmpl.render(
         mask_name=name,
         doc=sanitize_doc(mask.doc),
@@ -1257,20 +1328,14 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
         block_m=PORTABLE.block_m,
         block_n=PORTABLE.block_n,
         n_terms=hooks.n_terms,
-        tables=list(hooks.tables),
-        mask_table=_mask_tables(hooks.tiling),
-        mask_guard=_mask_guard(variants, fwd_readers),
-        hooks=render_hooks(hooks, struct_name, "cmc_hooks"),
-        hooks_b=({
-            "tables": list(own_b.tables),
-            "mask_table": _mask_tables(own_b.tiling, "_b"),
-            "mask_guard": _mask_guard(variants, (KernelKind.BWD_DQ_SM90,)),
-            "hooks": render_hooks(own_b, struct_name, "cmc_hooks_b", suffix="_b"),
-            "tiling": own_b.tiling.kind,
-        } if own_b else None),
-        backward=(_backward_parts(bwd, hooks_t, struct_name,
-                                  (hooks_b or hooks).tiling)
-                  if hooks_t is not None and bwd else None),
+        short_set=SHORT_SET,
+        short_defines=[v.define for v in short_v],
+        sets=sets,
+        backward=({
+            "header": "\n\n".join(_read_resource(h).rstrip("\n") for h in dict.fromkeys(
+                h for v in bwd for h in SPECS[v.kernel].headers)),
+            "variants": [_backward_entry(v) for v in bwd],
+        } if hooks_t is not None and bwd else None),
         variants=[{
             "symbol": check_identifier(v.symbol),
             "define": v.define,
@@ -1332,6 +1397,7 @@ def emit(
     backward: bool = False,
     bwd_kernel: str = "auto",
     bwd_tiling: Tiling | None = None,
+    short_tiling: Tiling | None = None,
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
@@ -1342,7 +1408,9 @@ def emit(
     None: `tiling`); where it differs, the forward table's hooks are rendered a second time on
     it (cmc_hooks_b). `bwd_kernel` picks the backward kinds (kernels.backward_kinds with the
     backward tiling's kind): on sm_90a the wgmma kernels, whose headers are inlined only then,
-    "portable" cmc_bwd everywhere."""
+    "portable" cmc_bwd everywhere. `short_tiling` (driver.short_tile: linear tiles) adds, for
+    every variant on a patch tiling with a start length (min_len), the same kind on it for
+    sequences shorter than that (below_len; its hooks under SHORT_SET)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:
@@ -1369,7 +1437,17 @@ def emit(
                     else hooks.tiling)
         variants += _backward_variants(name, dtypes, head_dims, tuple(dict.fromkeys(archs)),
                                        hooks.n_terms, hooks_t.n_terms, bwd_kernel, b_tiling)
-    text = render(table, variants, hooks, hooks_t, hooks_b)
+    short = None
+    if short_tiling is not None:
+        if short_tiling.kind != "linear":
+            raise ValueError("the kernels for short sequences are on linear tiles")
+        hooks_s = build_hooks(table, short_tiling)
+        short_v = _short_variants(name, variants, hooks_s.n_terms,
+                                  hooks_t.n_terms if hooks_t is not None else 0, hooks_s.tiling)
+        if short_v:
+            variants += short_v
+            short = HookSet(hooks_s, hooks_t)
+    text = render(table, variants, hooks, hooks_t, hooks_b, short)
     return EmittedSource(
         table=table,
         layout=descriptor_layout(table.mask),

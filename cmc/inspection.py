@@ -159,10 +159,10 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
 
     kernels: list[KernelReport] = []
     infos: dict[str, KernelInfo] = {}
-    seen: set[tuple[str, str, str, int]] = set()
+    seen: set[tuple[str, str, str, int, bool]] = set()
     for k in m["kernels"]:
         tag = f"{k['file']}"
-        ident = (k["arch"], k["role"], k["dtype"], k["head_dim"])
+        ident = (k["arch"], k["role"], k["dtype"], k["head_dim"], k.get("below_len", 0) > 0)
         if ident in seen:
             problems.append(f"{tag}: a second kernel for {ident}")
         seen.add(ident)

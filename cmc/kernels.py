@@ -106,6 +106,12 @@ class KernelSpec:
 
 # --------------------------------------------------------------------------- tile shapes
 
+# The tag and symbol suffix of a kernel for short sequences: a tiled kind built again on
+# linear tiles, launched instead of its role's patch-tiled kernel when every sequence is
+# shorter than that tiling's min_len (where the patch kernel cuts them into linear tiles too,
+# with the patch path's costs; the manifest's kernel "below_len").
+SHORT_SUFFIX = "_short"
+
 TILE = 128  # query rows and keys per tile of the sm90 kernel
 # Key tiles one query tile can see in a patch-tiled kernel: its plan holds a bit per key
 # tile in shared memory (cmc_sm90::kMaxKeyTiles), so this bounds the sequence length.

@@ -194,6 +194,8 @@ def kernel_dict(built: BuiltKernels, c: BuiltCubin) -> dict[str, Any]:
                         for t in tensor_maps(v.kernel, v.tiling.box_rows)],
         "tiling": v.tiling.to_dict(),
         "max_len": v.tiling.max_len(),
+        # > 0: launched instead of the role's other kernel when every sequence is shorter
+        "below_len": v.below_len,
         "nvrtc_version": c.nvrtc_version,
         "options": list(c.options),
     }
@@ -318,6 +320,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
             "patch_cols": v.tiling.patch_cols,
             "min_len": v.tiling.min_len,
             "max_len": v.tiling.max_len() or 0,
+            "below_len": v.below_len,
         }
         if ks.pass_ is Pass.BACKWARD:
             maps = tensor_maps(v.kernel, v.tiling.box_rows)  # as the manifest lists them

@@ -97,13 +97,14 @@ def test_source_carries_the_backward_hooks_where_the_tilings_differ():
                .replace("cmc_offset_mask_words;", "cmc_offset_mask_words_b;"))
     assert mine == renamed
     assert "typedef cmc_hooks cmc_hooks_b" not in src.text
-    dq = [v.define for v in src.variants if v.kernel is KernelKind.BWD_DQ_SM90]
-    fwd = [v.define for v in src.variants if SPECS[v.kernel].pass_ is Pass.FORWARD]
+    main = [v for v in src.variants if not v.below_len]  # the first set (the short one's after)
+    dq = [v.define for v in main if v.kernel is KernelKind.BWD_DQ_SM90]
+    fwd = [v.define for v in main if SPECS[v.kernel].pass_ is Pass.FORWARD]
     guard_b = src.text.split("#define CMC_BWD_MASKS 1")[0].rsplit("#if ", 1)[1].split("\n")[0]
     guard_f = src.text.split("#define CMC_FWD_MASKS 1")[0].rsplit("#if ", 1)[1].split("\n")[0]
     assert guard_b == " || ".join(["defined(CMC_HOST)", *(f"defined({d})" for d in dq)])
     assert guard_f == " || ".join(["defined(CMC_HOST)", *(f"defined({d})" for d in fwd)])
-    for v in src.variants:
+    for v in main:
         spec = SPECS[v.kernel]
         if spec.pass_ is Pass.BACKWARD:
             assert "cmc_hooks_b" in spec.entry and "cmc_hooks," not in spec.entry
@@ -111,6 +112,11 @@ def test_source_carries_the_backward_hooks_where_the_tilings_differ():
             assert ("x 1.6" in v.tiling.reason) == spec.tiled  # pre, post: always linear
         else:
             assert v.tiling.kind == "patch"
+    # the forward alone has a start length, so it alone gets a kernel for short sequences
+    short = [v for v in src.variants if v.below_len]
+    assert {v.kernel for v in short} == {KernelKind.FWD_SM90} and len(short) == len(fwd)
+    assert all(v.tiling.kind == "linear" and v.below_len == main[0].tiling.min_len > 0
+               for v in short)
     assert {v.kernel for v in src.variants} >= {KernelKind.BWD_KV_SM90_WS}
 
 
@@ -128,8 +134,11 @@ def test_artifact_records_each_pass_tiling_and_builds_without_spills(tmp_path):
     art = compile_file(GEN / "natten_clamped.mask", tmp_path, archs=["sm_90a"], dtypes=["bf16"],
                        head_dims=[64])
     manifest = json.loads((art / "manifest.json").read_text())
-    by_kind = {k["kernel"]: k for k in manifest["kernels"]}
+    by_kind = {k["kernel"]: k for k in manifest["kernels"] if not k["below_len"]}
     assert by_kind["sm90"]["tiling"]["kind"] == "patch"
+    short = [k for k in manifest["kernels"] if k["below_len"]]
+    assert [k["kernel"] for k in short] == ["sm90"] and short[0]["tiling"]["kind"] == "linear"
+    assert short[0]["below_len"] == by_kind["sm90"]["tiling"]["min_len"]
     for kind in ("bwd_kv_sm90_ws", "bwd_dq_sm90"):
         k = by_kind[kind]
         assert k["tiling"]["kind"] == "linear" and "backward's patch kinds" in k["tiling"]["reason"]

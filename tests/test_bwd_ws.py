@@ -99,7 +99,7 @@ def test_ws_builds_without_local_memory_and_is_in_the_manifest(ws_artifacts, nam
 
     art = ws_artifacts[name]
     m = json.loads((art / "manifest.json").read_text())
-    ws = [k for k in m["kernels"] if k["kernel"] == "bwd_kv_sm90_ws"]
+    ws = [k for k in m["kernels"] if k["kernel"] == "bwd_kv_sm90_ws" and not k["below_len"]]
     assert sorted(k["head_dim"] for k in ws) == [64, 128]
     assert not any(k["kernel"] == "bwd_kv_sm90" for k in m["kernels"])
     for k in ws:
@@ -117,6 +117,39 @@ def test_ws_builds_without_local_memory_and_is_in_the_manifest(ws_artifacts, nam
     assert all(e.tensor_maps == ("q", "do", "dq_accum") and e.box_rows == (rows,) * 3
                for e in entries)
     assert all(e.params == ("desc", "maps", "bwd_args") for e in entries)
+
+
+def test_short_sequences_get_the_kinds_on_linear_tiles(ws_artifacts, monkeypatch):
+    """clear's patch tiling starts at 2,560 tokens: its kv and dq are built again on linear
+    tiles (one 64-row box per item, no spills), and the runtime launches those exactly when
+    max_len is below that; pre and post have no such kernel (they follow no tiling)."""
+    from cmc.runtime import loader
+
+    from .test_runtime_cpu import FakeGPU
+
+    m = json.loads((ws_artifacts["clear"] / "manifest.json").read_text())
+    main = {(k["role"], k["head_dim"]): k for k in m["kernels"] if not k["below_len"]}
+    short = [k for k in m["kernels"] if k["below_len"]]
+    assert sorted((k["role"], k["head_dim"]) for k in short) == sorted(
+        (r, hd) for r in ("fwd", "kv", "dq") for hd in (64, 128))
+    for k in short:
+        mine = main[(k["role"], k["head_dim"])]
+        assert k["below_len"] == mine["tiling"]["min_len"] == 2560
+        assert k["symbol"] == mine["symbol"] + "_short" and k["file"].endswith("_short.cubin")
+        assert k["tiling"]["kind"] == "linear" and mine["tiling"]["kind"] == "patch"
+        assert k["max_len"] is None and "max_len - " not in k["grid"][0]  # no grid origin
+        assert (k["local_bytes"], k["spill_stores"], k["spill_loads"]) == (0, 0, 0), k["symbol"]
+        if k["role"] == "kv":
+            assert [t["box"][2] for t in k["tensor_maps"]] == [64, 64, 64]
+    FakeGPU(monkeypatch)
+    dk = loader.load(ws_artifacts["clear"])._kernels(0)
+    for max_len, suffix in ((1, "_short"), (2559, "_short"), (2560, ""), (9000, "")):
+        roles = dk.backward_roles("bf16", 128, max_len)
+        assert {r: e.entry.symbol for r, e in roles.items()} == {
+            r: f"cmc_clear_bwd_{r}_bf16_d128" if r in ("pre", "post") else
+            main[(r, 128)]["symbol"] + suffix for r in ("pre", "kv", "dq", "post")}
+        assert dk.forward("bf16", 128, max_len).entry.symbol == \
+            main[("fwd", 128)]["symbol"] + suffix
 
 
 @pytest.mark.parametrize("lang", ["c", "c++"])
@@ -315,7 +348,8 @@ def test_ws_patch_kv_of_a_many_term_grid_builds_without_local_memory():
     src = back(front(ROOT / "benchmarks" / "generality" / "grid_text.mask",
                      {"TEXT": 77, "W": 96, "R": 40}),
                Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,), tiling="8x16"))
-    kv = tuple(v for v in src.variants if v.kernel is KernelKind.BWD_KV_SM90_WS)
+    kv = tuple(v for v in src.variants
+               if v.kernel is KernelKind.BWD_KV_SM90_WS and not v.below_len)
     assert kv and all(v.tiling.kind == "patch" for v in kv)
     built = build(dataclasses.replace(src, variants=kv), archs=("sm_90a",), jobs=1)
     for c in built.cubins:

@@ -1217,10 +1217,20 @@ def test_patch_tiled_kernel_gets_patch_boxes_and_its_grid(real_artifacts, gpu):
     # 4 text tiles + ceil(28 grid rows / 8) = 4 patch rows of 8 patches: 18 units per head
     assert gpu.launches[-1]["grid"] == ((4 + 4 * 8 + 1) // 2 * 2, 1, 1)
     assert gpu.maps[-1]["box"] == (64, 1, 16)
-    # below the tiling's min_len (2560) the kernel cuts sequences into linear tiles
+    assert gpu.launches[-1]["symbol"] == "cmc_clear_fwd_sm90_bf16_d128"
+    # below the tiling's min_len (2560) the kernel for short sequences (linear tiles, one box
+    # per tile) runs instead
     short = DeviceArray((1, 2559, 2, 128), "bf16")
     run_and_decode(gpu, attn, short, short, short)
+    assert gpu.launches[-1]["symbol"] == "cmc_clear_fwd_sm90_bf16_d128_short"
     assert gpu.launches[-1]["grid"] == ((20 + 1) // 2 * 2, 1, 1)
+    assert gpu.maps[-1]["box"] == (64, 1, 128)
+    # a jagged batch runs the patch kernel when max_len reaches min_len, however short the rest
+    jag = DeviceArray((2560 + 100, 2, 128), "bf16")
+    run_and_decode(gpu, attn, jag, jag, jag, cu_seqlens=[0, 100, 2660])
+    assert gpu.launches[-1]["symbol"] == "cmc_clear_fwd_sm90_bf16_d128"
+    run_and_decode(gpu, attn, jag, jag, jag, cu_seqlens=[0, 101, 2660])  # 2559 at most
+    assert gpu.launches[-1]["symbol"] == "cmc_clear_fwd_sm90_bf16_d128_short"
 
 
 def test_patch_tiled_kernel_refuses_sequences_past_its_plan(real_artifacts, gpu):

@@ -134,7 +134,8 @@ def build_variant(name: str, dtype: str, d: int, arch: str, sm90: bool = False,
     from cmc.package import grid_rule
 
     opts = Options(archs=(arch,), dtypes=(dtype,), head_dims=(d,), kernel="portable",
-                   backward=True, cache=False, bwd_kernel="lockstep" if sm90 else "portable")
+                   backward=True, cache=False, bwd_kernel="lockstep" if sm90 else "portable",
+                   short_kernels=False)
     sources = [back(table_of(name), opts)]
     if sm90 and name in TILED_MASKS:
         auto = back(table_of(name), dataclasses.replace(opts, kernel="auto", tiling=TILED_MASKS[name]))

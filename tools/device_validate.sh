@@ -150,6 +150,16 @@ step ivprobe probe.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsp
 carried ivab out/benchrun out/abrun/rs2 -- ivab.log 150 python3 benchmarks/bench.py --artifacts out/benchrun --ab out/benchrun \
     out/abrun/rs2 --suite all --patterns causal hstu clear clear_text g_natten_clamped g_video3d \
     g_grid77_w48_r6 --lengths 4096 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/ivab"
+# 1i. The kernels for short sequences (kernel notes "Kernels for short sequences"): the A/B
+#    through the runtime at lengths below the patch tilings' start (out/abrun/shbase: `bench.py
+#    --compile out/ab/shbase --no-short-kernels --patterns clear_text g_grid333_w80_r24
+#    g_grid77_w96_r40 g_natten_clamped`, out/abrun/short the same without the flag, each then
+#    `--runtime-copy`), then their gradients against float64
+carried short out/abrun/shbase out/abrun/short -- short.log 170 python3 benchmarks/bench.py \
+    --artifacts out/abrun/shbase --ab out/abrun/shbase out/abrun/short --suite all --patterns \
+    clear_text g_grid333_w80_r24 g_grid77_w96_r40 g_natten_clamped --lengths 1024 2048 \
+    --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/short"
+step short short.log 120 "${PYTEST[@]}" "${XDIST[@]}" tests/gpu/test_backward_patch_gpu.py -k short_sequences
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)
@@ -159,9 +169,9 @@ step ptma ptma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspcp 
     --check --cases clear_patch grid96 --mask clear_patch --lengths 4096x8 4173x8
 #    where the patch kinds lose to the linear ones below the start length (grid96p: grid96 on
 #    8 x 16 patches, linear tiles at 4K through the patch kinds; 16K on patches), each probed
-step ptma ptma.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask grid96p \
+step ptmagrid ptma.log 100 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask grid96p \
     --lengths 4096x8 16384x2
-step ptma ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask grid96 --lengths 4096x8
+step ptmagrid ptma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsprobe --mask grid96 --lengths 4096x8
 #    and through the runtime: the generality grids' shipped linear backward (out/abrun/g3, from
 #    out/benchrun) against `--tiling 8x16` builds whose ws patch kv no longer spills
 #    (out/abrun/p816b: `bench.py --compile out/ab/p816b --tiling 8x16 --patterns

@@ -173,9 +173,9 @@ def run_backward(attn: Attention, dout: Any, q: Any, k: Any, v: Any, out: Any, l
             return outs["dq"], outs["dk"], outs["dv"]
         if not packed and plan is None:  # a plan holds its own copy (capturable)
             seq_ptr = _cached_seqlens(device, batch, mlen, capturing)
-        _launch_all(attn, kern.backward[(geo.dtype, geo.head_dim)], kern.num_sms, sh, geo, st,
-                    qi, info, given, seq_ptr, batch, mlen, slog2, packed_params, uploads,
-                    fixed, packed, deterministic)
+        _launch_all(attn, kern.backward_roles(geo.dtype, geo.head_dim, mlen), kern.num_sms,
+                    sh, geo, st, qi, info, given, seq_ptr, batch, mlen, slog2, packed_params,
+                    uploads, fixed, packed, deterministic)
     return outs["dq"], outs["dk"], outs["dv"]
 
 

@@ -84,6 +84,8 @@ class _DeviceKernels:
             self.kernels: dict[tuple[str, int], _Kernel] = {}  # the forward
             # (dtype, head_dim) -> role -> kernel; manifest.py checked every role is there
             self.backward: dict[tuple[str, int], dict[str, _Kernel]] = {}
+            # the kernels for short sequences (below_len): (dtype, head_dim) -> role -> kernel
+            self.short: dict[tuple[str, int], dict[str, _Kernel]] = {}
             for k in m.kernels:
                 if k.arch != self.arch:
                     continue
@@ -102,11 +104,30 @@ class _DeviceKernels:
                                  k.dynamic_smem), ArtifactError)
                 # no driver query of MAX_THREADS_PER_BLOCK: load() checked the block against
                 # the cubin's recorded launch bounds (launch_check.verify_launch), which set it
-                if k.pass_ == "backward":
+                if k.below_len:
+                    self.short.setdefault((k.dtype, k.head_dim), {})[k.role] = \
+                        _Kernel(k, module, func)
+                elif k.pass_ == "backward":
                     self.backward.setdefault((k.dtype, k.head_dim), {})[k.role] = \
                         _Kernel(k, module, func)
                 else:
                     self.kernels[(k.dtype, k.head_dim)] = _Kernel(k, module, func)
+
+    def forward(self, dtype: str, head_dim: int, max_len: int) -> _Kernel:
+        """The forward kernel for sequences up to max_len: the one for short sequences where
+        max_len is below its bound, else the one for every length."""
+        short = self.short.get((dtype, head_dim), {}).get("fwd")
+        if short is not None and max_len < short.entry.below_len:
+            return short
+        return self.kernels[(dtype, head_dim)]
+
+    def backward_roles(self, dtype: str, head_dim: int, max_len: int) -> dict[str, _Kernel]:
+        """The backward kernel of each role for sequences up to max_len (as forward())."""
+        roles = dict(self.backward[(dtype, head_dim)])
+        for role, k in self.short.get((dtype, head_dim), {}).items():
+            if role in roles and max_len < k.entry.below_len:
+                roles[role] = k
+        return roles
 
 
 # --------------------------------------------------------------------------- cu_seqlens cache

@@ -25,7 +25,7 @@ from typing import Any
 from ..abi import kernel_param_bytes
 from ..cubin import Cubin, KernelInfo, read_cubin
 from ..errors import ArtifactError
-from ..kernels import TileShape, spec
+from ..kernels import SHORT_SUFFIX, TileShape, spec
 from .manifest import Manifest
 
 _DEFINE = re.compile(r"^#define (CMC_[A-Z0-9_]+) (\d+)u?\b", re.M)
@@ -84,6 +84,8 @@ def launch_problems(name: str, kernels: Sequence[Mapping[str, Any]], descriptor_
         shape = tile_shape(k["tiling"], tag)
         kind = spec(k["kernel"])
         variant = kind.tag.format(dtype=k["dtype"], head_dim=k["head_dim"])
+        if k.get("below_len", 0):
+            variant += SHORT_SUFFIX
         prefix = f"CMC_{name.upper()}_{variant.upper()}_"
         want: dict[str, Any] = {"grid": kind.grid_rule(shape, k["block_m"]),
                                 "max_len": shape.max_len()}
@@ -97,6 +99,8 @@ def launch_problems(name: str, kernels: Sequence[Mapping[str, Any]], descriptor_
                 want[field] = macros[prefix + macro]
         if macros is not None and macros.get(prefix + "MAX_LEN", 0) != (shape.max_len() or 0):
             out.append(f"{tag}: the header's {prefix}MAX_LEN is not the tiling's max_len")
+        if macros is not None and macros.get(prefix + "BELOW_LEN", 0) != k.get("below_len", 0):
+            out.append(f"{tag}: the header's {prefix}BELOW_LEN is not the manifest's below_len")
         want["block"] = [k["threads"], 1, 1]
         for field, value in want.items():
             if k.get(field) != value:

@@ -420,7 +420,7 @@ class Attention:
         slog2 = scale_log2(scale, geo.head_dim)
         if capturing:
             refuse_host_values_in_capture(packed_params, uploads)
-        kern = dk.kernels[(geo.dtype, geo.head_dim)]
+        kern = dk.forward(geo.dtype, geo.head_dim, mlen)
         if out is None:
             out = _empty_like_q(q, qi, lib, alloc)
             oi = describe(out, "out", sh)
@@ -485,7 +485,7 @@ class Attention:
                 _driver.stream_wait_stream(sh, a.cai_stream)
         plan.check_geometry(geo)
         slog2 = scale_log2(scale, geo.head_dim)
-        kern = dk.kernels[(geo.dtype, geo.head_dim)]
+        kern = dk.forward(geo.dtype, geo.head_dim, plan.max_len)
         fresh_out = out is None
         if out is None:
             out = _empty_like_q(q, qi, lib, alloc)

@@ -77,6 +77,9 @@ class KernelEntry:
     pass_: str = "forward"  # "forward" | "backward"
     role: str = "fwd"  # fwd | pre | kv | dq | post
     params: tuple[str, ...] = ("desc",)  # the kernel's by-value parameters, in order
+    # > 0: a kernel for short sequences, launched instead of its role's kernel when
+    # max_len < below_len (kernels.SHORT_SUFFIX)
+    below_len: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,9 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
     if role not in PASSES[pass_]:
         raise ArtifactError(f"manifest: {where}.role {role!r} is not a {pass_} role "
                             f"({', '.join(PASSES[pass_])})")
+    below_len = k.get("below_len", 0)
+    if not (isinstance(below_len, int) and not isinstance(below_len, bool) and below_len >= 0):
+        raise ArtifactError(f"manifest: {where}.below_len must be an int >= 0")
     kparams = k.get("params", ["desc", "maps"] if maps else ["desc"])
     if kparams not in KERNEL_PARAMS or (("maps" in kparams) != bool(maps)) \
             or (("bwd_args" in kparams) != (pass_ == "backward")):
@@ -221,7 +227,25 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         dynamic_smem=_need(k, "dynamic_smem", where, int),
         tensor_maps=tuple(t["tensor"] for t in maps),
         box_rows=tuple(t["box"][2] for t in maps), max_len=max_len, work_counter=work_counter,
-        pass_=pass_, role=role, params=tuple(kparams))
+        pass_=pass_, role=role, params=tuple(kparams), below_len=below_len)
+
+
+def _check_short(kernels: Sequence[KernelEntry]) -> None:
+    """One kernel per (arch, dtype, head_dim, role) and length class, and a kernel for short
+    sequences only beside a kernel for every length of its role (which longer ones need)."""
+    seen: dict[tuple[str, str, int, str, bool], KernelEntry] = {}
+    for k in kernels:
+        key = (k.arch, k.dtype, k.head_dim, k.role, k.below_len > 0)
+        if key in seen:
+            raise ArtifactError(f"manifest: two {k.pass_} {k.role} kernels for {k.arch} {k.dtype} "
+                                f"d{k.head_dim}{' for short sequences' if k.below_len else ''} "
+                                f"({seen[key].symbol}, {k.symbol})")
+        seen[key] = k
+    for (arch, dtype, hd, role, short), k in seen.items():
+        if short and (arch, dtype, hd, role, False) not in seen:
+            raise ArtifactError(f"manifest: {k.symbol} is for sequences below "
+                                f"{k.below_len} but no {role} kernel for {arch} {dtype} "
+                                f"d{hd} takes longer ones")
 
 
 def _read_backward(raw: Mapping[str, Any], kernels: Sequence[KernelEntry]) -> BackwardSpec | None:
@@ -287,7 +311,7 @@ def _read_backward(raw: Mapping[str, Any], kernels: Sequence[KernelEntry]) -> Ba
     need = {r for roles in sequence.values() for r in roles}
     groups: dict[tuple[str, str, int], dict[str, KernelEntry]] = {}
     for k in kernels:
-        if k.pass_ == "backward":
+        if k.pass_ == "backward" and not k.below_len:
             g = groups.setdefault((k.arch, k.dtype, k.head_dim), {})
             if k.role in g:
                 raise ArtifactError(f"manifest: two backward {k.role} kernels for {k.arch} "
@@ -389,6 +413,7 @@ def parse_manifest(mpath: Path, raw: Mapping[str, Any]) -> Manifest:
                                                                    list)))
     if not kernels:
         raise ArtifactError(f"{mpath}: the manifest lists no kernels")
+    _check_short(kernels)
     return Manifest(mpath.parent, read_name(mpath, raw), raw, params, _read_layout(raw, params),
                     kernels, read_ranges(raw), _read_backward(raw, kernels))
 

@@ -82,9 +82,11 @@ def test_patch_backward_matches_reference(case, bwd_kernel):
     with tempfile.TemporaryDirectory(prefix="cmc-bwd-patch-") as tmp:
         attn = _artifact(mask, defines, tiling, dtype, d, Path(tmp), bwd_kernel)
     # a patch tiling bounds the sequence length (kernels.TileShape.max_len); linear does not
-    assert all(k.max_len is not None for k in attn.manifest.kernels if k.pass_ == "forward")
+    # (the kernels for short sequences, below_len, are on linear tiles: test_short_sequences)
+    main = [k for k in attn.manifest.kernels if not k.below_len]
+    assert all(k.max_len is not None for k in main if k.pass_ == "forward")
     for role in ("dq", "kv"):
-        ks = [k for k in attn.manifest.kernels if k.role == role]
+        ks = [k for k in main if k.role == role]
         kind = "sm90ws" if role == "kv" and bwd_kernel == "auto" else "sm90"
         assert ks and all(k.symbol.startswith(f"cmc_{name}_bwd_{role}_{kind}_") for k in ks)
         assert all((k.max_len is not None) == bwd_patch for k in ks), f"{role}'s tiling"
@@ -106,3 +108,42 @@ def test_patch_backward_matches_reference(case, bwd_kernel):
         if mode == "det":
             runs.append(dq.clone())
     assert torch.equal(runs[0], runs[1]), "deterministic dQ must be bitwise reproducible"
+
+
+# (case of CASES, lengths all below its tiling's min_len: CLEAR origin 77's is 1,101, the
+# 16 x 8 NATTEN's 8,192)
+SHORT = [(0, [1000, 77, 1100]), (3, [128 * 40 + 5] * 2)]
+
+
+@pytest.mark.parametrize("case,lengths", SHORT, ids=["origin77-packed", "natten16x8-batch"])
+def test_short_sequences_run_their_own_kernels_and_match_reference(case, lengths):
+    """Where every sequence is below the patch tiling's start length, the runtime launches the
+    kernels for short sequences (linear tiles, below_len) for the forward, kv and dq: the same
+    gradients within 1e-2 of float64, atomic and deterministic."""
+    from cmc.driver import load_mask
+
+    if device_arch() != "sm_90a":
+        pytest.skip("the sm90 kinds are built for sm_90a only")
+    mask, defines, tiling, packed, _, dtype, d, hq, hkv, _ = CASES[case]
+    with tempfile.TemporaryDirectory(prefix="cmc-bwd-short-") as tmp:
+        attn = _artifact(mask, defines, tiling, dtype, d, Path(tmp))
+    short = {k.role: k for k in attn.manifest.kernels if k.below_len}
+    assert sorted(short) == ["dq", "fwd", "kv"] and max(lengths) < short["fwd"].below_len
+    dk = attn._kernels(torch.cuda.current_device())
+    assert dk.forward(dtype, d, max(lengths)).entry is short["fwd"]
+    roles = dk.backward_roles(dtype, d, max(lengths))
+    assert roles["kv"].entry is short["kv"] and roles["dq"].entry is short["dq"]
+    c = backward_case(torch, load_mask(ROOT / mask, defines), packed,
+                      lengths, dtype, d, hq, hkv, seed=23 + case)
+    kw, (q, k, v, do), (rdq, rdk, rdv), seen, t = c["kw"], c["shaped"], c["ref"], c["seen"], c["tokens"]
+    out, lse = attn(q, k, v, return_lse=True, **kw)
+    for mode in ("atomic", "det"):
+        dq, dk_, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+        attn.backward(do, q, k, v, out, lse, dq=dq, dk=dk_, dv=dv, deterministic=mode == "det",
+                      **kw)
+        torch.cuda.synchronize()
+        got = [x.reshape(t, x.shape[-2], d) for x in (dq, dk_, dv)]
+        errs = compare_grads(torch, got, (rdq, rdk, rdv))
+        assert all(e < TOL for e in errs.values()), f"{defines} {mode}: {errs}"
+        if (~seen).any():
+            assert (got[1][~seen] == 0).all() and (got[2][~seen] == 0).all()
