@@ -154,12 +154,12 @@ carried ivab out/benchrun out/abrun/rs2 -- ivab.log 150 python3 benchmarks/bench
 #    through the runtime at lengths below the patch tilings' start (out/abrun/shbase: `bench.py
 #    --compile out/ab/shbase --no-short-kernels --patterns clear_text g_grid333_w80_r24
 #    g_grid77_w96_r40 g_natten_clamped`, out/abrun/short the same without the flag, each then
-#    `--runtime-copy`), then their gradients against float64
+#    `--runtime-copy`); their gradients against float64 are part ptma's pytest
+#    (test_short_sequences_run_their_own_kernels_and_match_reference)
 carried short out/abrun/shbase out/abrun/short -- short.log 170 python3 benchmarks/bench.py \
     --artifacts out/abrun/shbase --ab out/abrun/shbase out/abrun/short --suite all --patterns \
     clear_text g_grid333_w80_r24 g_grid77_w96_r40 g_natten_clamped --lengths 1024 2048 \
     --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/short"
-step short short.log 120 "${PYTEST[@]}" "${XDIST[@]}" tests/gpu/test_backward_patch_gpu.py -k short_sequences
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)
