@@ -100,9 +100,11 @@ TILE_GEMM_CYCLES = 3400
 # CLEAR with and without text, 2.0 x on natten_clamped (H100, 2026-12-06, kernel notes
 # "Run 18": the same masks built with --tiling linear, computed pairs from computed_pairs).
 # The ws kv with TMA patch loaders (the default since run 21) is cheaper: on the three grids
-# at 8x16 it beats their linear builds by 4-8 % at 16K but loses 10-16 % at 4K, below their
-# patch start lengths (kernel notes "The ws kv's patch tiling for the generality grids"), so
-# the constant stays until a patch artifact carries linear kinds for short sequences.
+# at 8x16 it beats their linear builds by 4-8 % at 16K (about 1.13-1.15 x per pair) but lost
+# 10-16 % at 4K, below their patch start lengths (kernel notes "The ws kv's patch tiling for
+# the generality grids"). The kernels for short sequences now take those lengths; but 4-8 %
+# is below MIN_GAIN, and natten_clamped's ws patch kv spills (16 / 124 bytes), so the
+# constant stays (kernel notes "Kernels for short sequences").
 BWD_PATCH_COST = 1.6
 
 
