@@ -92,22 +92,29 @@ def test_patch_backward_matches_reference(case, bwd_kernel):
         assert all((k.max_len is not None) == bwd_patch for k in ks), f"{role}'s tiling"
     c = backward_case(torch, load_mask(ROOT / mask, defines), packed,
                       lengths, dtype, d, hq, hkv, seed=11 + case)
+    runs = _check_gradients(attn, c, d, ("atomic", "det", "det"), str(defines))
+    assert torch.equal(runs[1], runs[2]), "deterministic dQ must be bitwise reproducible"
+
+
+def _check_gradients(attn: Any, c: dict[str, Any], d: int, modes: tuple[str, ...],
+                     what: str) -> list[Any]:
+    """Forward, then a backward per mode (atomic / det) into NaN-poisoned gradients: each
+    within TOL of float64, keys no query sees dK = dV = 0; returns each run's dQ."""
     kw, (q, k, v, do), (rdq, rdk, rdv), seen, t = c["kw"], c["shaped"], c["ref"], c["seen"], c["tokens"]
     out, lse = attn(q, k, v, return_lse=True, **kw)
     runs = []
-    for mode in ("atomic", "det", "det"):
+    for mode in modes:
         dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
         attn.backward(do, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, deterministic=mode == "det",
                       **kw)
         torch.cuda.synchronize()
         got = [x.reshape(t, x.shape[-2], d) for x in (dq, dk, dv)]
         errs = compare_grads(torch, got, (rdq, rdk, rdv))
-        assert all(e < TOL for e in errs.values()), f"{defines} {mode}: {errs}"
+        assert all(e < TOL for e in errs.values()), f"{what} {mode}: {errs}"
         if (~seen).any():
             assert (got[1][~seen] == 0).all() and (got[2][~seen] == 0).all()
-        if mode == "det":
-            runs.append(dq.clone())
-    assert torch.equal(runs[0], runs[1]), "deterministic dQ must be bitwise reproducible"
+        runs.append(dq.clone())
+    return runs
 
 
 # (case of CASES, lengths all below its tiling's min_len: CLEAR origin 77's is 1,101, the
@@ -135,15 +142,4 @@ def test_short_sequences_run_their_own_kernels_and_match_reference(case, lengths
     assert roles["kv"].entry is short["kv"] and roles["dq"].entry is short["dq"]
     c = backward_case(torch, load_mask(ROOT / mask, defines), packed,
                       lengths, dtype, d, hq, hkv, seed=23 + case)
-    kw, (q, k, v, do), (rdq, rdk, rdv), seen, t = c["kw"], c["shaped"], c["ref"], c["seen"], c["tokens"]
-    out, lse = attn(q, k, v, return_lse=True, **kw)
-    for mode in ("atomic", "det"):
-        dq, dk_, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
-        attn.backward(do, q, k, v, out, lse, dq=dq, dk=dk_, dv=dv, deterministic=mode == "det",
-                      **kw)
-        torch.cuda.synchronize()
-        got = [x.reshape(t, x.shape[-2], d) for x in (dq, dk_, dv)]
-        errs = compare_grads(torch, got, (rdq, rdk, rdv))
-        assert all(e < TOL for e in errs.values()), f"{defines} {mode}: {errs}"
-        if (~seen).any():
-            assert (got[1][~seen] == 0).all() and (got[2][~seen] == 0).all()
+    _check_gradients(attn, c, d, ("atomic", "det"), f"{defines} short")
