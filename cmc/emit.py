@@ -1264,8 +1264,8 @@ class HookSet:
     hooks_b: Hooks | None = None
 
 
-def _hook_set(table: IntervalTable, variants: Sequence[KernelVariant], hs: HookSet,
-              struct_name: str, guard: str) -> dict[str, object]:
+def _hook_set(variants: Sequence[KernelVariant], hs: HookSet, struct_name: str,
+              guard: str) -> dict[str, object]:
     """One set's part of NAME.cu (`variants`: the set's own, which its mask guards name)."""
     bwd = [v for v in variants if SPECS[v.kernel].pass_ is Pass.BACKWARD]
     own_b = hs.hooks_b if bwd else None
@@ -1307,11 +1307,11 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
     short_v = [v for v in variants if v.below_len]
     if short_v and short is None:
         raise ValueError("variants for short sequences need the short set's hooks")
-    sets = [_hook_set(table, main_v, HookSet(hooks, hooks_t, hooks_b), struct_name,
+    sets = [_hook_set(main_v, HookSet(hooks, hooks_t, hooks_b), struct_name,
                       f"#if !defined({SHORT_SET})" if short_v else "")]
     if short_v:
         assert short is not None
-        sets.append(_hook_set(table, short_v, short, struct_name,
+        sets.append(_hook_set(short_v, short, struct_name,
                               f"#else  // {SHORT_SET}: linear tiles, for sequences below the "
                               "patch tilings' start length"))
     return tmpl.render(
