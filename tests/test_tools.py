@@ -90,6 +90,26 @@ def test_ws_patch_loader_alternatives_build_on_patches(monkeypatch):
             assert kv and all(r[1:] == (0, 0) for r in kv.values()), (name, d, kv)
 
 
+def test_fused_post_alternative_builds_and_refuses_patch_masks(monkeypatch):
+    """bwd_ablate wsfuse (CMC_WS_FUSE_POST: the linear ws kv converts dQ, post's work): the kv
+    without local memory at both head dims (its conversion runs in the consumers' registers,
+    not after the roles join, where WG0's 24 would spill it: 100-196 bytes when it did), and
+    the tool refuses it on a patch mask, whose kv does not convert."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    ab = _tool("bwd_ablate")
+    assert "wsfuse" in ab.FUSED_POST and "wsfuse" not in ab.PATCH_CHECKED
+    for d in (64, 128):
+        regs = ab._build("wsfuse", "sm_90a", "causal", "bf16", d)[1]
+        kv = {s: r for s, r in regs.items() if "bwd_kv_sm90" in s}
+        assert kv and all(r[1:] == (0, 0) for r in kv.values()), (d, kv)
+    monkeypatch.setattr(sys, "argv", ["bwd_ablate.py", "wsfuse", "--mask", "clear_patch"])
+    with pytest.raises(SystemExit, match="linear tilings only"):
+        ab.main()
+
+
 def test_bwd_kernel_check_tiled_builds_the_patch_kinds(tmp_path, monkeypatch):
     """build_variant of a TILED_MASKS mask: the backward kinds on CLEAR's patch tiling (their
     grid x is the manifest's patch rule: 25 tiles at 2133 tokens, not ceil(2133 / 128) = 17)

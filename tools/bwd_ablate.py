@@ -383,6 +383,16 @@ ALTERNATIVES["wspcp"] = _ws_macros(
     "ws whose patch loaders bring every item by cp.async chunks, not TMA boxes of one patch row "
     "(CMC_WS_PATCH_TMA 0)", WS_PATCH_TMA=0)
 
+# post folded into the linear ws kv (kernel notes, "Run 22": pre and post are 0.35 ms at causal
+# 1K-4K, the whole gap to FA4 at 1K and 2K): the last kv CTA of each (sequence, kv head)
+# converts its dQ, and the atomic sequence launches no post (FUSED_POST). Linear tilings only
+# (kv_patch_ws does not convert). Predicted: causal +8 % at 1K x 32, +6 % at 2K x 16, +4 % at
+# 4K x 8. Correct if the counting is, so --check runs it.
+ALTERNATIVES["wsfuse"] = _ws_macros(
+    "ws converting dQ itself, post's work, in the last kv CTA of each sequence and kv head "
+    "(CMC_WS_FUSE_POST 1; linear tilings; the atomic sequence is pre, kv)", WS_FUSE_POST=1)
+FUSED_POST = {"wsfuse"}
+
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
 # by stmatrix.x4 (4 per warp instead of 16 st.shared.b32) and an item's LSE read into registers
@@ -401,7 +411,7 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspcp",
+            "wspcp", *FUSED_POST,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
@@ -518,6 +528,9 @@ def main() -> int:
     tm = opts.mask
     if tm not in bkc.MASKS:
         raise SystemExit(f"unknown --mask {tm!r}; known: {', '.join(bkc.MASKS)}")
+    if FUSED_POST & set(names) and _box_rows((tm, "bf16", 128)) != 64:
+        raise SystemExit(f"{', '.join(sorted(FUSED_POST & set(names)))}: linear tilings only "
+                         f"(--mask {tm} is on patches, whose kv does not convert dQ)")
     jobs = [(n, tm, "bf16", 128) for n in variants]
     jobs += [(n, *v) for n in checked for v in cases[n] if (n, *v) not in jobs]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
@@ -535,9 +548,19 @@ def main() -> int:
     failed = passed = 0
     plain_bwd, tma_bwd = bkc.Bwd, _tma_bwd(bkc)
 
+    class FusedBwd(tma_bwd):  # type: ignore[misc,valid-type]
+        """TmaBwd whose atomic sequence launches no post (its kv converts dQ: FUSED_POST)."""
+
+        def run(self, desc, args, max_len, hq, hk, batch, deterministic):
+            from cmc.kernels import BWD_SEQUENCE
+
+            for role in BWD_SEQUENCE["deterministic" if deterministic else "atomic"]:
+                if role != "post":
+                    self.launch_role(role, desc, args, max_len, hq, hk, batch)
+
     def bwd_class(n: str):
-        """Variant n's launcher: TmaBwd (its kv takes the maps) or the plain one."""
-        return tma_bwd if n in TMA else plain_bwd
+        """Variant n's launcher: FusedBwd, TmaBwd (its kv takes the maps) or the plain one."""
+        return FusedBwd if n in FUSED_POST else tma_bwd if n in TMA else plain_bwd
 
     for n in checked:
         for v in cases[n]:

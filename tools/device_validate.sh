@@ -160,6 +160,11 @@ carried short out/abrun/shbase out/abrun/short -- short.log 170 python3 benchmar
     --artifacts out/abrun/shbase --ab out/abrun/shbase out/abrun/short --suite all --patterns \
     clear_text g_grid333_w80_r24 g_grid77_w96_r40 g_natten_clamped --lengths 1024 2048 \
     --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/short"
+# 1j. post folded into the linear ws kv (bwd_ablate wsfuse, a prototype; kernel notes "Post
+#    folded into the kv"): checked on bwd_kernel_check's linear cases, timed beside ws at the
+#    lengths where pre and post weigh most (predicted +8 / +6 / +4 % at 1K / 2K / 4K)
+step fuse fuse.log 170 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsfuse --check \
+    --lengths 1024x32 2048x16 4096x8
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)

@@ -46,6 +46,12 @@
 // kernel notes, "A TMA patch loader for the ws kv": the kv 1.27-1.39 x faster on CLEAR)
 #define CMC_WS_PATCH_TMA 1
 #endif
+#ifndef CMC_WS_FUSE_POST
+// 1 (prototype, bwd_ablate wsfuse): the linear ws kv converts dQ itself, post's work, so the
+// atomic sequence is pre, kv (ws_post_fused; kernel notes "Run 22": post is 0.15 ms of 1.2 at
+// causal 1K x 32)
+#define CMC_WS_FUSE_POST 0
+#endif
 namespace cmc_bwd_sm90 {
 
 // Four 8 x 8 b16 matrices of the accumulator fragment layout (register i: matrix i, rows lane /
@@ -700,15 +706,27 @@ CMC_DEV int ws_key_row(int tid) { return 64 * (wg_index(tid) - 1) + 16 * ((tid >
 // The roles once the CTA is set up. WG0 (kWsProducerRegs): warps 1, 2 the dQ writers of the
 // consumer warpgroups (atomic mode; runs of BOX tokens), warps 0 and 3 load(warp, lane). WG1,
 // WG2 (kWsConsumerRegs): ws_consume on the tiling make_tiling() gives, built after setmaxnreg.
-template <bool BF16, int D, int BOX, class Load, class MakeTiling, class Desc>
+// kFuse (CMC_WS_FUSE_POST, linear tilings): once done, the writers' adds complete and they
+// arrive on barrier 8, where the consumers then run post(tid) (ws_post_fused), in their own
+// registers (code after the roles join would be compiled for WG0's kWsProducerRegs).
+template <bool BF16, int D, int BOX, bool kFuse = false, class Load, class MakeTiling, class Desc,
+          class Post = int>
 CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Desc& desc, const cmc_bwd_args& args,
-                      const KvMaps* maps, unsigned char* smem, unsigned base, int hkv, bool atomic_dq, int tid) {
+                      const KvMaps* maps, unsigned char* smem, unsigned base, int hkv, bool atomic_dq, int tid,
+                      const Post& post = 0) {
   if (wg_index(tid) == 0) {
     ws_setmaxnreg_dec<kWsProducerRegs>();
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
     if (warp == 1 || warp == 2) {
-      if (atomic_dq)
+      if (atomic_dq) {
         ws_write_dq<D, BOX>(smem, reinterpret_cast<float*>(args.dq_accum), maps, desc.heads_q, warp - 1, lane);
+        if constexpr (kFuse) {  // the adds themselves complete, not only their staging reads
+          bulk_commit();
+          asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+          asm volatile("fence.proxy.async;\n" ::: "memory");
+          ws_bar_arrive(8, 320);
+        }
+      }
     } else {
       load(warp, lane);
     }
@@ -716,8 +734,60 @@ CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Des
     ws_setmaxnreg_inc<kWsConsumerRegs>();
     ws_consume<BF16, D>(make_tiling(), desc.scale_log2, smem, base, args, hkv, desc.heads_q / desc.heads_kv,
                         atomic_dq, tid);
+    if constexpr (kFuse) {
+      if (atomic_dq) post(tid);
+    }
   }
 }
+
+#if CMC_WS_FUSE_POST
+// Done kv CTAs per (sequence, kv head): a module global, zero at load, put back to zero by the
+// last CTA, so one launch of the module at a time (a prototype: a shipped kind would take it
+// from the workspace).
+__device__ int cmc_ws_post_done[1 << 16];
+
+// post folded into the linear ws kv: once every warp is done (the writers' adds completed), the
+// CTA counts itself; the last of its sequence's ceil(len / 128) key tiles converts the dQ of
+// the kv head's query heads from dq_accum (L2-resident by then) as post does. The consumer
+// warpgroups (tid 128 ..) alone count and convert (ws_roles' post).
+template <bool BF16, int D, class Desc>
+CMC_DEV void ws_post_fused(const Desc& desc, const cmc_bwd_args& args, unsigned char* smem, int b, int hkv,
+                           int group, int len, cmc_i64 tok0, int tid) {
+  constexpr int kCh = D / 8;
+  int* last = reinterpret_cast<int*>(smem + SmemWS<D>::kPlan);
+  ws_bar_sync(8, 320);  // the writers' adds completed (ws_roles)
+  if (tid == 128) {
+    const int slot = b * desc.heads_kv + hkv;
+    if (slot >= (1 << 16)) __trap();
+    __threadfence();
+    const int is_last = atomicAdd(&cmc_ws_post_done[slot], 1) == (len + kBN - 1) / kBN - 1;
+    if (is_last) cmc_ws_post_done[slot] = 0;
+    *last = is_last;
+  }
+  ws_bar_sync(3, 256);
+  if (!*last) return;
+  __threadfence();
+  const float scale = desc.scale_log2 * 0.6931471805599453f;
+  const float* acc = reinterpret_cast<const float*>(args.dq_accum);
+  for (int hh = 0; hh < group; ++hh) {
+    const int h = hkv * group + hh;
+    unsigned short* dq = reinterpret_cast<unsigned short*>(args.dq) + (cmc_i64)h * args.dq_stride_head;
+#pragma unroll 4
+    for (int c = tid - 128; c < len * kCh; c += kThreadsWS - 128) {
+      const int q = c / kCh, ch = c - q * kCh;
+      const cmc_i64 t = tok0 + q;
+      const float4* a = reinterpret_cast<const float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);
+      const float4 x = __ldcg(a), y = __ldcg(a + 1);
+      uint4 w;
+      w.x = pack2<BF16>(x.x * scale, x.y * scale);
+      w.y = pack2<BF16>(x.z * scale, x.w * scale);
+      w.z = pack2<BF16>(y.x * scale, y.y * scale);
+      w.w = pack2<BF16>(y.z * scale, y.w * scale);
+      *reinterpret_cast<uint4*>(dq + t * args.dq_stride_tok + ch * 8) = w;
+    }
+  }
+}
+#endif
 
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, const KvMaps* maps) {
@@ -749,12 +819,16 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   __syncthreads();  // K, V landed, visible to wgmma; the plan and the mbarrier inits published
   CMC_WS_CTA_READY(pr_start, tid);
 
-  ws_roles<BF16, D, WsLinear<H, HT>::kBox>(
+  ws_roles<BF16, D, WsLinear<H, HT>::kBox, CMC_WS_FUSE_POST != 0>(
       [&](int warp, int lane) {
         if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, maps, plan, tok0, len, k0, hkv * group, group, lane);
       },
       [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid)); }, desc, args, maps, smem, base, hkv,
-      atomic_dq, tid);
+      atomic_dq, tid
+#if CMC_WS_FUSE_POST
+      , [&](int t) { ws_post_fused<BF16, D>(desc, args, smem, b, hkv, group, len, tok0, t); }
+#endif
+  );
 }
 
 // kv_patch warp-specialised (kv_ws's roles; ws_load_patch, ws_consume with WsPatch): the CTA's 128
