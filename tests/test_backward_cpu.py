@@ -164,6 +164,14 @@ def _drop_dq(m):
     m["kernels"] = [k for k in m["kernels"] if k.get("role") != "dq"]
 
 
+def _short_twin(m, role="kv", keep_main=True, below_len=1024):
+    """A kernel for short sequences beside (or, keep_main False, instead of) the role's one."""
+    k = next(k for k in m["kernels"] if k.get("role") == role)
+    m["kernels"].append({**k, "below_len": below_len, "symbol": k["symbol"] + "_short"})
+    if not keep_main:
+        m["kernels"].remove(k)
+
+
 @pytest.mark.parametrize("edit, words", [
     (lambda m: m["kernels"][-1].update(role="fwd"), "not a backward role"),
     (lambda m: m["kernels"][0].update(role="kv"), "not a forward role"),
@@ -182,6 +190,11 @@ def _drop_dq(m):
     (lambda m: m["backward"]["workspace"]["dsum"].update(dtype="float16"), "float32"),
     (lambda m: m["backward"]["sequence"].update(atomic=["kv", "pre", "post"]), "sequence"),
     (lambda m: m["backward"].pop("args"), "args"),
+    (lambda m: _short_twin(m, keep_main=False), "takes longer ones"),
+    (lambda m: (_short_twin(m), _short_twin(m)), "two backward kv kernels for sm_90a fp16 d64 "
+                                                 "for short sequences"),
+    (lambda m: _short_twin(m, below_len=-1), "below_len must be an int >= 0"),
+    (lambda m: _short_twin(m, role="fwd", below_len=True), "below_len must be an int >= 0"),
 ])
 def test_backward_manifest_problems(tmp_path, edit, words):
     d = write_bwd_artifact(tmp_path)
