@@ -384,7 +384,7 @@ ALTERNATIVES["wspcp"] = _ws_macros(
     "(CMC_WS_PATCH_TMA 0)", WS_PATCH_TMA=0)
 
 # post folded into the linear ws kv (kernel notes, "Run 22": pre and post are 0.35 ms at causal
-# 1K-4K, the whole gap to FA4 at 1K and 2K): the last kv CTA of each (sequence, kv head)
+# 1K-4K; FA4 runs both too): the last kv CTA of each (sequence, kv head)
 # converts its dQ, and the atomic sequence launches no post (FUSED_POST). Linear tilings only
 # (kv_patch_ws does not convert). Predicted: causal +8 % at 1K x 32, +6 % at 2K x 16, +4 % at
 # 4K x 8. Correct if the counting is, so --check runs it.
