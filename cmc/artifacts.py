@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .abi import SCHEMA_VERSION, DescriptorLayout  # noqa: F401  (SCHEMA_VERSION: re-exported)
 from .ir import LINEAR, IntervalTable, Tiling
-from .kernels import SHORT_SUFFIX, KernelKind, RegSplit, spec
+from .kernels import KernelKind, RegSplit, spec
 
 DEFAULT_ARCHS = ("sm_90a", "sm_100a")
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a")
@@ -39,8 +39,7 @@ class KernelVariant:
     @property
     def tag(self) -> str:
         """Names the variant in cubin files and header macros (unique per artifact)."""
-        tag = spec(self.kernel).tag.format(dtype=self.dtype, head_dim=self.head_dim)
-        return f"{tag}{SHORT_SUFFIX}" if self.below_len else tag
+        return spec(self.kernel).variant_tag(self.dtype, self.head_dim, self.below_len > 0)
 
     @property
     def define(self) -> str:

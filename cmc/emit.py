@@ -65,7 +65,6 @@ from .ir import (
 from .kernels import (
     BWD_KERNELS,
     ROWS_PER_WARP,
-    SHORT_SUFFIX,
     SPECS,
     KernelKind,
     KernelSpec,
@@ -1109,15 +1108,18 @@ def _layout_fields(layout: DescriptorLayout) -> list[dict[str, object]]:
 
 
 def _variant(kind: KernelKind, archs: tuple[str, ...], name: str, dtype: str, head_dim: int,
-             n_terms: int, tiling: Tiling, below_len: int = 0) -> KernelVariant:
-    """Kind `kind`'s variant for (dtype, head dim): its plan sized by the n_terms of the table
-    it walks, on `tiling` if the kind follows the tiling (else linear tiles); `below_len`: a
-    kernel for sequences shorter than that (SHORT_SUFFIX on its symbol and tag)."""
+             n_terms: int, tiling: Tiling, below_len: int = 0,
+             n_terms_t: int = 0) -> KernelVariant:
+    """Kind `kind`'s variant for (dtype, head dim): its plan sized by the term count of the
+    table it walks (n_terms, or n_terms_t for a kind that walks the transposed one), on
+    `tiling` if the kind follows the tiling (else linear tiles); `below_len`: a kernel for
+    sequences shorter than that (KernelSpec.variant_symbol, variant_tag)."""
     s = SPECS[kind]
     own = tiling if s.tiled else LINEAR
-    symbol = s.symbol.format(mask=name, dtype=dtype, head_dim=head_dim)
+    if s.walks == "transposed":
+        n_terms = n_terms_t
     return KernelVariant(
-        symbol=f"{symbol}{SHORT_SUFFIX}" if below_len else symbol,
+        symbol=s.variant_symbol(name, dtype, head_dim, below_len > 0),
         dtype=dtype,
         head_dim=head_dim,
         block_m=s.block_m,
@@ -1176,8 +1178,8 @@ def _backward_variants(name: str, dtypes: Sequence[str], head_dims: Sequence[int
     out = []
     for dt in dict.fromkeys(dtypes):
         for hd in dict.fromkeys(head_dims):
-            out += [_variant(kind, kind_archs, name, dt, int(hd),
-                             n_terms_t if SPECS[kind].walks == "transposed" else n_terms, tiling)
+            out += [_variant(kind, kind_archs, name, dt, int(hd), n_terms, tiling,
+                             n_terms_t=n_terms_t)
                     for kind, kind_archs in kinds]
     return tuple(out)
 
@@ -1188,9 +1190,8 @@ def _short_variants(name: str, variants: Sequence[KernelVariant], n_terms: int, 
     sequences shorter than that start (below_len = min_len): there the patch kernel cuts them
     into linear tiles too, but pays the patch path (its plan code, 16-token TMA boxes)."""
     return tuple(
-        _variant(v.kernel, v.archs, name, v.dtype, v.head_dim,
-                 n_terms_t if SPECS[v.kernel].walks == "transposed" else n_terms, tiling,
-                 below_len=v.tiling.min_len)
+        _variant(v.kernel, v.archs, name, v.dtype, v.head_dim, n_terms, tiling,
+                 below_len=v.tiling.min_len, n_terms_t=n_terms_t)
         for v in variants
         if v.tiling.kind == "patch" and v.tiling.min_len > 0)
 

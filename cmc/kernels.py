@@ -91,6 +91,16 @@ class KernelSpec:
     # tokens per map box at most (None: the tiling's, Tiling.box_rows, whatever it is)
     map_box_cap: int | None = None
 
+    def variant_tag(self, dtype: str, head_dim: int, short: bool = False) -> str:
+        """The tag of a variant (SHORT_SUFFIX for a kernel for short sequences)."""
+        tag = self.tag.format(dtype=dtype, head_dim=head_dim)
+        return f"{tag}{SHORT_SUFFIX}" if short else tag
+
+    def variant_symbol(self, mask: str, dtype: str, head_dim: int, short: bool = False) -> str:
+        """The entry point of a variant (SHORT_SUFFIX for a kernel for short sequences)."""
+        symbol = self.symbol.format(mask=mask, dtype=dtype, head_dim=head_dim)
+        return f"{symbol}{SHORT_SUFFIX}" if short else symbol
+
     def reg_split_candidates(self, tiling_kind: str) -> tuple[RegSplit, ...]:
         """The splits the build tries for a kernel of this tiling kind (() for kinds without
         setmaxnreg); the first is the header's default and needs no option."""

@@ -467,23 +467,25 @@ def _build(name: str, arch: str, mask: str = "causal", dtype: str = "bf16", d: i
 
 
 @functools.cache
-def _box_rows(case: tuple[str, str, int]) -> int:
-    """The ws kind's map box rows for bwd_kernel_check's case (mask, dtype, head dim) as the
-    alternatives build it: the tile stage's backward tiling for bwd_kernel_check's
-    TILED_MASKS (built tiled), else linear (64)."""
+def _bwd_tiling(mask: str):
+    """The backward kinds' tiling of bwd_kernel_check's mask as the alternatives build it: the
+    driver's tile stage with --tiling TILED_MASKS[mask] (build_variant), else linear."""
     import bwd_kernel_check as bkc
 
-    from cmc.abi import tensor_maps
-    from cmc.driver import tiling_for
-    from cmc.tiling import choose_backward_tiling, choose_tiling
+    from cmc.driver import Options, backward_tile, tiling_for
+    from cmc.ir import LINEAR
 
-    if case[0] not in bkc.TILED_MASKS:
-        return 64
-    table = bkc.table_of(case[0])
-    value = bkc.TILED_MASKS[case[0]]
-    tiling = (choose_backward_tiling(table, choose_tiling(table)) if value == "auto"
-              else tiling_for(table, value))
-    return tensor_maps("bwd_kv_sm90_ws", tiling.box_rows)[0].box[2]
+    if mask not in bkc.TILED_MASKS:
+        return LINEAR
+    table, value = bkc.table_of(mask), bkc.TILED_MASKS[mask]
+    return backward_tile(table, tiling_for(table, value), Options(tiling=value))
+
+
+def _box_rows(case: tuple[str, str, int]) -> int:
+    """The ws kind's map box rows for bwd_kernel_check's case (mask, dtype, head dim)."""
+    from cmc.abi import tensor_maps
+
+    return tensor_maps("bwd_kv_sm90_ws", _bwd_tiling(case[0]).box_rows)[0].box[2]
 
 
 def _describe(name: str) -> str:
@@ -528,7 +530,7 @@ def main() -> int:
     tm = opts.mask
     if tm not in bkc.MASKS:
         raise SystemExit(f"unknown --mask {tm!r}; known: {', '.join(bkc.MASKS)}")
-    if FUSED_POST & set(names) and _box_rows((tm, "bf16", 128)) != 64:
+    if FUSED_POST & set(names) and _bwd_tiling(tm).kind == "patch":
         raise SystemExit(f"{', '.join(sorted(FUSED_POST & set(names)))}: linear tilings only "
                          f"(--mask {tm} is on patches, whose kv does not convert dQ)")
     jobs = [(n, tm, "bf16", 128) for n in variants]

@@ -25,7 +25,7 @@ from typing import Any
 from ..abi import kernel_param_bytes
 from ..cubin import Cubin, KernelInfo, read_cubin
 from ..errors import ArtifactError
-from ..kernels import SHORT_SUFFIX, TileShape, spec
+from ..kernels import TileShape, spec
 from .manifest import Manifest
 
 _DEFINE = re.compile(r"^#define (CMC_[A-Z0-9_]+) (\d+)u?\b", re.M)
@@ -83,9 +83,7 @@ def launch_problems(name: str, kernels: Sequence[Mapping[str, Any]], descriptor_
         tag = k["file"]
         shape = tile_shape(k["tiling"], tag)
         kind = spec(k["kernel"])
-        variant = kind.tag.format(dtype=k["dtype"], head_dim=k["head_dim"])
-        if k.get("below_len", 0):
-            variant += SHORT_SUFFIX
+        variant = kind.variant_tag(k["dtype"], k["head_dim"], k.get("below_len", 0) > 0)
         prefix = f"CMC_{name.upper()}_{variant.upper()}_"
         want: dict[str, Any] = {"grid": kind.grid_rule(shape, k["block_m"]),
                                 "max_len": shape.max_len()}

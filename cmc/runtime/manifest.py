@@ -230,9 +230,11 @@ def _read_kernel(k: Mapping[str, Any], i: int) -> KernelEntry:
         pass_=pass_, role=role, params=tuple(kparams), below_len=below_len)
 
 
-def _check_short(kernels: Sequence[KernelEntry]) -> None:
+def _check_roles(kernels: Sequence[KernelEntry]) -> None:
     """One kernel per (arch, dtype, head_dim, role) and length class, and a kernel for short
-    sequences only beside a kernel for every length of its role (which longer ones need)."""
+    sequences only beside a kernel for every length of its role (which longer ones need). The
+    loader keys its kernels by these (device._DeviceKernels), so a second one would silently
+    replace the first."""
     seen: dict[tuple[str, str, int, str, bool], KernelEntry] = {}
     for k in kernels:
         key = (k.arch, k.dtype, k.head_dim, k.role, k.below_len > 0)
@@ -309,18 +311,14 @@ def _read_backward(raw: Mapping[str, Any], kernels: Sequence[KernelEntry]) -> Ba
                                 f"not {got_roles!r}")
         sequence[mode] = roles
     need = {r for roles in sequence.values() for r in roles}
-    groups: dict[tuple[str, str, int], dict[str, KernelEntry]] = {}
+    groups: dict[tuple[str, str, int], set[str]] = {}
     for k in kernels:
         if k.pass_ == "backward" and not k.below_len:
-            g = groups.setdefault((k.arch, k.dtype, k.head_dim), {})
-            if k.role in g:
-                raise ArtifactError(f"manifest: two backward {k.role} kernels for {k.arch} "
-                                    f"{k.dtype} d{k.head_dim} ({g[k.role].symbol}, {k.symbol})")
-            g[k.role] = k
+            groups.setdefault((k.arch, k.dtype, k.head_dim), set()).add(k.role)
     for (arch, dtype, hd), g in sorted(groups.items()):
-        if need - set(g):
+        if need - g:
             raise ArtifactError(f"manifest: backward kernels for {arch} {dtype} d{hd} lack "
-                                f"the roles {sorted(need - set(g))}")
+                                f"the roles {sorted(need - g)}")
     return BackwardSpec(args, workspace, sequence)
 
 
@@ -413,7 +411,7 @@ def parse_manifest(mpath: Path, raw: Mapping[str, Any]) -> Manifest:
                                                                    list)))
     if not kernels:
         raise ArtifactError(f"{mpath}: the manifest lists no kernels")
-    _check_short(kernels)
+    _check_roles(kernels)
     return Manifest(mpath.parent, read_name(mpath, raw), raw, params, _read_layout(raw, params),
                     kernels, read_ranges(raw), _read_backward(raw, kernels))
 

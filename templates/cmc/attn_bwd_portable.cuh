@@ -271,6 +271,18 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 }
 
 // ---------------------------------------------------------------------------------- post
+// Eight dq_accum values (x, y) times scale as eight dtype values: post's conversion (also the
+// sm90 ws kv's, where it converts dQ itself: ws_post_fused).
+template <bool BF16>
+CMC_DEV uint4 dq_pack8(const float4 x, const float4 y, float scale) {
+  uint4 w;
+  w.x = pack2<BF16>(x.x * scale, x.y * scale);
+  w.y = pack2<BF16>(x.z * scale, x.w * scale);
+  w.z = pack2<BF16>(y.x * scale, y.y * scale);
+  w.w = pack2<BF16>(y.z * scale, y.w * scale);
+  return w;
+}
+
 template <class H, bool BF16, int D>
 CMC_DEV void post(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   constexpr int kCh = D / 8;
@@ -287,12 +299,7 @@ CMC_DEV void post(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     const cmc_i64 t = seq.tok0 + q;
     const float4* a = reinterpret_cast<const float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);
     const float4 x = a[0], y = a[1];
-    uint4 w;
-    w.x = pack2<BF16>(x.x * scale, x.y * scale);
-    w.y = pack2<BF16>(x.z * scale, x.w * scale);
-    w.z = pack2<BF16>(y.x * scale, y.y * scale);
-    w.w = pack2<BF16>(y.z * scale, y.w * scale);
-    *reinterpret_cast<uint4*>(dq + t * args.dq_stride_tok + ch * 8) = w;
+    *reinterpret_cast<uint4*>(dq + t * args.dq_stride_tok + ch * 8) = dq_pack8<BF16>(x, y, scale);
   }
 }
 

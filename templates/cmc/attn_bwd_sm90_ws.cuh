@@ -777,13 +777,8 @@ CMC_DEV void ws_post_fused(const Desc& desc, const cmc_bwd_args& args, unsigned 
       const int q = c / kCh, ch = c - q * kCh;
       const cmc_i64 t = tok0 + q;
       const float4* a = reinterpret_cast<const float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);
-      const float4 x = __ldcg(a), y = __ldcg(a + 1);
-      uint4 w;
-      w.x = pack2<BF16>(x.x * scale, x.y * scale);
-      w.y = pack2<BF16>(x.z * scale, x.w * scale);
-      w.z = pack2<BF16>(y.x * scale, y.y * scale);
-      w.w = pack2<BF16>(y.z * scale, y.w * scale);
-      *reinterpret_cast<uint4*>(dq + t * args.dq_stride_tok + ch * 8) = w;
+      *reinterpret_cast<uint4*>(dq + t * args.dq_stride_tok + ch * 8) =
+          cmc_bwd::dq_pack8<BF16>(__ldcg(a), __ldcg(a + 1), scale);
     }
   }
 }
