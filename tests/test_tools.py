@@ -110,6 +110,27 @@ def test_fused_post_alternative_builds_and_refuses_patch_masks(monkeypatch):
         ab.main()
 
 
+def test_persistent_kv_alternative_builds_and_refuses_patch_masks(monkeypatch):
+    """bwd_ablate wspers (CMC_WS_PERSIST: the linear ws kv, a CTA per SM over key tiles): the
+    kv without local memory at both head dims and on a mask of 81 transposed terms (its second
+    plan buffer sized from the source), and the tool refuses it on a patch mask."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    ab = _tool("bwd_ablate")
+    assert "wspers" in ab.PERSISTENT and "wspers" not in ab.PATCH_CHECKED
+    for mask, d in (("causal", 64), ("grid96", 128)):
+        kernels, regs = ab._build("wspers", "sm_90a", mask, "bf16", d)
+        kv = {s: r for s, r in regs.items() if "bwd_kv_sm90" in s}
+        assert kv and all(r[1:] == (0, 0) for r in kv.values()), (mask, d, kv)
+        if mask == "grid96":  # 81 terms: (8 * 81 + 2) * 4 bytes, rounded to 16
+            assert ab._PERSIST_GROWTH[0] == ab.PERSIST_SMEM + 2608
+    monkeypatch.setattr(sys, "argv", ["bwd_ablate.py", "wspers", "--mask", "clear_patch"])
+    with pytest.raises(SystemExit, match="linear tilings only"):
+        ab.main()
+
+
 def test_bwd_kernel_check_tiled_builds_the_patch_kinds(tmp_path, monkeypatch):
     """build_variant of a TILED_MASKS mask: the backward kinds on CLEAR's patch tiling (their
     grid x is the manifest's patch rule: 25 tiles at 2133 tokens, not ceil(2133 / 128) = 17)

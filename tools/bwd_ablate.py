@@ -383,6 +383,9 @@ ALTERNATIVES["wspcp"] = _ws_macros(
     "ws whose patch loaders bring every item by cp.async chunks, not TMA boxes of one patch row "
     "(CMC_WS_PATCH_TMA 0)", WS_PATCH_TMA=0)
 
+# SmemWS's persistent fields besides the second plan: two tiles (32 bytes), four mbarriers (32)
+PERSIST_SMEM = 32 + 32
+
 # post folded into the linear ws kv (kernel notes, "Run 22": pre and post are 0.35 ms at causal
 # 1K-4K; FA4 runs both too): the last kv CTA of each (sequence, kv head)
 # converts its dQ, and the atomic sequence launches no post (FUSED_POST). Linear tilings only
@@ -392,6 +395,36 @@ ALTERNATIVES["wsfuse"] = _ws_macros(
     "ws converting dQ itself, post's work, in the last kv CTA of each sequence and kv head "
     "(CMC_WS_FUSE_POST 1; linear tilings; the atomic sequence is pre, kv)", WS_FUSE_POST=1)
 FUSED_POST = {"wsfuse"}
+
+# The persistent linear ws kv (kernel notes, "A persistent kv"; run 22's probe: at causal 1K x
+# 32 a kv CTA's set-up is 7,440 cycles and its first item's wait long, over about 9 items): one
+# CTA per SM takes key tiles from a counter; the next tile's plan is built, its first items
+# loaded and its K, V loaded while the current tile ends. Linear tilings only. Correct if the
+# hand-offs are, so --check runs it.
+def _persist(text: str, level: int = 1) -> str:
+    """CMC_WS_PERSIST = level on ws, its second plan buffer sized by the transposed hooks' term
+    count (CMC_WS_PLAN2_BYTES); the growth is kept for the launch (_PERSIST_GROWTH: _build
+    calls the edit and then the growth in one process)."""
+    m = re.search(r"struct cmc_hooks_t \{\n  typedef \w+ desc_t;\n  enum : int \{ kTerms = (\d+) \};", text)
+    if m is None:
+        raise SystemExit("wspers: no cmc_hooks_t term count in the source")
+    plan2 = ((8 * int(m.group(1)) + 2) * 4 + 15) // 16 * 16
+    _PERSIST_GROWTH[0] = PERSIST_SMEM + plan2
+    text = _with_macro(level, lambda d: PERSIST_SMEM + plan2, "CMC_WS_PERSIST")(text)
+    return _ws(f"#define CMC_WS_PLAN2_BYTES {plan2}\n" + text)
+
+
+_PERSIST_GROWTH = [0]
+ALTERNATIVES["wspers"] = (
+    "ws persistent: a CTA per SM takes linear key tiles from a counter, the next tile's plan, "
+    "items and K, V loaded under the current one's end (CMC_WS_PERSIST 1)",
+    _persist, lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+# wspers with dK, dV stored from registers (no staging in the K / V buffers), so the next tile's
+# K, V load under the stores (K / V empty arrived at the epilogue's start)
+ALTERNATIVES["wspers2"] = (
+    "wspers storing dK, dV from registers, the next tile's K, V loaded under the stores "
+    "(CMC_WS_PERSIST 2)", lambda text: _persist(text, 2), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+PERSISTENT = {"wspers", "wspers2"}
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
@@ -411,7 +444,7 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
 UNCHECKED = {"tiledq", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspcp", *FUSED_POST,
+            "wspcp", *FUSED_POST, *PERSISTENT,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
@@ -530,9 +563,9 @@ def main() -> int:
     tm = opts.mask
     if tm not in bkc.MASKS:
         raise SystemExit(f"unknown --mask {tm!r}; known: {', '.join(bkc.MASKS)}")
-    if FUSED_POST & set(names) and _bwd_tiling(tm).kind == "patch":
-        raise SystemExit(f"{', '.join(sorted(FUSED_POST & set(names)))}: linear tilings only "
-                         f"(--mask {tm} is on patches, whose kv does not convert dQ)")
+    if (FUSED_POST | PERSISTENT) & set(names) and _bwd_tiling(tm).kind == "patch":
+        raise SystemExit(f"{', '.join(sorted((FUSED_POST | PERSISTENT) & set(names)))}: linear "
+                         f"tilings only (--mask {tm} is on patches, whose kv is neither)")
     jobs = [(n, tm, "bf16", 128) for n in variants]
     jobs += [(n, *v) for n in checked for v in cases[n] if (n, *v) not in jobs]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
@@ -560,9 +593,22 @@ def main() -> int:
                 if role != "post":
                     self.launch_role(role, desc, args, max_len, hq, hk, batch)
 
+    class PersistentBwd(tma_bwd):  # type: ignore[misc,valid-type]
+        """TmaBwd whose kv runs a CTA per SM, at most one per unit (PERSISTENT); CMC_WS_CTAS=N
+        runs N instead (--check with a few CTAs: each takes many tiles)."""
+
+        sms = int(os.environ.get("CMC_WS_CTAS") or
+                  bkc.torch.cuda.get_device_properties(0).multi_processor_count)
+
+        def grid(self, role, max_len, hq, hk, batch):
+            g = super().grid(role, max_len, hq, hk, batch)
+            return (min(g[0] * g[1] * g[2], self.sms), 1, 1) if role == "kv" else g
+
     def bwd_class(n: str):
-        """Variant n's launcher: FusedBwd, TmaBwd (its kv takes the maps) or the plain one."""
-        return FusedBwd if n in FUSED_POST else tma_bwd if n in TMA else plain_bwd
+        """Variant n's launcher: FusedBwd, PersistentBwd, TmaBwd (its kv takes the maps) or the
+        plain one."""
+        return (FusedBwd if n in FUSED_POST else PersistentBwd if n in PERSISTENT
+                else tma_bwd if n in TMA else plain_bwd)
 
     for n in checked:
         for v in cases[n]:

@@ -201,12 +201,16 @@ class Bwd:
                   for r, (cub, sym, threads, smem, _, heads, gx) in kernels.items() if r != "fwd"}
         self.smem_kv = self.k["kv"][2]
 
+    def grid(self, role: str, max_len: int, hq: int, hk: int, batch: int) -> tuple[int, int, int]:
+        """The grid rule of the role's spec (the manifest's)."""
+        _, _, _, gx, heads = self.k[role]
+        return (gx({"max_len": max_len}), hk if heads == "heads_kv" else hq, batch)
+
     def launch_role(self, role: str, desc: bytes, args: bytes, max_len: int, hq: int, hk: int,
                     batch: int) -> None:
-        """One kernel, on the grid rule of its spec (the manifest's)."""
-        f, threads, smem, gx, heads = self.k[role]
-        grid = (gx({"max_len": max_len}), hk if heads == "heads_kv" else hq, batch)
-        launch(f, grid, threads, smem, [desc, args])
+        """One kernel, on its grid (Bwd.grid)."""
+        f, threads, smem, _, _ = self.k[role]
+        launch(f, self.grid(role, max_len, hq, hk, batch), threads, smem, [desc, args])
 
     def run(self, desc: bytes, args: bytes, max_len: int, hq: int, hk: int, batch: int,
             deterministic: bool) -> None:

@@ -374,7 +374,23 @@ template <int D> struct SmemWS {
     kEmpty = kFull + 16,
     kDqItem = kEmpty + 16,
     kDqRows = 16 + 64 * 4,
+#if defined(CMC_WS_PERSIST) && CMC_WS_PERSIST
+    // the persistent kv (attn_bwd_sm90_ws.cuh kv_ws_persist): two tiles' (k0, kv head,
+    // sequence, valid), the K / V full and empty and two plan-full mbarriers, the second plan
+    kTile = kDqItem + 2 * kDqRows,
+    kKvFull = kTile + 32,
+    kKvEmpty = kKvFull + 8,
+    kPlanFull = kKvEmpty + 8,
+    kPlan2 = kPlanFull + 16,
+#if defined(CMC_WS_PLAN2_BYTES)
+    kPlan2Bytes = CMC_WS_PLAN2_BYTES,
+#else
+    kPlan2Bytes = 1024,
+#endif
+    kPlan = kPlan2 + kPlan2Bytes
+#else
     kPlan = kDqItem + 2 * kDqRows
+#endif
   };
 };
 
@@ -628,6 +644,23 @@ CMC_DEV void store_acc(unsigned char* stage, const float* acc, float mul, int r0
     if (row < len)
       *reinterpret_cast<uint4*>(g + (cmc_i64)row * stride + ch * 8) =
           *reinterpret_cast<const uint4*>(stage + swz<kBN>(rr, ch));
+  }
+}
+
+// store_acc without the staging: each thread's pairs straight to global memory (4-byte stores;
+// the persistent ws kv, CMC_WS_PERSIST 2, whose K / V buffers take the next tile's meanwhile).
+template <bool BF16, int D>
+CMC_DEV void store_acc_direct(const float* acc, float mul, int r0, unsigned short* g, cmc_i64 stride, int grow0,
+                              int len, int wtid) {
+  const int warp = wtid >> 5, lane = wtid & 31;
+  const int r = grow0 + r0 + 16 * warp + (lane >> 2), c = 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    if (r < len)
+      *reinterpret_cast<unsigned*>(g + (cmc_i64)r * stride + 8 * j + c) = pack2<BF16>(acc[4 * j] * mul, acc[4 * j + 1] * mul);
+    if (r + 8 < len)
+      *reinterpret_cast<unsigned*>(g + (cmc_i64)(r + 8) * stride + 8 * j + c) =
+          pack2<BF16>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul);
   }
 }
 

@@ -52,6 +52,11 @@
 // causal 1K x 32)
 #define CMC_WS_FUSE_POST 0
 #endif
+#ifndef CMC_WS_PERSIST
+// 1 (prototype, bwd_ablate wspers): the linear ws kv is persistent, a CTA per SM taking key
+// tiles from a counter (kv_ws_persist; kernel notes "A persistent kv")
+#define CMC_WS_PERSIST 0
+#endif
 namespace cmc_bwd_sm90 {
 
 // Four 8 x 8 b16 matrices of the accumulator fragment layout (register i: matrix i, rows lane /
@@ -193,14 +198,13 @@ CMC_DEV void ws_filled(unsigned bar, bool gathered) {
 // per lane's cp.async copies); after the last item an end item (-1), with no copies. Q and
 // dO come by TMA, except in a tile that crosses len (cp.async, zero-filled).
 template <class H, class HT, int D>
-CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_t& desc, const cmc_bwd_args& args,
+CMC_DEV bool ws_load(unsigned base, unsigned char* smem, const typename H::desc_t& desc, const cmc_bwd_args& args,
                      const KvMaps* maps, const int* plan, cmc_i64 tok0, int len, int k0, int hq0, int group,
-                     int lane) {
+                     int lane, int& n) {
   constexpr int NTT = HT::kTerms;
   const int* run = plan + 4 * NTT;
   const int* full = plan + 6 * NTT;
   const int nrun = plan[8 * NTT], nfull = plan[8 * NTT + 1];
-  int n = 0;
   CMC_WS_PROBE_DECL(lane == 0);
   // One push: j < 0 is the end item. Lane 0 writes the item and arrives (with the TMA bytes
   // of Q and dO, unless the tile crosses len: then they are gathered by cp.async).
@@ -246,15 +250,16 @@ CMC_DEV void ws_load(unsigned base, unsigned char* smem, const typename H::desc_
 #pragma unroll 1
       for (int j = run[2 * r]; j < run[2 * r + 1]; ++j) {
         while (f < nfull && full[2 * f + 1] <= j) ++f;
-        if (!push(j, g, f < nfull && full[2 * f] <= j && k0 + kBN <= len)) return;
+        if (!push(j, g, f < nfull && full[2 * f] <= j && k0 + kBN <= len)) return false;
       }
     }
   }
-  push(-1, 0, false);
+  if (!push(-1, 0, false)) return false;
   // The last items' LSE and Dsum copies arrive on their full barriers when they land: the
   // warp stays until they have (PTX does not say an exited thread's cp.async completes).
   cp_commit();
   cp_wait<0>();
+  return true;
 }
 
 // The Q and dO boxes of one run (BOX tokens from tok) into its stage rows at dst_q / dst_do, one
@@ -556,6 +561,19 @@ template <class H, class HT> struct WsLinear {
   }
   CMC_DEV int tok(const Item& i, int r) const { return i.qbase + r < len ? (int)(tok0 + i.qbase + r) : -1; }
   CMC_DEV int boxes(const Item& i) const { return i.qbase + kBM <= len ? 1 : 0; }
+#if CMC_WS_PERSIST >= 2
+  // store without a staging (the persistent kv's K / V buffers take the next tile's meanwhile)
+  template <bool BF16, int D>
+  CMC_DEV void store_direct(const float* dk, const float* dv, float scale, int wg, int wtid,
+                            const cmc_bwd_args& args, int hkv) const {
+    store_acc_direct<BF16, D>(dk, scale, 64 * wg,
+                              reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                                  (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, k0, len, wtid);
+    store_acc_direct<BF16, D>(dv, 1.f, 64 * wg,
+                              reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                                  (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid);
+  }
+#endif
   template <bool BF16, int D>
   CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
                      const cmc_bwd_args& args, int hkv) const {
@@ -618,10 +636,12 @@ template <class H, class HT> struct WsPatch {
 };
 
 // A consumer warpgroup (WG1, WG2: keys 64 (wg - 1) .. of the CTA's tile): the items of the ring
-// until the end item, kv's per-item GEMMs in ws's order (ws_item_end), then dK, dV.
-template <bool BF16, int D, class T>
+// (from ring count n, which it advances) until the end item, kv's per-item GEMMs in ws's order
+// (ws_item_end), then dK, dV. kPersist: the end item's stage is released (the next tile's items
+// follow it), and the writers are told the end only with end_writers (the CTA's last tile).
+template <bool BF16, int D, bool kPersist = false, class T>
 CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigned base, const cmc_bwd_args& args,
-                        int hkv, int group, bool atomic_dq, int tid) {
+                        int hkv, int group, bool atomic_dq, int tid, int& n, bool end_writers = true) {
   constexpr int kAcc = D / 2;
   using L = SmemWS<D>;
   const int wg = wg_index(tid) - 1, ctid = tid - 128, wtid = tid & 127, lane = tid & 31;
@@ -639,12 +659,18 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
   CMC_WS_PROBE_DECL(wtid == 0);
   CMC_WS_MARK(pr_loop);
 #pragma unroll 1
-  for (int n = 0;; ++n) {
+  for (;; ++n) {
     const int st = n & 1;
     if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
     CMC_WS_LAP(kPrFull);
     const int4 slot = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
-    if (slot.x < 0) break;
+    if (slot.x < 0) {
+      if constexpr (kPersist) {
+        if (lane == 0) ws_arrive(base + L::kEmpty + 8 * st);
+        ++n;
+      }
+      break;
+    }
     CMC_WS_COUNT(kPrItems);
     const typename T::Item item = tiling.item(slot);
     const int hq = hkv * group + slot.y;
@@ -679,12 +705,18 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
                                   CMC_WS_PROBE_ARGS);
   }
   CMC_WS_SINCE(kPrLoop, pr_loop);
-  if (atomic_dq)  // the writer's end
+  if (atomic_dq && end_writers)  // the writer's end
     ws_stage_dq<D, T::kBox>(smem, nullptr, wg, wtid, -1, [](int) { return -1; }, 0 CMC_WS_PROBE_ARGS);
   fence_regs<kAcc>(dk);
   fence_regs<kAcc>(dv);
   ws_bar_sync(3, 256);  // K, V no longer read (dQ reads both halves of K): they stage dK, dV
   CMC_WS_MARK(pr_epi);
+#if CMC_WS_PERSIST >= 2
+  if constexpr (kPersist) {  // K, V free for the next tile's: dK, dV stored from registers
+    if (ctid == 0 && !end_writers) ws_arrive(base + L::kKvEmpty);
+    tiling.template store_direct<BF16, D>(dk, dv, sl2 * 0.6931471805599453f, wg, wtid, args, hkv);
+  } else
+#endif
   tiling.template store<BF16, D>(smem, dk, dv, sl2 * 0.6931471805599453f, wg, wtid, args, hkv);
   CMC_WS_SINCE(kPrEpilogue, pr_epi);
 }
@@ -732,8 +764,9 @@ CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Des
     }
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
+    int n = 0;
     ws_consume<BF16, D>(make_tiling(), desc.scale_log2, smem, base, args, hkv, desc.heads_q / desc.heads_kv,
-                        atomic_dq, tid);
+                        atomic_dq, tid, n);
     if constexpr (kFuse) {
       if (atomic_dq) post(tid);
     }
@@ -816,7 +849,8 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
 
   ws_roles<BF16, D, WsLinear<H, HT>::kBox, CMC_WS_FUSE_POST != 0>(
       [&](int warp, int lane) {
-        if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, maps, plan, tok0, len, k0, hkv * group, group, lane);
+        int n = 0;
+        if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, maps, plan, tok0, len, k0, hkv * group, group, lane, n);
       },
       [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid)); }, desc, args, maps, smem, base, hkv,
       atomic_dq, tid
@@ -825,6 +859,167 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
 #endif
   );
 }
+
+#if CMC_WS_PERSIST
+// The persistent kv's work counter: tickets from 0 (unit gridDim.x + ticket) and the CTAs done;
+// zero at load, put back to zero by the last CTA done (a prototype's module global: one launch
+// of the module at a time; a shipped kind would take desc.sched).
+__device__ unsigned cmc_ws_sched[2];
+
+// The first unit from u on with a key row (unit u: key tile u % nkt of kv head (u / nkt) %
+// heads_kv of sequence u / nkt / heads_kv, the non-persistent grid's CTA order), as (k0, kv
+// head, sequence, 1), taking the next ones from the counter; (0, 0, 0, 0) past the last unit,
+// once the CTA is counted done (it fetches no more).
+template <class HT>
+CMC_DEV int4 ws_next_tile(const typename HT::desc_t& desc, int u, int nkt, int units) {
+  for (;;) {
+    if (u >= units) {
+      __threadfence();
+      if (atomicAdd(cmc_ws_sched + 1, 1u) == gridDim.x - 1) {
+        atomicExch(cmc_ws_sched, 0u);
+        atomicExch(cmc_ws_sched + 1, 0u);
+      }
+      return make_int4(0, 0, 0, 0);
+    }
+    const int kt = u % nkt, bh = u / nkt, hkv = bh % desc.heads_kv, b = bh / desc.heads_kv;
+    if (kt * kBN < HT::seq(desc, b).len) return make_int4(kt * kBN, hkv, b, 1);
+    u = (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u);
+  }
+}
+
+// build_plan by the 256 consumer threads (ctid < 256; barrier 3).
+template <class HH>
+CMC_DEV void ws_build_plan(int* plan, const typename HH::seq_t& s, int a, int b, int ctid) {
+  constexpr int NT = HH::kTerms;
+  cmc_plan_terms<HH>(s, a, b, plan, ctid, 256, [] { ws_bar_sync(3, 256); });
+  ws_bar_sync(3, 256);
+  for (int i = ctid; i < NT; i += 256) cmc_plan_place(plan, NT, i, kBM);
+  ws_bar_sync(3, 256);
+  if (ctid == 0) cmc_plan_merge(plan, NT, kBM);
+  ws_bar_sync(3, 256);
+}
+
+// kv_ws, persistent: gridDim.x CTAs (one per SM) take linear key tiles (units, ws_next_tile)
+// until none is left. The first tile is set up as kv_ws sets up its one; then, for tile i:
+// - the consumers, first (their accumulators dead), take tile i + 1 from the counter and build
+//   its plan (plans and tiles double-buffered by i % 2) and arrive on plan-full (i + 1) % 2;
+//   wait for tile i's K, V (K / V full, i >= 1), consume its items up to its end item (whose
+//   stage they release), store dK, dV through the K / V buffers, and arrive on K / V empty;
+// - warp 0 pushes tile i's items and its end item into the ring (ring count n runs on across
+//   tiles), once plan-full i has completed, so the next tile's first items load under this
+//   tile's last items and its dK, dV stores;
+// - warp 3 loads tile i's K and V by cp.async (zero rows past len) once plan-full i and K / V
+//   empty (tile i - 1's stores done) have completed, and arrives on K / V full;
+// - warps 1, 2 write dQ as in kv_ws; the consumers tell them the end after the last tile.
+template <class H, class HT, bool BF16, int D>
+CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& args, const KvMaps* maps) {
+  using L = SmemWS<D>;
+  static_assert((8 * HT::kTerms + 2) * 4 <= L::kPlan2Bytes, "the second plan buffer");
+  extern __shared__ __align__(1024) unsigned char cmc_smem_raw[];
+  unsigned char* smem = cmc_smem_raw + ((1024u - (smem_u32(cmc_smem_raw) & 1023u)) & 1023u);
+  const unsigned base = smem_u32(smem);
+  const int tid = threadIdx.x;
+  CMC_WS_MARK(pr_start);
+  const int nkt = (desc.max_len + kBN - 1) / kBN, units = nkt * desc.heads_kv * desc.batch;
+  const int group = desc.heads_q / desc.heads_kv;
+  const bool atomic_dq = (args.flags & 1) == 0;
+  int4* tiles = reinterpret_cast<int4*>(smem + L::kTile);
+  const unsigned kv_full = base + L::kKvFull, kv_empty = base + L::kKvEmpty, plan_full = base + L::kPlanFull;
+  auto plan_of = [&](int i) { return reinterpret_cast<int*>(smem + ((i & 1) ? L::kPlan2 : L::kPlan)); };
+  if (tid == 0) {
+    kv_mbar_init(kv_full, 32);
+    kv_mbar_init(kv_empty, 1);
+    kv_mbar_init(plan_full, 1);
+    kv_mbar_init(plan_full + 8, 1);
+    ws_init_barriers<D>(base);  // (its fence publishes these inits too)
+    tiles[0] = ws_next_tile<HT>(desc, (int)blockIdx.x, nkt, units);
+  }
+  __syncthreads();
+  const int4 first = tiles[0];
+  if (!first.w) return;
+  {
+    const typename HT::seq_t seqt = HT::seq(desc, first.z);
+    const int len = seqt.len, k0 = first.x;
+    const cmc_i64 tok0 = seqt.tok0;
+    load_tile<D, kBN, kThreadsWS>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
+                                       (cmc_i64)first.y * desc.k_stride_head, desc.k_stride_tok, k0, len, tid);
+    load_tile<D, kBN, kThreadsWS>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
+                                       (cmc_i64)first.y * desc.v_stride_head, desc.v_stride_tok, k0, len, tid);
+    cp_commit();
+    cmc_bwd::build_plan<HT, kThreadsWS>(plan_of(0), seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
+    cp_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // K, V landed, visible to wgmma; the plan published
+  }
+  CMC_WS_CTA_READY(pr_start, tid);
+  if (wg_index(tid) == 0) {
+    ws_setmaxnreg_dec<kWsProducerRegs>();
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+    if (warp == 1 || warp == 2) {
+      if (atomic_dq)
+        ws_write_dq<D, WsLinear<H, HT>::kBox>(smem, reinterpret_cast<float*>(args.dq_accum), maps, desc.heads_q,
+                                              warp - 1, lane);
+    } else if (warp == 0) {
+      int n = 0;
+#pragma unroll 1
+      for (int i = 0;; ++i) {
+        if (i > 0 && !ws_wait(plan_full + 8 * (i & 1), ((i - 1) >> 1) & 1)) break;
+        const int4 t = tiles[i & 1];
+        if (!t.w) break;
+        const typename HT::seq_t seqt = HT::seq(desc, t.z);
+        if (!ws_load<H, HT, D>(base, smem, desc, args, maps, plan_of(i), seqt.tok0, seqt.len, t.x, t.y * group,
+                               group, lane, n))
+          break;
+      }
+    } else {
+#pragma unroll 1
+      for (int i = 1;; ++i) {
+        if (!ws_wait(plan_full + 8 * (i & 1), ((i - 1) >> 1) & 1)) break;
+        const int4 t = tiles[i & 1];
+        if (!t.w) break;
+        if (!ws_wait(kv_empty, (i - 1) & 1)) break;
+        const typename HT::seq_t seqt = HT::seq(desc, t.z);
+        const int len = seqt.len, k0 = t.x;
+        auto tok = [&](int r) { return k0 + r < len ? k0 + r : -1; };
+        load_rows<D, kBN, 32>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + seqt.tok0 * desc.k_stride_tok +
+                                   (cmc_i64)t.y * desc.k_stride_head, desc.k_stride_tok, tok, 0, lane);
+        load_rows<D, kBN, 32>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + seqt.tok0 * desc.v_stride_tok +
+                                   (cmc_i64)t.y * desc.v_stride_head, desc.v_stride_tok, tok, 0, lane);
+        cp_commit();
+        cp_wait<0>();
+        fence_proxy_async();
+        ws_arrive(kv_full);
+      }
+    }
+  } else {
+    ws_setmaxnreg_inc<kWsConsumerRegs>();
+    const int ctid = tid - 128;
+    int n = 0;
+#pragma unroll 1
+    for (int i = 0;; ++i) {
+      const int4 t = tiles[i & 1];
+      if (ctid == 0)
+        tiles[(i + 1) & 1] = ws_next_tile<HT>(desc, (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u), nkt, units);
+      ws_bar_sync(3, 256);
+      const int4 nx = tiles[(i + 1) & 1];
+      if (nx.w) {
+        const typename HT::seq_t sn = HT::seq(desc, nx.z);
+        ws_build_plan<HT>(plan_of(i + 1), sn, nx.x, cmc_min(nx.x + kBN, sn.len) - 1, ctid);
+      }
+      if (ctid == 0) ws_arrive(plan_full + 8 * ((i + 1) & 1));
+      if (i > 0) ws_wait(kv_full, (i - 1) & 1);
+      const typename HT::seq_t seqt = HT::seq(desc, t.z);
+      ws_consume<BF16, D, true>(WsLinear<H, HT>(seqt, seqt.len, t.x, seqt.tok0, ws_key_row(tid)), desc.scale_log2,
+                                smem, base, args, t.y, group, atomic_dq, tid, n, !nx.w);
+      if (!nx.w) break;
+#if CMC_WS_PERSIST < 2  // (2: ws_consume arrives before its dK / dV stores, which use no buffer)
+      ws_bar_sync(3, 256);  // every consumer's dK / dV stores have read the K / V buffers
+      if (ctid == 0) ws_arrive(kv_empty);
+#endif
+    }
+  }
+}
+#endif
 
 // kv_patch warp-specialised (kv_ws's roles; ws_load_patch, ws_consume with WsPatch): the CTA's 128
 // keys are forward tile blockIdx.x, K and V gathered by token as kv_patch does.
@@ -883,7 +1078,11 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws_entry(const typename H::desc_t& desc, const KvMaps& maps, const cmc_bwd_args& args) {
   if constexpr (H::kTiling == 1) kv_patch_ws<H, HT, BF16, D>(desc, args, &maps);
+#if CMC_WS_PERSIST
+  else kv_ws_persist<H, HT, BF16, D>(desc, args, &maps);
+#else
   else kv_ws<H, HT, BF16, D>(desc, args, &maps);
+#endif
 }
 
 }  // namespace cmc_bwd_sm90
