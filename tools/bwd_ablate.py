@@ -124,6 +124,7 @@ def _tma_bwd(bkc):
         dtype = "bf16"
         head_dim = 128
         box_rows = 64
+        kv_maps = False
         _written: dict = {}
 
         def launch_role(self, role, desc, args, max_len, hq, hk, batch):
@@ -141,6 +142,10 @@ def _tma_bwd(bkc):
             # dq_accum, fp32 [T, Hq, D] contiguous, boxes of 32 x R (the ws writers' adds)
             maps += tensor_map_3d("f32", av["dq_accum"], (d, hq, total), (4 * d, 4 * d * hq),
                                   (32, 1, r))
+            if self.kv_maps:  # K, V (box 64 x 1 x 64): the persistent kv's TMA loads (wsperst)
+                maps += b"".join(tensor_map_3d(self.dtype, dv[t], (d, hk, total),
+                                               (2 * dv[f"{t}_stride_head"], 2 * dv[f"{t}_stride_tok"]),
+                                               (64, 1, 64)) for t in ("k", "v"))
             f = self.k[role][0]
             if self._written.get(f) != maps:  # the global, written only when the maps change
                 mod = bkc.kc._ok(cu.cuFuncGetModule(f), "cuFuncGetModule")
@@ -321,6 +326,7 @@ PROBE_ITEMS, PROBE_LOOP = 13, 14
 PROBE_WRITER = {"full": 16, "add": 17, "items": 18}
 PROBE_LOADER = {"empty": 20, "issue": 21, "items": 22}
 PROBE_CTA = {"prologue": 24, "epilogue": 25, "ctas": 26}
+PROBE_TILES = {"top": 27, "kv": 28, "tiles": 29, "load": 30}  # kv_ws_persist's (wspersprobe)
 
 
 def probe_summary(sums, calls: int) -> list[str]:
@@ -345,7 +351,13 @@ def probe_summary(sums, calls: int) -> list[str]:
         f"{sums[PROBE_LOADER['issue']] / li:.0f} ({li / calls:.0f} pushes per call)",
         f"  per CTA: set-up {sums[PROBE_CTA['prologue']] / ctas:.0f}, dK and dV stores "
         f"{sums[PROBE_CTA['epilogue']] / (2 * ctas):.0f} cycles ({ctas / calls:.0f} CTAs per call)",
-    ]
+    ] + ([] if not sums[PROBE_TILES["tiles"]] else [
+        f"  persistent, per tile ({sums[PROBE_TILES['tiles']] / calls:.0f} a call, "
+        f"{sums[PROBE_TILES['tiles']] / ctas:.1f} a CTA): stores "
+        f"{sums[PROBE_CTA['epilogue']] / (2 * sums[PROBE_TILES['tiles']]):.0f}, next tile and its "
+        f"plan {sums[PROBE_TILES['top']] / sums[PROBE_TILES['tiles']]:.0f}, then the K / V wait "
+        f"{(sums[PROBE_TILES['kv']] - sums[PROBE_TILES['top']]) / sums[PROBE_TILES['tiles']]:.0f}; "
+        f"warp 3's K / V load {sums[PROBE_TILES['load']] / max(sums[PROBE_TILES['tiles']] - ctas, 1):.0f}"])
 
 
 def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[str]:
@@ -424,7 +436,32 @@ ALTERNATIVES["wspers"] = (
 ALTERNATIVES["wspers2"] = (
     "wspers storing dK, dV from registers, the next tile's K, V loaded under the stores "
     "(CMC_WS_PERSIST 2)", lambda text: _persist(text, 2), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
-PERSISTENT = {"wspers", "wspers2"}
+# wspers with wsprobe's cycle counters (per item as wsprobe; "per CTA" there is per persistent
+# CTA: its one set-up, and the dK / dV stores of all its tiles)
+ALTERNATIVES["wspersprobe"] = (
+    "wspers with clock cycle counters per phase of an item (CMC_WS_PROBE)",
+    lambda text: "#define CMC_WS_PROBE 1\n" + _persist(text), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+# wspers whose warp 3 loads no K, V (timing only: what the K / V hand-off costs per tile)
+ALTERNATIVES["wsperskv0"] = (
+    "wspers whose warp 3 loads no K, V after the first tile (timing only)",
+    lambda text: "#define CMC_WS_PERSIST_NOKV 1\n" + _persist(text),
+    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+# wspers (and wspers2) whose warp 3 loads K, V by TMA boxes (K / V maps after dq_accum's),
+# the tile crossing len by cp.async: warp 3's 4,096 cp.async a tile are its slow part (?)
+ALTERNATIVES["wsperst"] = (
+    "wspers loading K, V by TMA (CMC_WS_PERSIST_KVTMA 1)",
+    lambda text: "#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),
+    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+ALTERNATIVES["wsperst2"] = (
+    "wspers2 loading K, V by TMA (CMC_WS_PERSIST 2, CMC_WS_PERSIST_KVTMA 1)",
+    lambda text: "#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text, 2),
+    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+ALTERNATIVES["wsperstprobe"] = (
+    "wsperst with clock cycle counters (CMC_WS_PROBE)",
+    lambda text: "#define CMC_WS_PROBE 1\n#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),
+    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe"}
+PERSISTENT = {"wspers", "wspers2", "wspersprobe", "wsperskv0", *KV_MAPS}
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
@@ -441,7 +478,7 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
     WS_LSE_REGS=0, WS_STSM=0)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
-UNCHECKED = {"tiledq", *WS_ABLATIONS}
+UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", *FUSED_POST, *PERSISTENT,
@@ -604,11 +641,16 @@ def main() -> int:
             g = super().grid(role, max_len, hq, hk, batch)
             return (min(g[0] * g[1] * g[2], self.sms), 1, 1) if role == "kv" else g
 
+    class PersistentKvMapsBwd(PersistentBwd):  # type: ignore[misc,valid-type]
+        """PersistentBwd whose maps include K's and V's (KV_MAPS)."""
+
+        kv_maps = True
+
     def bwd_class(n: str):
         """Variant n's launcher: FusedBwd, PersistentBwd, TmaBwd (its kv takes the maps) or the
         plain one."""
-        return (FusedBwd if n in FUSED_POST else PersistentBwd if n in PERSISTENT
-                else tma_bwd if n in TMA else plain_bwd)
+        return (FusedBwd if n in FUSED_POST else PersistentKvMapsBwd if n in KV_MAPS
+                else PersistentBwd if n in PERSISTENT else tma_bwd if n in TMA else plain_bwd)
 
     for n in checked:
         for v in cases[n]:
@@ -633,7 +675,7 @@ def main() -> int:
             for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
-            if n == "wsprobe" and not opts.once:
+            if n in ("wsprobe", "wspersprobe", "wsperstprobe") and not opts.once:
                 for line in ws_probe(bkc, bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay,
                                      table, L, B):
                     print(line, flush=True)

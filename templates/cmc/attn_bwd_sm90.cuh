@@ -276,6 +276,9 @@ struct alignas(64) cmc_kv_map {
 };
 struct cmc_kv_maps_t {
   cmc_kv_map q, dout, dq;
+#if defined(CMC_WS_PERSIST_KVTMA) && CMC_WS_PERSIST_KVTMA
+  cmc_kv_map k, v;  // (bwd_ablate wsperst: box (64, 1, 64), the persistent kv's K / V loads)
+#endif
 };
 #if CMC_BWD_KV_TMA || CMC_BWD_KV_WS
 __device__ cmc_kv_maps_t cmc_kv_maps;

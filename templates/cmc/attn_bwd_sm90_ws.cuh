@@ -54,8 +54,12 @@
 #endif
 #ifndef CMC_WS_PERSIST
 // 1 (prototype, bwd_ablate wspers): the linear ws kv is persistent, a CTA per SM taking key
-// tiles from a counter (kv_ws_persist; kernel notes "A persistent kv")
+// tiles from a counter (kv_ws_persist; kernel notes "A persistent kv"); 2: dK, dV stored from
+// registers (wspers2)
 #define CMC_WS_PERSIST 0
+#endif
+#ifndef CMC_WS_PERSIST_KVTMA
+#define CMC_WS_PERSIST_KVTMA 0  // 1: the persistent kv's K / V by TMA boxes (bwd_ablate wsperst)
 #endif
 namespace cmc_bwd_sm90 {
 
@@ -116,7 +120,8 @@ enum WsProbe : int {
   kPrStgWait, kPrStage, kPrWaitDk, kPrItems, kPrLoop,
   kPrWrFull = 16, kPrWrAdd, kPrWrItems,
   kPrLdEmpty = 20, kPrLdIssue, kPrLdItems,
-  kPrPrologue = 24, kPrEpilogue, kPrCtas
+  kPrPrologue = 24, kPrEpilogue, kPrCtas,
+  kPrTileTop = 27, kPrKvWait, kPrTiles, kPrKvLoad  // the persistent kv's (kv_ws_persist)
 };
 #if defined(CMC_WS_PROBE)
 extern "C" {
@@ -135,6 +140,11 @@ __device__ unsigned long long cmc_ws_probe[256 * 32];
 #define CMC_WS_PROBE_PARAMS , unsigned& pr_t_, const bool pr_lead_
 #define CMC_WS_PROBE_ARGS , pr_t_, pr_lead_
 // a CTA's set-up before the roles split (K, V, the plan, the barrier), by its thread 128
+// the persistent kv's per-tile phases (lead: the counting thread; since: a CMC_WS_MARK; laps
+// since then are cumulative: the tool takes differences)
+#define CMC_WS_PERSIST_LAP(lead, slot, t) do { if (lead) \
+  atomicAdd(CMC_WS_ROW_ + (slot), (unsigned long long)((unsigned)clock() - (t))); } while (0)
+#define CMC_WS_PERSIST_COUNT(lead, slot) do { if (lead) atomicAdd(CMC_WS_ROW_ + (slot), 1ull); } while (0)
 #define CMC_WS_CTA_READY(t0, tid) do { if ((tid) == 128) { \
   atomicAdd(CMC_WS_ROW_ + kPrPrologue, (unsigned long long)((unsigned)clock() - (t0))); \
   atomicAdd(CMC_WS_ROW_ + kPrCtas, 1ull); } } while (0)
@@ -148,6 +158,8 @@ __device__ unsigned long long cmc_ws_probe[256 * 32];
 #define CMC_WS_PROBE_PARAMS
 #define CMC_WS_PROBE_ARGS
 #define CMC_WS_CTA_READY(t0, tid)
+#define CMC_WS_PERSIST_LAP(lead, slot, t)
+#define CMC_WS_PERSIST_COUNT(lead, slot)
 #endif
 template <int N> CMC_DEV void ws_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> CMC_DEV void ws_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
@@ -927,7 +939,7 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
   const unsigned kv_full = base + L::kKvFull, kv_empty = base + L::kKvEmpty, plan_full = base + L::kPlanFull;
   auto plan_of = [&](int i) { return reinterpret_cast<int*>(smem + ((i & 1) ? L::kPlan2 : L::kPlan)); };
   if (tid == 0) {
-    kv_mbar_init(kv_full, 32);
+    kv_mbar_init(kv_full, CMC_WS_PERSIST_KVTMA ? 1 : 32);
     kv_mbar_init(kv_empty, 1);
     kv_mbar_init(plan_full, 1);
     kv_mbar_init(plan_full + 8, 1);
@@ -978,28 +990,60 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
         const int4 t = tiles[i & 1];
         if (!t.w) break;
         if (!ws_wait(kv_empty, (i - 1) & 1)) break;
+        CMC_WS_MARK(pr_kv);
         const typename HT::seq_t seqt = HT::seq(desc, t.z);
         const int len = seqt.len, k0 = t.x;
         auto tok = [&](int r) { return k0 + r < len ? k0 + r : -1; };
+#if CMC_WS_PERSIST_KVTMA
+        if (k0 + kBN <= len) {  // whole tiles by TMA boxes (64 x 64); the tile crossing len below
+          if (lane == 0) {
+            kv_mbar_expect_tx(kv_full, 2 * Cfg<D>::kTileK);
+#pragma unroll
+            for (int cb = 0; cb < D / 64; ++cb)
+#pragma unroll
+              for (int rb = 0; rb < 2; ++rb) {
+                const int tk = (int)(seqt.tok0 + k0 + 64 * rb);
+                const unsigned off = cb * (kBN * 128) + rb * (64 * 128);
+                kv_tma(base + L::kK + off, &maps->k, kv_full, 64 * cb, t.y, tk);
+                kv_tma(base + L::kV + off, &maps->v, kv_full, 64 * cb, t.y, tk);
+              }
+          }
+          CMC_WS_PERSIST_LAP(lane == 0, kPrKvLoad, pr_kv);
+          continue;
+        }
+#endif
+#if !defined(CMC_WS_PERSIST_NOKV)  // (bwd_ablate wsperskv0: timing only, the last tile's K, V stay)
         load_rows<D, kBN, 32>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + seqt.tok0 * desc.k_stride_tok +
                                    (cmc_i64)t.y * desc.k_stride_head, desc.k_stride_tok, tok, 0, lane);
         load_rows<D, kBN, 32>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + seqt.tok0 * desc.v_stride_tok +
                                    (cmc_i64)t.y * desc.v_stride_head, desc.v_stride_tok, tok, 0, lane);
+#endif
         cp_commit();
         cp_wait<0>();
         fence_proxy_async();
+#if CMC_WS_PERSIST_KVTMA
+        __syncwarp();
+        if (lane == 0) ws_arrive(kv_full);
+#else
         ws_arrive(kv_full);
+#endif
+        CMC_WS_PERSIST_LAP(lane == 0, kPrKvLoad, pr_kv);
       }
     }
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
     const int ctid = tid - 128;
-    int n = 0;
+    int n = 0, held = 0;  // held: ctid 0's reservation for the next tile (fetched a tile ahead)
 #pragma unroll 1
     for (int i = 0;; ++i) {
+      CMC_WS_MARK(pr_top);
       const int4 t = tiles[i & 1];
-      if (ctid == 0)
-        tiles[(i + 1) & 1] = ws_next_tile<HT>(desc, (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u), nkt, units);
+      if (ctid == 0) {
+        const int u = i == 0 ? (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u) : held;
+        const int4 nx = ws_next_tile<HT>(desc, u, nkt, units);
+        tiles[(i + 1) & 1] = nx;
+        if (nx.w) held = (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u);
+      }
       ws_bar_sync(3, 256);
       const int4 nx = tiles[(i + 1) & 1];
       if (nx.w) {
@@ -1007,7 +1051,10 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
         ws_build_plan<HT>(plan_of(i + 1), sn, nx.x, cmc_min(nx.x + kBN, sn.len) - 1, ctid);
       }
       if (ctid == 0) ws_arrive(plan_full + 8 * ((i + 1) & 1));
+      CMC_WS_PERSIST_LAP(ctid == 0, kPrTileTop, pr_top);
       if (i > 0) ws_wait(kv_full, (i - 1) & 1);
+      CMC_WS_PERSIST_LAP(ctid == 0, kPrKvWait, pr_top);
+      CMC_WS_PERSIST_COUNT(ctid == 0, kPrTiles);
       const typename HT::seq_t seqt = HT::seq(desc, t.z);
       ws_consume<BF16, D, true>(WsLinear<H, HT>(seqt, seqt.len, t.x, seqt.tok0, ws_key_row(tid)), desc.scale_log2,
                                 smem, base, args, t.y, group, atomic_dq, tid, n, !nx.w);
