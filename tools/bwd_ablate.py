@@ -413,7 +413,7 @@ FUSED_POST = {"wsfuse"}
 # CTA per SM takes key tiles from a counter; the next tile's plan is built, its first items
 # loaded and its K, V loaded while the current tile ends. Linear tilings only. Correct if the
 # hand-offs are, so --check runs it.
-def _persist(text: str, level: int = 1) -> str:
+def _persist(text: str, level: int = 1, macro: str = "CMC_WS_PERSIST") -> str:
     """CMC_WS_PERSIST = level on ws, its second plan buffer sized by the transposed hooks' term
     count (CMC_WS_PLAN2_BYTES); the growth is kept for the launch (_PERSIST_GROWTH: _build
     calls the edit and then the growth in one process)."""
@@ -422,7 +422,7 @@ def _persist(text: str, level: int = 1) -> str:
         raise SystemExit("wspers: no cmc_hooks_t term count in the source")
     plan2 = ((8 * int(m.group(1)) + 2) * 4 + 15) // 16 * 16
     _PERSIST_GROWTH[0] = PERSIST_SMEM + plan2
-    text = _with_macro(level, lambda d: PERSIST_SMEM + plan2, "CMC_WS_PERSIST")(text)
+    text = _with_macro(level, lambda d: PERSIST_SMEM + plan2, macro)(text)
     return _ws(f"#define CMC_WS_PLAN2_BYTES {plan2}\n" + text)
 
 
@@ -460,7 +460,12 @@ ALTERNATIVES["wsperstprobe"] = (
     "wsperst with clock cycle counters (CMC_WS_PROBE)",
     lambda text: "#define CMC_WS_PROBE 1\n#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),
     lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
-KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe"}
+# kv_ws (one tile a CTA) with K, V by TMA from thread 0, waited for by the consumers alone: the
+# loader's first items go out beside them (the persistent layout's K / V barrier, unused fields)
+ALTERNATIVES["wskvtma"] = (
+    "ws loading K, V by TMA boxes, waited for by the consumers alone (CMC_WS_KV_TMA 1)",
+    lambda text: _persist(text, 1, "CMC_WS_KV_TMA"), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma"}
 PERSISTENT = {"wspers", "wspers2", "wspersprobe", "wsperskv0", *KV_MAPS}
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
@@ -481,7 +486,7 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspcp", *FUSED_POST, *PERSISTENT,
+            "wspcp", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
@@ -646,11 +651,18 @@ def main() -> int:
 
         kv_maps = True
 
+    class KvMapsBwd(tma_bwd):  # type: ignore[misc,valid-type]
+        """TmaBwd whose maps include K's and V's (KV_MAPS, not persistent)."""
+
+        kv_maps = True
+
     def bwd_class(n: str):
         """Variant n's launcher: FusedBwd, PersistentBwd, TmaBwd (its kv takes the maps) or the
         plain one."""
-        return (FusedBwd if n in FUSED_POST else PersistentKvMapsBwd if n in KV_MAPS
-                else PersistentBwd if n in PERSISTENT else tma_bwd if n in TMA else plain_bwd)
+        if n in KV_MAPS:
+            return PersistentKvMapsBwd if n in PERSISTENT else KvMapsBwd
+        return (FusedBwd if n in FUSED_POST else PersistentBwd if n in PERSISTENT
+                else tma_bwd if n in TMA else plain_bwd)
 
     for n in checked:
         for v in cases[n]:

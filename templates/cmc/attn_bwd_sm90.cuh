@@ -276,7 +276,7 @@ struct alignas(64) cmc_kv_map {
 };
 struct cmc_kv_maps_t {
   cmc_kv_map q, dout, dq;
-#if defined(CMC_WS_PERSIST_KVTMA) && CMC_WS_PERSIST_KVTMA
+#if (defined(CMC_WS_PERSIST_KVTMA) && CMC_WS_PERSIST_KVTMA) || (defined(CMC_WS_KV_TMA) && CMC_WS_KV_TMA)
   cmc_kv_map k, v;  // (bwd_ablate wsperst: box (64, 1, 64), the persistent kv's K / V loads)
 #endif
 };
@@ -377,7 +377,7 @@ template <int D> struct SmemWS {
     kEmpty = kFull + 16,
     kDqItem = kEmpty + 16,
     kDqRows = 16 + 64 * 4,
-#if defined(CMC_WS_PERSIST) && CMC_WS_PERSIST
+#if (defined(CMC_WS_PERSIST) && CMC_WS_PERSIST) || (defined(CMC_WS_KV_TMA) && CMC_WS_KV_TMA)
     // the persistent kv (attn_bwd_sm90_ws.cuh kv_ws_persist): two tiles' (k0, kv head,
     // sequence, valid), the K / V full and empty and two plan-full mbarriers, the second plan
     kTile = kDqItem + 2 * kDqRows,

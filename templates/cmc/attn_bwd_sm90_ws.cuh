@@ -58,6 +58,12 @@
 // registers (wspers2)
 #define CMC_WS_PERSIST 0
 #endif
+#ifndef CMC_WS_KV_TMA
+// 1 (bwd_ablate wskvtma): kv_ws's K, V by TMA boxes from thread 0 (the tile crossing len by
+// cp.async as before), waited for by the consumers only, so the loader's first items go out
+// beside them
+#define CMC_WS_KV_TMA 0
+#endif
 #ifndef CMC_WS_PERSIST_KVTMA
 #define CMC_WS_PERSIST_KVTMA 0  // 1: the persistent kv's K / V by TMA boxes (bwd_ablate wsperst)
 #endif
@@ -653,7 +659,8 @@ template <class H, class HT> struct WsPatch {
 // follow it), and the writers are told the end only with end_writers (the CTA's last tile).
 template <bool BF16, int D, bool kPersist = false, class T>
 CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigned base, const cmc_bwd_args& args,
-                        int hkv, int group, bool atomic_dq, int tid, int& n, bool end_writers = true) {
+                        int hkv, int group, bool atomic_dq, int tid, int& n, bool end_writers = true,
+                        unsigned kv_bar = 0u) {
   constexpr int kAcc = D / 2;
   using L = SmemWS<D>;
   const int wg = wg_index(tid) - 1, ctid = tid - 128, wtid = tid & 127, lane = tid & 31;
@@ -667,6 +674,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
   float dk[kAcc], dv[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
+  if (kv_bar != 0u) ws_wait(kv_bar, 0);  // (wskvtma: K, V by TMA, phase 0)
 
   CMC_WS_PROBE_DECL(wtid == 0);
   CMC_WS_MARK(pr_loop);
@@ -757,7 +765,7 @@ template <bool BF16, int D, int BOX, bool kFuse = false, class Load, class MakeT
           class Post = int>
 CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Desc& desc, const cmc_bwd_args& args,
                       const KvMaps* maps, unsigned char* smem, unsigned base, int hkv, bool atomic_dq, int tid,
-                      const Post& post = 0) {
+                      const Post& post = 0, unsigned kv_bar = 0u) {
   if (wg_index(tid) == 0) {
     ws_setmaxnreg_dec<kWsProducerRegs>();
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
@@ -778,7 +786,7 @@ CMC_DEV void ws_roles(const Load& load, const MakeTiling& make_tiling, const Des
     ws_setmaxnreg_inc<kWsConsumerRegs>();
     int n = 0;
     ws_consume<BF16, D>(make_tiling(), desc.scale_log2, smem, base, args, hkv, desc.heads_q / desc.heads_kv,
-                        atomic_dq, tid, n);
+                        atomic_dq, tid, n, true, kv_bar);
     if constexpr (kFuse) {
       if (atomic_dq) post(tid);
     }
@@ -847,12 +855,35 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   const bool atomic_dq = (args.flags & 1) == 0;
   int* plan = reinterpret_cast<int*>(smem + L::kPlan);
 
+#if CMC_WS_KV_TMA
+  const bool kv_by_tma = k0 + kBN <= len;
+  if (tid == 0) {
+    kv_mbar_init(base + L::kKvFull, 1);
+    ws_init_barriers<D>(base);
+    if (kv_by_tma) {
+      kv_mbar_expect_tx(base + L::kKvFull, 2 * Cfg<D>::kTileK);
+#pragma unroll
+      for (int cb = 0; cb < D / 64; ++cb)
+#pragma unroll
+        for (int rb = 0; rb < 2; ++rb) {
+          const unsigned off = cb * (kBN * 128) + rb * (64 * 128);
+          kv_tma(base + L::kK + off, &maps->k, base + L::kKvFull, 64 * cb, hkv, (int)(tok0 + k0 + 64 * rb));
+          kv_tma(base + L::kV + off, &maps->v, base + L::kKvFull, 64 * cb, hkv, (int)(tok0 + k0 + 64 * rb));
+        }
+    }
+  }
+  if (!kv_by_tma) {
+#endif
   load_tile<D, kBN, kThreadsWS>(base + L::kK, reinterpret_cast<const unsigned short*>(desc.k) + tok0 * desc.k_stride_tok +
                                      (cmc_i64)hkv * desc.k_stride_head, desc.k_stride_tok, k0, len, tid);
   load_tile<D, kBN, kThreadsWS>(base + L::kV, reinterpret_cast<const unsigned short*>(desc.v) + tok0 * desc.v_stride_tok +
                                      (cmc_i64)hkv * desc.v_stride_head, desc.v_stride_tok, k0, len, tid);
   cp_commit();
+#if CMC_WS_KV_TMA
+  }
+#else
   if (tid == 0) ws_init_barriers<D>(base);
+#endif
   cmc_bwd::build_plan<HT, kThreadsWS>(plan, seqt, k0, cmc_min(k0 + kBN, len) - 1, kBM, tid);
   cp_wait<0>();
   fence_proxy_async();
@@ -868,6 +899,8 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
       atomic_dq, tid
 #if CMC_WS_FUSE_POST
       , [&](int t) { ws_post_fused<BF16, D>(desc, args, smem, b, hkv, group, len, tok0, t); }
+#elif CMC_WS_KV_TMA
+      , 0, kv_by_tma ? base + L::kKvFull : 0u
 #endif
   );
 }
