@@ -126,6 +126,10 @@ def test_persistent_kv_alternative_builds_and_refuses_patch_masks(monkeypatch):
         assert kv and all(r[1:] == (0, 0) for r in kv.values()), (mask, d, kv)
         if mask == "grid96":  # 81 terms: (8 * 81 + 2) * 4 bytes, rounded to 16
             assert ab._PERSIST_GROWTH[0] == ab.PERSIST_SMEM + 2608
+    for name in ("wsperst", "wskvtma"):  # K, V by TMA: the K / V maps follow dq_accum's
+        regs = ab._build(name, "sm_90a", "causal", "bf16", 128)[1]
+        assert all(r[1:] == (0, 0) for s, r in regs.items() if "bwd_kv_sm90" in s), (name, regs)
+        assert name in ab.KV_MAPS and name in ab.WS_BASED
     monkeypatch.setattr(sys, "argv", ["bwd_ablate.py", "wspers", "--mask", "clear_patch"])
     with pytest.raises(SystemExit, match="linear tilings only"):
         ab.main()
