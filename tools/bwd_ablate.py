@@ -447,7 +447,8 @@ ALTERNATIVES["wsperskv0"] = (
     lambda text: "#define CMC_WS_PERSIST_NOKV 1\n" + _persist(text),
     lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
 # wspers (and wspers2) whose warp 3 loads K, V by TMA boxes (K / V maps after dq_accum's),
-# the tile crossing len by cp.async: warp 3's 4,096 cp.async a tile are its slow part (?)
+# the tile crossing len by cp.async: warp 3's 4,096 cp.async a tile are its slow part (?). (The
+# next ticket fetched a tile ahead spilled grid96's consumers, 4-12 bytes: not kept.)
 ALTERNATIVES["wsperst"] = (
     "wspers loading K, V by TMA (CMC_WS_PERSIST_KVTMA 1)",
     lambda text: "#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),

@@ -1066,17 +1066,13 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
   } else {
     ws_setmaxnreg_inc<kWsConsumerRegs>();
     const int ctid = tid - 128;
-    int n = 0, held = 0;  // held: ctid 0's reservation for the next tile (fetched a tile ahead)
+    int n = 0;
 #pragma unroll 1
     for (int i = 0;; ++i) {
       CMC_WS_MARK(pr_top);
       const int4 t = tiles[i & 1];
-      if (ctid == 0) {
-        const int u = i == 0 ? (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u) : held;
-        const int4 nx = ws_next_tile<HT>(desc, u, nkt, units);
-        tiles[(i + 1) & 1] = nx;
-        if (nx.w) held = (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u);
-      }
+      if (ctid == 0)
+        tiles[(i + 1) & 1] = ws_next_tile<HT>(desc, (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u), nkt, units);
       ws_bar_sync(3, 256);
       const int4 nx = tiles[(i + 1) & 1];
       if (nx.w) {
