@@ -466,7 +466,18 @@ ALTERNATIVES["wsperstprobe"] = (
 ALTERNATIVES["wskvtma"] = (
     "ws loading K, V by TMA boxes, waited for by the consumers alone (CMC_WS_KV_TMA 1)",
     lambda text: _persist(text, 1, "CMC_WS_KV_TMA"), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
-KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma"}
+# wsperst with units costliest first in L2 groups (run 23: wsperst's tiles cost less than kv_ws's
+# set-up and stores, yet its kv was 6 % slower at causal 16K x 2: a long key tile reserved a tile
+# ahead at the end)
+ALTERNATIVES["wspersl"] = (
+    "wsperst with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)",
+    lambda text: "#define CMC_WS_PERSIST_LPT 1\n#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),
+    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+ALTERNATIVES["wspersl2"] = (
+    "wsperst2 with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)",
+    lambda text: "#define CMC_WS_PERSIST_LPT 1\n#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text, 2),
+    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma", "wspersl", "wspersl2"}
 PERSISTENT = {"wspers", "wspers2", "wspersprobe", "wsperskv0", *KV_MAPS}
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8

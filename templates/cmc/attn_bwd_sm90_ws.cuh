@@ -915,6 +915,13 @@ __device__ unsigned cmc_ws_sched[2];
 // heads_kv of sequence u / nkt / heads_kv, the non-persistent grid's CTA order), as (k0, kv
 // head, sequence, 1), taking the next ones from the counter; (0, 0, 0, 0) past the last unit,
 // once the CTA is counted done (it fetches no more).
+#ifndef CMC_WS_PERSIST_LPT
+// 1 (bwd_ablate wspersl): units numbered costliest first within groups of (sequence, kv head)s
+// whose Q and dO fit in L2 together (the forward's Sched): group by group, key tile ascending
+// (a causal-like mask's longest first), then (sequence, kv head); the CTAs' last units are
+// short, so reserving a tile ahead leaves no long tile for the end
+#define CMC_WS_PERSIST_LPT 0
+#endif
 template <class HT>
 CMC_DEV int4 ws_next_tile(const typename HT::desc_t& desc, int u, int nkt, int units) {
   for (;;) {
@@ -926,7 +933,16 @@ CMC_DEV int4 ws_next_tile(const typename HT::desc_t& desc, int u, int nkt, int u
       }
       return make_int4(0, 0, 0, 0);
     }
-    const int kt = u % nkt, bh = u / nkt, hkv = bh % desc.heads_kv, b = bh / desc.heads_kv;
+#if CMC_WS_PERSIST_LPT
+    const int nbh = units / nkt;
+    const long long per = (long long)desc.max_len * 128 * 4 * (desc.heads_q / desc.heads_kv);  // Q, dO
+    const int gs = (int)cmc_min((long long)nbh, cmc_max(1ll, (24ll << 20) / cmc_max(per, 1ll)));
+    const int g = u / (gs * nkt), r = u - g * gs * nkt, gsz = cmc_min(gs, nbh - g * gs);
+    const int kt = r / gsz, bh = g * gs + r % gsz;
+#else
+    const int kt = u % nkt, bh = u / nkt;
+#endif
+    const int hkv = bh % desc.heads_kv, b = bh / desc.heads_kv;
     if (kt * kBN < HT::seq(desc, b).len) return make_int4(kt * kBN, hkv, b, 1);
     u = (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u);
   }
