@@ -427,56 +427,54 @@ def _persist(text: str, level: int = 1, macro: str = "CMC_WS_PERSIST") -> str:
 
 
 _PERSIST_GROWTH = [0]
-ALTERNATIVES["wspers"] = (
+
+
+def _persist_alt(what: str, level: int = 1, macro: str = "CMC_WS_PERSIST", **more: int
+                 ) -> tuple[str, Callable[[str], str], Callable[[int], int]]:
+    """An alternative: _persist(level, macro) with these attn_bwd_sm90_ws.cuh macros too."""
+    head = "".join(f"#define CMC_{k} {v}\n" for k, v in more.items())
+    return (what, lambda text: head + _persist(text, level, macro),
+            lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+
+
+ALTERNATIVES["wspers"] = _persist_alt(
     "ws persistent: a CTA per SM takes linear key tiles from a counter, the next tile's plan, "
-    "items and K, V loaded under the current one's end (CMC_WS_PERSIST 1)",
-    _persist, lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+    "items and K, V loaded under the current one's end (CMC_WS_PERSIST 1)")
 # wspers with dK, dV stored from registers (no staging in the K / V buffers), so the next tile's
 # K, V load under the stores (K / V empty arrived at the epilogue's start)
-ALTERNATIVES["wspers2"] = (
+ALTERNATIVES["wspers2"] = _persist_alt(
     "wspers storing dK, dV from registers, the next tile's K, V loaded under the stores "
-    "(CMC_WS_PERSIST 2)", lambda text: _persist(text, 2), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+    "(CMC_WS_PERSIST 2)", 2)
 # wspers with wsprobe's cycle counters (per item as wsprobe; "per CTA" there is per persistent
-# CTA: its one set-up, and the dK / dV stores of all its tiles)
-ALTERNATIVES["wspersprobe"] = (
-    "wspers with clock cycle counters per phase of an item (CMC_WS_PROBE)",
-    lambda text: "#define CMC_WS_PROBE 1\n" + _persist(text), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+# CTA: its one set-up, and the dK / dV stores of all its tiles; per tile: PROBE_TILES)
+ALTERNATIVES["wspersprobe"] = _persist_alt(
+    "wspers with clock cycle counters per phase of an item (CMC_WS_PROBE)", WS_PROBE=1)
 # wspers whose warp 3 loads no K, V (timing only: what the K / V hand-off costs per tile)
-ALTERNATIVES["wsperskv0"] = (
-    "wspers whose warp 3 loads no K, V after the first tile (timing only)",
-    lambda text: "#define CMC_WS_PERSIST_NOKV 1\n" + _persist(text),
-    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
-# wspers (and wspers2) whose warp 3 loads K, V by TMA boxes (K / V maps after dq_accum's),
-# the tile crossing len by cp.async: warp 3's 4,096 cp.async a tile are its slow part (?). (The
+ALTERNATIVES["wsperskv0"] = _persist_alt(
+    "wspers whose warp 3 loads no K, V after the first tile (timing only)", WS_PERSIST_NOKV=1)
+# wspers (and wspers2) whose warp 3 loads K, V by TMA boxes (K / V maps after dq_accum's), the
+# tile crossing len by cp.async (run 23: warp 3's 4,096 cp.async took 15K cycles a tile). (The
 # next ticket fetched a tile ahead spilled grid96's consumers, 4-12 bytes: not kept.)
-ALTERNATIVES["wsperst"] = (
-    "wspers loading K, V by TMA (CMC_WS_PERSIST_KVTMA 1)",
-    lambda text: "#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),
-    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
-ALTERNATIVES["wsperst2"] = (
-    "wspers2 loading K, V by TMA (CMC_WS_PERSIST 2, CMC_WS_PERSIST_KVTMA 1)",
-    lambda text: "#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text, 2),
-    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
-ALTERNATIVES["wsperstprobe"] = (
-    "wsperst with clock cycle counters (CMC_WS_PROBE)",
-    lambda text: "#define CMC_WS_PROBE 1\n#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),
-    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+ALTERNATIVES["wsperst"] = _persist_alt(
+    "wspers loading K, V by TMA (CMC_WS_PERSIST_KVTMA 1)", WS_PERSIST_KVTMA=1)
+ALTERNATIVES["wsperst2"] = _persist_alt(
+    "wspers2 loading K, V by TMA (CMC_WS_PERSIST 2, CMC_WS_PERSIST_KVTMA 1)", 2, WS_PERSIST_KVTMA=1)
+ALTERNATIVES["wsperstprobe"] = _persist_alt(
+    "wsperst with clock cycle counters (CMC_WS_PROBE)", WS_PROBE=1, WS_PERSIST_KVTMA=1)
 # kv_ws (one tile a CTA) with K, V by TMA from thread 0, waited for by the consumers alone: the
 # loader's first items go out beside them (the persistent layout's K / V barrier, unused fields)
-ALTERNATIVES["wskvtma"] = (
+ALTERNATIVES["wskvtma"] = _persist_alt(
     "ws loading K, V by TMA boxes, waited for by the consumers alone (CMC_WS_KV_TMA 1)",
-    lambda text: _persist(text, 1, "CMC_WS_KV_TMA"), lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+    macro="CMC_WS_KV_TMA")
 # wsperst with units costliest first in L2 groups (run 23: wsperst's tiles cost less than kv_ws's
 # set-up and stores, yet its kv was 6 % slower at causal 16K x 2: a long key tile reserved a tile
 # ahead at the end)
-ALTERNATIVES["wspersl"] = (
-    "wsperst with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)",
-    lambda text: "#define CMC_WS_PERSIST_LPT 1\n#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text),
-    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
-ALTERNATIVES["wspersl2"] = (
-    "wsperst2 with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)",
-    lambda text: "#define CMC_WS_PERSIST_LPT 1\n#define CMC_WS_PERSIST_KVTMA 1\n" + _persist(text, 2),
-    lambda d: WS_SMEM_GROWTH + _PERSIST_GROWTH[0])
+ALTERNATIVES["wspersl"] = _persist_alt(
+    "wsperst with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)", WS_PERSIST_LPT=1,
+    WS_PERSIST_KVTMA=1)
+ALTERNATIVES["wspersl2"] = _persist_alt(
+    "wsperst2 with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)", 2,
+    WS_PERSIST_LPT=1, WS_PERSIST_KVTMA=1)
 KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma", "wspersl", "wspersl2"}
 PERSISTENT = {"wspers", "wspers2", "wspersprobe", "wsperskv0", *KV_MAPS}
 
