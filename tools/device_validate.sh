@@ -162,14 +162,16 @@ carried short out/abrun/shbase out/abrun/short -- short.log 170 python3 benchmar
     --gen-lengths 4096 --rep 20 --no-plot --out "$OUT/short"
 # 1j. post folded into the linear ws kv (bwd_ablate wsfuse, a prototype; kernel notes "Post
 #    folded into the kv"): checked on bwd_kernel_check's linear cases, timed beside ws at the
-#    lengths where pre and post weigh most (predicted +8 / +6 / +4 % at 1K / 2K / 4K)
+#    lengths where pre and post weigh most (predicted +8 / +6 / +4 % at 1K / 2K / 4K; run 23:
+#    correct, -7 / -8 / -8 %, not kept)
 step fuse fuse.log 170 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsfuse --check \
     --lengths 1024x32 2048x16 4096x8
 # 1k. the persistent linear ws kv (bwd_ablate wspers, a prototype; kernel notes "A persistent
 #    kv"): checked with a CTA per SM (bwd_kernel_check's linear cases: about one tile a CTA) and
 #    with 3 CTAs (each takes many tiles: the hand-offs between tiles), timed beside ws at the
 #    lengths where a CTA's fixed costs weigh most; wspers2 stores dK, dV from registers so the
-#    next tile's K, V load under the stores
+#    next tile's K, V load under the stores (run 23: correct, slower; wspersl, K, V by TMA and
+#    costliest first, -4 % at 1K, +5 % at 16K: not kept; kernel notes "Run 23")
 step pers pers.log 240 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspers wspers2 --check \
     --lengths 1024x32 2048x16 4096x8 16384x2
 step pers pers.log 150 env CMC_ARCH=sm_90a CMC_WS_CTAS=3 python3 tools/bwd_ablate.py wspers wspers2 \
