@@ -130,6 +130,7 @@ def test_persistent_kv_alternative_builds_and_refuses_patch_masks(monkeypatch):
         regs = ab._build(name, "sm_90a", "causal", "bf16", 128)[1]
         assert all(r[1:] == (0, 0) for s, r in regs.items() if "bwd_kv_sm90" in s), (name, regs)
         assert name in ab.KV_MAPS and name in ab.WS_BASED
+    assert "wskvtma" not in ab.PERSISTENT  # one tile a CTA: the full grid
     monkeypatch.setattr(sys, "argv", ["bwd_ablate.py", "wspers", "--mask", "clear_patch"])
     with pytest.raises(SystemExit, match="linear tilings only"):
         ab.main()

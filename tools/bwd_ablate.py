@@ -475,8 +475,11 @@ ALTERNATIVES["wspersl"] = _persist_alt(
 ALTERNATIVES["wspersl2"] = _persist_alt(
     "wsperst2 with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)", 2,
     WS_PERSIST_LPT=1, WS_PERSIST_KVTMA=1)
+PERSISTENT = {"wspers", "wspers2", "wspersprobe", "wsperskv0", "wsperst", "wsperst2", "wsperstprobe",
+              "wspersl", "wspersl2"}
+# (wskvtma is not persistent: run 23 launched it on the persistent grid by mistake, one CTA per
+# SM of a one-tile kernel, and read its missing tiles as a fault of the kernel)
 KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma", "wspersl", "wspersl2"}
-PERSISTENT = {"wspers", "wspers2", "wspersprobe", "wsperskv0", *KV_MAPS}
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
