@@ -353,6 +353,8 @@ def test_ws_probe_slots_match_the_kernel_and_the_summary_reads_them():
     assert [slots[n] for n in ("WrFull", "WrAdd", "WrItems")] == list(ab.PROBE_WRITER.values())
     assert [slots[n] for n in ("LdEmpty", "LdIssue", "LdItems")] == list(ab.PROBE_LOADER.values())
     assert [slots[n] for n in ("Prologue", "Epilogue", "Ctas")] == list(ab.PROBE_CTA.values())
+    assert slots["FirstFull"] == ab.PROBE_FIRST_FULL
+    assert [slots[n] for n in ("TileTop", "KvWait", "Tiles", "KvLoad")] == list(ab.PROBE_TILES.values())
     for n in slots:  # every slot is used by the kernel
         assert len(re.findall(rf"\bkPr{n}\b", text)) >= 2, n
     sums = np.zeros(32)
@@ -361,6 +363,7 @@ def test_ws_probe_slots_match_the_kernel_and_the_summary_reads_them():
     sums[16:19] = (500.0, 300.0, 5)
     sums[20:23] = (40.0, 60.0, 20)
     sums[24:27] = (8000.0, 4000.0, 2)
+    sums[ab.PROBE_FIRST_FULL] = 64.0  # of full's 100 over 10 items: 4 first items (2 CTAs)
     lines = ab.probe_summary(sums, calls=2)
     assert "5 warpgroup items per call, 910 cycles per item (phases sum to 910)" in lines[0]
     assert "full 10  issue 20" in lines[1] and "wait_dk 130" in lines[1]
@@ -368,6 +371,8 @@ def test_ws_probe_slots_match_the_kernel_and_the_summary_reads_them():
     assert "staging full wait 100, adds and release 60" in lines[3]
     assert "empty wait 2, issue 3" in lines[4]
     assert "set-up 4000, dK and dV stores 1000 cycles (1 CTAs per call)" in lines[5]
+    assert "full wait: a warpgroup's first item 16, the others 6 cycles" in lines[6]
+    assert len(lines) == 7  # no persistent tiles counted: no per-tile line
 
 
 def test_host_cost_split_attributes_the_benchmarks_backward():

@@ -322,7 +322,7 @@ ALTERNATIVES["wsprobe"] = _ws_macros(
 # attn_bwd_sm90_ws.cuh enum WsProbe: consumer phases of an item, in their order
 PROBE_PHASES = ("full", "issue", "word", "wait_s", "p", "dv_ds", "ds_st", "bar", "issue_dq_dk",
                 "wait_dq", "stg_wait", "stage", "wait_dk")
-PROBE_ITEMS, PROBE_LOOP = 13, 14
+PROBE_ITEMS, PROBE_LOOP, PROBE_FIRST_FULL = 13, 14, 15
 PROBE_WRITER = {"full": 16, "add": 17, "items": 18}
 PROBE_LOADER = {"empty": 20, "issue": 21, "items": 22}
 PROBE_CTA = {"prologue": 24, "epilogue": 25, "ctas": 26}
@@ -340,6 +340,8 @@ def probe_summary(sums, calls: int) -> list[str]:
     wi = max(float(sums[PROBE_WRITER["items"]]), 1.0)
     li = max(float(sums[PROBE_LOADER["items"]]), 1.0)
     ctas = max(float(sums[PROBE_CTA["ctas"]]), 1.0)
+    firsts = 2 * ctas  # a CTA's two consumer warpgroups' first items (a persistent CTA's once)
+    rest = max(items - firsts, 1.0)
     return [
         f"  consumer: {items / calls:.0f} warpgroup items per call, {loop:.0f} cycles per item "
         f"(phases sum to {sum(phases.values()):.0f})",
@@ -351,6 +353,8 @@ def probe_summary(sums, calls: int) -> list[str]:
         f"{sums[PROBE_LOADER['issue']] / li:.0f} ({li / calls:.0f} pushes per call)",
         f"  per CTA: set-up {sums[PROBE_CTA['prologue']] / ctas:.0f}, dK and dV stores "
         f"{sums[PROBE_CTA['epilogue']] / (2 * ctas):.0f} cycles ({ctas / calls:.0f} CTAs per call)",
+        f"  full wait: a warpgroup's first item {sums[PROBE_FIRST_FULL] / firsts:.0f}, the others "
+        f"{(sums[PROBE_PHASES.index('full')] - sums[PROBE_FIRST_FULL]) / rest:.0f} cycles",
     ] + ([] if not sums[PROBE_TILES["tiles"]] else [
         f"  persistent, per tile ({sums[PROBE_TILES['tiles']] / calls:.0f} a call, "
         f"{sums[PROBE_TILES['tiles']] / ctas:.1f} a CTA): stores "

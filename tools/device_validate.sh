@@ -181,6 +181,9 @@ step pers pers.log 150 env CMC_ARCH=sm_90a CMC_WS_CTAS=3 python3 tools/bwd_ablat
 #    beside K and V? (at 1K, where an item waits 1,717 cycles for Q / dO)
 step kvtma kvtma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wskvtma --check \
     --lengths 1024x32 2048x16 4096x8 16384x2
+#    and the probe's full wait split by item position (a CTA's first item against the rest: the
+#    CTA's start, or Q / dO misses at short lengths?)
+step kvtma kvtma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe --lengths 1024x32 4096x8
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)

@@ -124,6 +124,7 @@ CMC_DEV bool ws_wait(unsigned bar, unsigned parity) {
 enum WsProbe : int {
   kPrFull = 0, kPrIssue, kPrWord, kPrWaitS, kPrP, kPrDvDs, kPrDsSt, kPrBar, kPrIssueDqDk, kPrWaitDq,
   kPrStgWait, kPrStage, kPrWaitDk, kPrItems, kPrLoop,
+  kPrFirstFull,  // the full wait of a warpgroup's first item (also in the full slot)
   kPrWrFull = 16, kPrWrAdd, kPrWrItems,
   kPrLdEmpty = 20, kPrLdIssue, kPrLdItems,
   kPrPrologue = 24, kPrEpilogue, kPrCtas,
@@ -140,6 +141,9 @@ __device__ unsigned long long cmc_ws_probe[256 * 32];
 #define CMC_WS_LAP(slot) do { const unsigned pr_n_ = (unsigned)clock(); CMC_WS_ADD(slot, pr_n_ - pr_t_); \
   pr_t_ = pr_n_; } while (0)
 #define CMC_WS_COUNT(slot) CMC_WS_ADD(slot, 1)
+// a lap added to slot, and to slot2 too when also
+#define CMC_WS_LAP2(slot, slot2, also) do { const unsigned pr_n_ = (unsigned)clock(); \
+  CMC_WS_ADD(slot, pr_n_ - pr_t_); if (also) CMC_WS_ADD(slot2, pr_n_ - pr_t_); pr_t_ = pr_n_; } while (0)
 #define CMC_WS_MARK(t) const unsigned t = (unsigned)clock()
 #define CMC_WS_SINCE(slot, t) CMC_WS_ADD(slot, (unsigned)clock() - (t))
 // the probe state as the last parameters / arguments of a part of a role
@@ -159,6 +163,7 @@ __device__ unsigned long long cmc_ws_probe[256 * 32];
 #define CMC_WS_ADD(slot, v)
 #define CMC_WS_LAP(slot)
 #define CMC_WS_COUNT(slot)
+#define CMC_WS_LAP2(slot, slot2, also)
 #define CMC_WS_MARK(t)
 #define CMC_WS_SINCE(slot, t)
 #define CMC_WS_PROBE_PARAMS
@@ -682,7 +687,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
   for (;; ++n) {
     const int st = n & 1;
     if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
-    CMC_WS_LAP(kPrFull);
+    CMC_WS_LAP2(kPrFull, kPrFirstFull, n == 0);
     const int4 slot = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
     if (slot.x < 0) {
       if constexpr (kPersist) {
