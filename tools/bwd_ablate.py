@@ -642,44 +642,36 @@ def main() -> int:
     failed = passed = 0
     plain_bwd, tma_bwd = bkc.Bwd, _tma_bwd(bkc)
 
-    class FusedBwd(tma_bwd):  # type: ignore[misc,valid-type]
-        """TmaBwd whose atomic sequence launches no post (its kv converts dQ: FUSED_POST)."""
+    class VariantBwd(tma_bwd):  # type: ignore[misc,valid-type]
+        """TmaBwd with a variant's launch choices (bwd_class sets them from the sets above):
+        fused_post, no post in the atomic sequence (FUSED_POST: its kv converts dQ);
+        persistent, the kv on a CTA per SM, at most one per unit (PERSISTENT; CMC_WS_CTAS=N
+        runs N instead: --check with a few CTAs, each taking many tiles); kv_maps (KV_MAPS)."""
+
+        fused_post = persistent = False
+
+        def grid(self, role, max_len, hq, hk, batch):
+            g = super().grid(role, max_len, hq, hk, batch)
+            if not (self.persistent and role == "kv"):
+                return g
+            sms = int(os.environ.get("CMC_WS_CTAS") or
+                      bkc.torch.cuda.get_device_properties(0).multi_processor_count)
+            return (min(g[0] * g[1] * g[2], sms), 1, 1)
 
         def run(self, desc, args, max_len, hq, hk, batch, deterministic):
             from cmc.kernels import BWD_SEQUENCE
 
             for role in BWD_SEQUENCE["deterministic" if deterministic else "atomic"]:
-                if role != "post":
+                if not (self.fused_post and role == "post"):
                     self.launch_role(role, desc, args, max_len, hq, hk, batch)
 
-    class PersistentBwd(tma_bwd):  # type: ignore[misc,valid-type]
-        """TmaBwd whose kv runs a CTA per SM, at most one per unit (PERSISTENT); CMC_WS_CTAS=N
-        runs N instead (--check with a few CTAs: each takes many tiles)."""
-
-        sms = int(os.environ.get("CMC_WS_CTAS") or
-                  bkc.torch.cuda.get_device_properties(0).multi_processor_count)
-
-        def grid(self, role, max_len, hq, hk, batch):
-            g = super().grid(role, max_len, hq, hk, batch)
-            return (min(g[0] * g[1] * g[2], self.sms), 1, 1) if role == "kv" else g
-
-    class PersistentKvMapsBwd(PersistentBwd):  # type: ignore[misc,valid-type]
-        """PersistentBwd whose maps include K's and V's (KV_MAPS)."""
-
-        kv_maps = True
-
-    class KvMapsBwd(tma_bwd):  # type: ignore[misc,valid-type]
-        """TmaBwd whose maps include K's and V's (KV_MAPS, not persistent)."""
-
-        kv_maps = True
-
     def bwd_class(n: str):
-        """Variant n's launcher: FusedBwd, PersistentBwd, TmaBwd (its kv takes the maps) or the
-        plain one."""
-        if n in KV_MAPS:
-            return PersistentKvMapsBwd if n in PERSISTENT else KvMapsBwd
-        return (FusedBwd if n in FUSED_POST else PersistentBwd if n in PERSISTENT
-                else tma_bwd if n in TMA else plain_bwd)
+        """Variant n's launcher: the plain one, or (TMA) a VariantBwd with n's choices."""
+        if n not in TMA:
+            return plain_bwd
+        return type(f"Bwd_{n}", (VariantBwd,), {"fused_post": n in FUSED_POST,
+                                                  "persistent": n in PERSISTENT,
+                                                  "kv_maps": n in KV_MAPS})
 
     for n in checked:
         for v in cases[n]:

@@ -67,6 +67,13 @@
 #ifndef CMC_WS_PERSIST_KVTMA
 #define CMC_WS_PERSIST_KVTMA 0  // 1: the persistent kv's K / V by TMA boxes (bwd_ablate wsperst)
 #endif
+#ifndef CMC_WS_PERSIST_LPT
+// 1 (bwd_ablate wspersl): the persistent kv's units costliest first within groups of
+// (sequence, kv head)s whose Q and dO fit in L2 together (the forward's Sched): group by group,
+// key tile ascending (a causal-like mask's longest first), then (sequence, kv head); the CTAs'
+// last units are short, so reserving a tile ahead leaves no long tile for the end
+#define CMC_WS_PERSIST_LPT 0
+#endif
 namespace cmc_bwd_sm90 {
 
 // Four 8 x 8 b16 matrices of the accumulator fragment layout (register i: matrix i, rows lane /
@@ -149,12 +156,12 @@ __device__ unsigned long long cmc_ws_probe[256 * 32];
 // the probe state as the last parameters / arguments of a part of a role
 #define CMC_WS_PROBE_PARAMS , unsigned& pr_t_, const bool pr_lead_
 #define CMC_WS_PROBE_ARGS , pr_t_, pr_lead_
-// a CTA's set-up before the roles split (K, V, the plan, the barrier), by its thread 128
-// the persistent kv's per-tile phases (lead: the counting thread; since: a CMC_WS_MARK; laps
+// the persistent kv's per-tile phases (lead: the counting thread; t: a CMC_WS_MARK; laps
 // since then are cumulative: the tool takes differences)
 #define CMC_WS_PERSIST_LAP(lead, slot, t) do { if (lead) \
   atomicAdd(CMC_WS_ROW_ + (slot), (unsigned long long)((unsigned)clock() - (t))); } while (0)
 #define CMC_WS_PERSIST_COUNT(lead, slot) do { if (lead) atomicAdd(CMC_WS_ROW_ + (slot), 1ull); } while (0)
+// a CTA's set-up before the roles split (K, V, the plan, the barrier), by its thread 128
 #define CMC_WS_CTA_READY(t0, tid) do { if ((tid) == 128) { \
   atomicAdd(CMC_WS_ROW_ + kPrPrologue, (unsigned long long)((unsigned)clock() - (t0))); \
   atomicAdd(CMC_WS_ROW_ + kPrCtas, 1ull); } } while (0)
@@ -842,6 +849,23 @@ CMC_DEV void ws_post_fused(const Desc& desc, const cmc_bwd_args& args, unsigned 
 }
 #endif
 
+#if CMC_WS_KV_TMA || CMC_WS_PERSIST_KVTMA
+// A whole key tile's K and V (128 rows from token tok of kv head hkv) by TMA boxes of 64 x 64
+// (the K / V maps: wsperst, wskvtma), their bytes expected on bar; one thread issues them.
+template <int D>
+CMC_DEV void ws_kv_tma(unsigned base, const KvMaps* maps, unsigned bar, int hkv, int tok) {
+  kv_mbar_expect_tx(bar, 2 * Cfg<D>::kTileK);
+#pragma unroll
+  for (int cb = 0; cb < D / 64; ++cb)
+#pragma unroll
+    for (int rb = 0; rb < 2; ++rb) {
+      const unsigned off = cb * (kBN * 128) + rb * (64 * 128);
+      kv_tma(base + SmemWS<D>::kK + off, &maps->k, bar, 64 * cb, hkv, tok + 64 * rb);
+      kv_tma(base + SmemWS<D>::kV + off, &maps->v, bar, 64 * cb, hkv, tok + 64 * rb);
+    }
+}
+#endif
+
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, const KvMaps* maps) {
   using L = SmemWS<D>;
@@ -865,17 +889,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   if (tid == 0) {
     kv_mbar_init(base + L::kKvFull, 1);
     ws_init_barriers<D>(base);
-    if (kv_by_tma) {
-      kv_mbar_expect_tx(base + L::kKvFull, 2 * Cfg<D>::kTileK);
-#pragma unroll
-      for (int cb = 0; cb < D / 64; ++cb)
-#pragma unroll
-        for (int rb = 0; rb < 2; ++rb) {
-          const unsigned off = cb * (kBN * 128) + rb * (64 * 128);
-          kv_tma(base + L::kK + off, &maps->k, base + L::kKvFull, 64 * cb, hkv, (int)(tok0 + k0 + 64 * rb));
-          kv_tma(base + L::kV + off, &maps->v, base + L::kKvFull, 64 * cb, hkv, (int)(tok0 + k0 + 64 * rb));
-        }
-    }
+    if (kv_by_tma) ws_kv_tma<D>(base, maps, base + L::kKvFull, hkv, (int)(tok0 + k0));
   }
   if (!kv_by_tma) {
 #endif
@@ -919,15 +933,8 @@ __device__ unsigned cmc_ws_sched[2];
 // The first unit from u on with a key row (unit u: key tile u % nkt of kv head (u / nkt) %
 // heads_kv of sequence u / nkt / heads_kv, the non-persistent grid's CTA order), as (k0, kv
 // head, sequence, 1), taking the next ones from the counter; (0, 0, 0, 0) past the last unit,
-// once the CTA is counted done (it fetches no more).
-#ifndef CMC_WS_PERSIST_LPT
-// 1 (bwd_ablate wspersl): units numbered costliest first within groups of (sequence, kv head)s
-// whose Q and dO fit in L2 together (the forward's Sched): group by group, key tile ascending
-// (a causal-like mask's longest first), then (sequence, kv head); the CTAs' last units are
-// short, so reserving a tile ahead leaves no long tile for the end
-#define CMC_WS_PERSIST_LPT 0
-#endif
-template <class HT>
+// once the CTA is counted done (it fetches no more). CMC_WS_PERSIST_LPT numbers them otherwise.
+template <class HT, int D>
 CMC_DEV int4 ws_next_tile(const typename HT::desc_t& desc, int u, int nkt, int units) {
   for (;;) {
     if (u >= units) {
@@ -940,7 +947,7 @@ CMC_DEV int4 ws_next_tile(const typename HT::desc_t& desc, int u, int nkt, int u
     }
 #if CMC_WS_PERSIST_LPT
     const int nbh = units / nkt;
-    const long long per = (long long)desc.max_len * 128 * 4 * (desc.heads_q / desc.heads_kv);  // Q, dO
+    const long long per = (long long)desc.max_len * D * 4 * (desc.heads_q / desc.heads_kv);  // Q, dO
     const int gs = (int)cmc_min((long long)nbh, cmc_max(1ll, (24ll << 20) / cmc_max(per, 1ll)));
     const int g = u / (gs * nkt), r = u - g * gs * nkt, gsz = cmc_min(gs, nbh - g * gs);
     const int kt = r / gsz, bh = g * gs + r % gsz;
@@ -974,8 +981,9 @@ CMC_DEV void ws_build_plan(int* plan, const typename HH::seq_t& s, int a, int b,
 // - warp 0 pushes tile i's items and its end item into the ring (ring count n runs on across
 //   tiles), once plan-full i has completed, so the next tile's first items load under this
 //   tile's last items and its dK, dV stores;
-// - warp 3 loads tile i's K and V by cp.async (zero rows past len) once plan-full i and K / V
-//   empty (tile i - 1's stores done) have completed, and arrives on K / V full;
+// - warp 3 loads tile i's K and V by cp.async (zero rows past len; with CMC_WS_PERSIST_KVTMA
+//   whole tiles by ws_kv_tma) once plan-full i and K / V empty (tile i - 1's stores done) have
+//   completed, and arrives on K / V full;
 // - warps 1, 2 write dQ as in kv_ws; the consumers tell them the end after the last tile.
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& args, const KvMaps* maps) {
@@ -998,7 +1006,7 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
     kv_mbar_init(plan_full, 1);
     kv_mbar_init(plan_full + 8, 1);
     ws_init_barriers<D>(base);  // (its fence publishes these inits too)
-    tiles[0] = ws_next_tile<HT>(desc, (int)blockIdx.x, nkt, units);
+    tiles[0] = ws_next_tile<HT, D>(desc, (int)blockIdx.x, nkt, units);
   }
   __syncthreads();
   const int4 first = tiles[0];
@@ -1050,18 +1058,7 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
         auto tok = [&](int r) { return k0 + r < len ? k0 + r : -1; };
 #if CMC_WS_PERSIST_KVTMA
         if (k0 + kBN <= len) {  // whole tiles by TMA boxes (64 x 64); the tile crossing len below
-          if (lane == 0) {
-            kv_mbar_expect_tx(kv_full, 2 * Cfg<D>::kTileK);
-#pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb)
-#pragma unroll
-              for (int rb = 0; rb < 2; ++rb) {
-                const int tk = (int)(seqt.tok0 + k0 + 64 * rb);
-                const unsigned off = cb * (kBN * 128) + rb * (64 * 128);
-                kv_tma(base + L::kK + off, &maps->k, kv_full, 64 * cb, t.y, tk);
-                kv_tma(base + L::kV + off, &maps->v, kv_full, 64 * cb, t.y, tk);
-              }
-          }
+          if (lane == 0) ws_kv_tma<D>(base, maps, kv_full, t.y, (int)(seqt.tok0 + k0));
           CMC_WS_PERSIST_LAP(lane == 0, kPrKvLoad, pr_kv);
           continue;
         }
@@ -1093,7 +1090,7 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
       CMC_WS_MARK(pr_top);
       const int4 t = tiles[i & 1];
       if (ctid == 0)
-        tiles[(i + 1) & 1] = ws_next_tile<HT>(desc, (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u), nkt, units);
+        tiles[(i + 1) & 1] = ws_next_tile<HT, D>(desc, (int)gridDim.x + (int)atomicAdd(cmc_ws_sched, 1u), nkt, units);
       ws_bar_sync(3, 256);
       const int4 nx = tiles[(i + 1) & 1];
       if (nx.w) {
