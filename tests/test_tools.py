@@ -90,6 +90,22 @@ def test_ws_patch_loader_alternatives_build_on_patches(monkeypatch):
             assert kv and all(r[1:] == (0, 0) for r in kv.values()), (name, d, kv)
 
 
+def test_lag_alternative_builds_on_every_tiling(monkeypatch):
+    """bwd_ablate wslag (CMC_WS_DQ_LAG: item n - 1's dQ inside item n, the end item a phantom so
+    that the loop keeps one dQ site): the kv without local memory on CLEAR's patches and a grid
+    mask's linear tiles at D 128 (where the lag applies), and checked on patches too."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    ab = _tool("bwd_ablate")
+    assert "wslag" in ab.PATCH_CHECKED and "wslag" in ab.WS_BASED and "wslag" not in ab.UNCHECKED
+    for mask in ("clear_patch", "grid96"):
+        regs = ab._build("wslag", "sm_90a", mask, "bf16", 128)[1]
+        kv = {s: r for s, r in regs.items() if "bwd_kv_sm90" in s}
+        assert kv and all(r[1:] == (0, 0) for r in kv.values()), (mask, kv)
+
+
 def test_fused_post_alternative_builds_and_refuses_patch_masks(monkeypatch):
     """bwd_ablate wsfuse (CMC_WS_FUSE_POST: the linear ws kv converts dQ, post's work): the kv
     without local memory at both head dims (its conversion runs in the consumers' registers,

@@ -58,6 +58,16 @@
 // registers (wspers2)
 #define CMC_WS_PERSIST 0
 #endif
+#ifndef CMC_WS_DQ_LAG
+// 1 (bwd_ablate wslag): at D = 128 a consumer warpgroup computes item n - 1's dQ inside item n,
+// right after its dS (ws_item_end_lag), so the two warpgroups no longer meet at a 256-thread
+// barrier per item: each only waits for the other's dS^T of the item before, a whole item
+// earlier (named barriers 9 + 2 w + parity, arrive / sync, so neither holds the other)
+#define CMC_WS_DQ_LAG 0
+#endif
+#if CMC_WS_DQ_LAG && (CMC_WS_PERSIST || CMC_WS_FUSE_POST)
+#error "CMC_WS_DQ_LAG: the one-tile kv only (barrier 8 and the persistent ring are not counted)"
+#endif
 #ifndef CMC_WS_KV_TMA
 // 1 (bwd_ablate wskvtma): kv_ws's K, V by TMA boxes from thread 0 (the tile crossing len by
 // cp.async as before), waited for by the consumers only, so the loader's first items go out
@@ -558,6 +568,67 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
   CMC_WS_LAP(kPrWaitDk);
 }
 
+#if CMC_WS_DQ_LAG
+// Item n's end with item n - 1's dQ (CMC_WS_DQ_LAG; atomic mode, D = 128: dQ's columns of
+// warpgroup wg over both warpgroups' keys). With dV(n) in flight: once the other warpgroup's
+// dS^T(n - 1) is stored (its arrival on 9 + 2 (1 - wg) + (n - 1) % 2, which also says its
+// dQ(n - 2) has read buffer n % 2), dQ(n - 1) from buffer (n - 1) % 2; dS^T(n) into buffer n % 2;
+// dK(n); once dV and dQ are done, this warpgroup's arrival for item n; dQ(n - 1) staged under
+// dK(n). prev: there is an item n - 1 (its query head hq, row tokens tok, runs nb).
+CMC_DEV void ws_lag_arrive(int wg, int n) { ws_bar_arrive(9 + 2 * wg + (n & 1), 256); }
+CMC_DEV void ws_lag_wait(int wg, int n) { ws_bar_sync(9 + 2 * (1 - wg) + (n & 1), 256); }
+template <bool BF16, int D>
+CMC_DEV void ws_dq_gemm(float* dq, unsigned dqA, unsigned dqB) {
+#pragma unroll
+  for (int i = 0; i < DQ<D>::kRegs; ++i) dq[i] = 0.f;
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
+    ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024), kk);
+  wg_commit();
+}
+template <bool BF16, int D, int BOX, class Tok>
+CMC_DEV void ws_item_end_lag(unsigned char* smem, unsigned base, int n, bool prev, bool phantom, int wg, int wtid,
+                             unsigned* pa, unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq,
+                             const Tok& tok, int nb CMC_WS_PROBE_PARAMS) {
+  static_assert(DQ<D>::kSplitN, "the lag is for the split dQ (D = 128)");
+  using L = SmemWS<D>;
+  const int st = n & 1, warp = wtid >> 5, lane = wtid & 31;
+  unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
+  ws_lag_wait(wg, n - 1);
+  CMC_WS_LAP(kPrBar);
+  {
+    const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
+    const unsigned sb = smem_u32(sds);
+#pragma unroll
+    for (int jj = 0; jj < 8; jj += 2)
+      ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2],
+                     dsa[2 * jj + 3]);
+  }
+  fence_proxy_async();
+  CMC_WS_LAP(kPrDsSt);
+  // unconditional (a first item's GEMM reads the unused buffer, never staged): ptxas keeps the
+  // wgmma pipeline only if no accumulator is issued on one path alone (C7512 otherwise)
+  float dq[DQ<D>::kRegs];
+  ws_dq_gemm<BF16, D>(dq, smem_u32(smem + L::kDS + (st ^ 1) * (kBN * kBM * 2)), dqB);
+  kv_dk<BF16, D>(dk, dsa, qB);
+  CMC_WS_LAP(kPrIssueDqDk);
+  wg_wait<1>();  // dV(n) and dQ(n - 1) done; dK(n) runs on
+  fence_regs<16>(pa);
+  if (!phantom) ws_lag_arrive(wg, n);
+  if (prev) {
+    fence_regs<DQ<D>::kRegs>(dq);
+    CMC_WS_LAP(kPrWaitDq);
+    ws_stage_dq<D, BOX>(smem, dq, wg, wtid, hq, tok, nb CMC_WS_PROBE_ARGS);
+  }
+  wg_wait<0>();
+  fence_regs<16>(dsa);
+  __syncwarp();
+  if (lane == 0 && !phantom) ws_arrive(base + L::kEmpty + 8 * st);
+  CMC_WS_LAP(kPrWaitDk);
+}
+#endif
+
 // What a ws consumer needs of its tiling. WsLinear: key rows k0 + lr, items of 64 query rows
 // from qbase = 64 j (kv's). WsPatch: the key rows of forward tile kt by token, items of query
 // tile j's rows 64 hh .. by token map (kv_patch's). Each gives per item its fullness, the
@@ -690,12 +761,29 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 
   CMC_WS_PROBE_DECL(wtid == 0);
   CMC_WS_MARK(pr_loop);
+#if CMC_WS_DQ_LAG
+  // lag: the end item runs as a phantom (a full item 0 whose P and dS are zeroed, its GEMMs on
+  // the K / V tile, finite, instead of a stage that may never have been loaded), so that the
+  // last item's dQ is issued from the loop's one dQ site: a second one after the loop spilled
+  // 20-44 bytes
+  const bool lag = DQ<D>::kSplitN && atomic_dq;
+  bool lag_prev = false;  // an item before this one, whose dQ is still to do
+  typename T::Item lag_item{};
+  int lag_hq = 0, lag_nb = 0;
+  if (lag) ws_lag_arrive(wg, n - 1);  // as if an item before the first: its wait below
+#endif
 #pragma unroll 1
   for (;; ++n) {
     const int st = n & 1;
     if (!ws_wait(base + L::kFull + 8 * st, (n >> 1) & 1)) break;
     CMC_WS_LAP2(kPrFull, kPrFirstFull, n == 0);
+#if CMC_WS_DQ_LAG
+    const int4 slot_in = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
+    const bool phantom = lag && slot_in.x < 0;
+    const int4 slot = phantom ? make_int4(0, 0, 1, 0) : slot_in;
+#else
     const int4 slot = *reinterpret_cast<const int4*>(smem + L::kItem + 16 * st);
+#endif
     if (slot.x < 0) {
       if constexpr (kPersist) {
         if (lane == 0) ws_arrive(base + L::kEmpty + 8 * st);
@@ -706,7 +794,12 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     CMC_WS_COUNT(kPrItems);
     const typename T::Item item = tiling.item(slot);
     const int hq = hkv * group + slot.y;
+#if CMC_WS_DQ_LAG
+    const unsigned qB = phantom ? sK : base + L::kQ + st * Cfg<D>::kTileQ,
+                   doB = phantom ? sV : base + L::kDO + st * Cfg<D>::kTileQ;
+#else
     const unsigned qB = base + L::kQ + st * Cfg<D>::kTileQ, doB = base + L::kDO + st * Cfg<D>::kTileQ;
+#endif
 
     float s[32], dp[32];
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
@@ -728,10 +821,35 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 #else
     tiling.p(s, lse_s + st * kBM, cq, sl2, item, mw_ok, mw);
 #endif
+#if CMC_WS_DQ_LAG
+    if (phantom) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] = 0.f;
+    }
+#endif
     CMC_WS_LAP(kPrP);
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
     CMC_WS_LAP(kPrDvDs);
+#if CMC_WS_DQ_LAG
+    if constexpr (DQ<D>::kSplitN) {
+      if (atomic_dq) {
+        if (phantom) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) dsa[i] = 0u;
+        }
+        ws_item_end_lag<BF16, D, T::kBox>(smem, base, n, lag_prev, phantom, wg, wtid, pa, dsa, dk, qB, dqB,
+                                          lag_hq, [&](int r) { return tiling.tok(lag_item, r); }, lag_nb
+                                          CMC_WS_PROBE_ARGS);
+        if (phantom) break;
+        lag_prev = true;
+        lag_item = item;
+        lag_hq = hq;
+        lag_nb = tiling.boxes(item);
+        continue;
+      }
+    }
+#endif
     ws_item_end<BF16, D, T::kBox>(atomic_dq, smem, base, st, wg, wtid, pa, dsa, dk, qB, dqB, hq,
                                   [&](int r) { return tiling.tok(item, r); }, tiling.boxes(item)
                                   CMC_WS_PROBE_ARGS);
