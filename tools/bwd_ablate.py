@@ -503,6 +503,11 @@ ALTERNATIVES["wsnofa"] = _ws_macros(
 ALTERNATIVES["wslag"] = _ws_macros(
     "ws with item n - 1's dQ computed in item n after its dS, no per-item barrier of both consumer "
     "warpgroups (CMC_WS_DQ_LAG 1)", WS_DQ_LAG=1)
+ALTERNATIVES["wslagpp"] = _ws_macros(
+    "wslag with the consumer warpgroups taking turns to issue their GEMMs, two blocks an item "
+    "(S^T, dP^T; dQ(n - 1), dV, dK after dS), the forward's ping-pong (CMC_WS_DQ_LAG 2)", WS_DQ_LAG=2)
+ALTERNATIVES["wslagppprobe"] = _ws_macros("wslagpp with wsprobe's clock laps (CMC_WS_DQ_LAG 2, CMC_WS_PROBE 1)",
+                                          WS_DQ_LAG=2, WS_PROBE=1)
 ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS_DQ_LAG 1, CMC_WS_PROBE 1)",
                                         WS_DQ_LAG=1, WS_PROBE=1)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
@@ -510,14 +515,14 @@ ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspcp", "wslag", "wslagprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
+            "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 
 
@@ -703,7 +708,7 @@ def main() -> int:
             for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
-            if n in ("wsprobe", "wspersprobe", "wsperstprobe", "wslagprobe") and not opts.once:
+            if n in ("wsprobe", "wspersprobe", "wsperstprobe", "wslagprobe", "wslagppprobe") and not opts.once:
                 for line in ws_probe(bkc, bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay,
                                      table, L, B):
                     print(line, flush=True)

@@ -176,13 +176,15 @@ step pers pers.log 240 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspers
     --lengths 1024x32 2048x16 4096x8 16384x2
 step pers pers.log 150 env CMC_ARCH=sm_90a CMC_WS_CTAS=3 python3 tools/bwd_ablate.py wspers wspers2 \
     --check --lengths 1024x2
-# 1m. Item n - 1's dQ inside item n (bwd_ablate wslag, CMC_WS_DQ_LAG; kernel notes "The dQ a
-#    item late"): checked on every case (patches too), timed beside ws from 1K to 16K and on a
-#    grid mask, then the probe of both (does the dQ path shrink, and where does the wait go?)
-step lag lag.log 240 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag --check \
+# 1m. Item n - 1's dQ inside item n (bwd_ablate wslag, CMC_WS_DQ_LAG; wslagpp with turns;
+#    kernel notes "The dQ an item late"): checked on every case (patches too), timed beside ws
+#    from 1K to 16K and on a grid mask, then the probes (does the dQ path shrink?)
+step lag lag.log 300 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag wslagpp --check \
     --lengths 1024x32 2048x16 4096x8 16384x2
-step lag lag.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag --mask grid96 --lengths 4096x8
-step lag lag.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe wslagprobe --lengths 4096x8
+step lag lag.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag wslagpp --mask grid96 \
+    --lengths 4096x8
+step lag lag.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe wslagprobe wslagppprobe \
+    --lengths 4096x8
 # 1l. K, V by TMA in the one-tile kv_ws (bwd_ablate wskvtma; kernel notes "Run 23", call 3: its
 #    run there was on the wrong grid, void): does the loader's first item gain from going out
 #    beside K and V? (at 1K, where an item waits 1,717 cycles for Q / dO)

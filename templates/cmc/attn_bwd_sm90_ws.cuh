@@ -62,7 +62,10 @@
 // 1 (bwd_ablate wslag): at D = 128 a consumer warpgroup computes item n - 1's dQ inside item n,
 // right after its dS (ws_item_end_lag), so the two warpgroups no longer meet at a 256-thread
 // barrier per item: each only waits for the other's dS^T of the item before, a whole item
-// earlier (named barriers 9 + 2 w + parity, arrive / sync, so neither holds the other)
+// earlier (named barriers 9 + 2 w + parity, arrive / sync, so neither holds the other); 2
+// (wslagpp): and the warpgroups take turns to issue their GEMMs, two blocks an item (S^T, dP^T;
+// then dQ(n - 1), dV, dK, all after dS), as the forward's ping-pong (named barriers 13, 14), so
+// one's P and dS run under the other's GEMMs
 #define CMC_WS_DQ_LAG 0
 #endif
 #if CMC_WS_DQ_LAG && (CMC_WS_PERSIST || CMC_WS_FUSE_POST)
@@ -629,6 +632,75 @@ CMC_DEV void ws_item_end_lag(unsigned char* smem, unsigned base, int n, bool pre
 }
 #endif
 
+#if CMC_WS_DQ_LAG >= 2
+// CMC_WS_DQ_LAG 2: warpgroup wg's turn to issue GEMMs (barrier 13 + wg, arrived by the other
+// after its block; warpgroup 1 arrives once for warpgroup 0 before the loop).
+CMC_DEV void ws_turn_wait(int wg) { ws_bar_sync(13 + wg, 256); }
+CMC_DEV void ws_turn_pass(int wg) { ws_bar_arrive(14 - wg, 256); }
+// Item n's end under the turns (s: P^T, dp: dP^T landed): dS^T = P^T (dP^T - Dsum) and both
+// packed; once the other's dS^T(n - 1) is stored, dS^T(n) into buffer n % 2; in this
+// warpgroup's turn dQ(n - 1), dV(n), dK(n); once dQ is done, the arrival for item n and
+// dQ(n - 1) staged under dV and dK (as ws_item_end_lag otherwise).
+template <bool BF16, int D, int BOX, class Tok>
+CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool prev, bool phantom, int wg,
+                              int wtid, float* s, float* dp, const float* dsum_b, int cq, float* dv, float* dk,
+                              unsigned doB, unsigned qB, unsigned dqB, int hq, const Tok& tok,
+                              int nb CMC_WS_PROBE_PARAMS) {
+  using L = SmemWS<D>;
+  const int st = n & 1, warp = wtid >> 5, lane = wtid & 31;
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float dd = dsum_b[8 * jj + cq + e];
+      dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
+      dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
+    }
+  }
+  unsigned pa[16], dsa[16];
+#pragma unroll
+  for (int m = 0; m < 16; ++m) {
+    pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
+    dsa[m] = phantom ? 0u : pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
+  }
+  CMC_WS_LAP(kPrDvDs);
+  ws_lag_wait(wg, n - 1);
+  CMC_WS_LAP(kPrBar);
+  {
+    const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
+    const unsigned sb = smem_u32(smem + L::kDS + st * (kBN * kBM * 2));
+#pragma unroll
+    for (int jj = 0; jj < 8; jj += 2)
+      ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2],
+                     dsa[2 * jj + 3]);
+  }
+  fence_proxy_async();
+  CMC_WS_LAP(kPrDsSt);
+  ws_turn_wait(wg);
+  float dq[DQ<D>::kRegs];
+  ws_dq_gemm<BF16, D>(dq, smem_u32(smem + L::kDS + (st ^ 1) * (kBN * kBM * 2)), dqB);
+#pragma unroll
+  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
+  wg_commit();
+  kv_dk<BF16, D>(dk, dsa, qB);
+  if (!(phantom && wg == 1)) ws_turn_pass(wg);  // (warpgroup 0 waits for no turn after the end)
+  CMC_WS_LAP(kPrIssueDqDk);
+  wg_wait<2>();  // dQ(n - 1) done; dV(n), dK(n) run on
+  if (!phantom) ws_lag_arrive(wg, n);
+  if (prev) {
+    fence_regs<DQ<D>::kRegs>(dq);
+    CMC_WS_LAP(kPrWaitDq);
+    ws_stage_dq<D, BOX>(smem, dq, wg, wtid, hq, tok, nb CMC_WS_PROBE_ARGS);
+  }
+  wg_wait<0>();
+  fence_regs<16>(pa);
+  fence_regs<16>(dsa);
+  __syncwarp();
+  if (lane == 0 && !phantom) ws_arrive(base + L::kEmpty + 8 * st);
+  CMC_WS_LAP(kPrWaitDk);
+}
+#endif
+
 // What a ws consumer needs of its tiling. WsLinear: key rows k0 + lr, items of 64 query rows
 // from qbase = 64 j (kv's). WsPatch: the key rows of forward tile kt by token, items of query
 // tile j's rows 64 hh .. by token map (kv_patch's). Each gives per item its fullness, the
@@ -771,6 +843,9 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
   typename T::Item lag_item{};
   int lag_hq = 0, lag_nb = 0;
   if (lag) ws_lag_arrive(wg, n - 1);  // as if an item before the first: its wait below
+#if CMC_WS_DQ_LAG >= 2
+  if (lag && wg == 1) ws_turn_pass(wg);  // warpgroup 0 issues first
+#endif
 #endif
 #pragma unroll 1
   for (;; ++n) {
@@ -802,7 +877,13 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 #endif
 
     float s[32], dp[32];
+#if CMC_WS_DQ_LAG >= 2
+    if (lag) ws_turn_wait(wg);
+#endif
     issue_s_dp<BF16, D, kBN, kBM>(s, dp, kA, qB, vA, doB);
+#if CMC_WS_DQ_LAG >= 2
+    if (lag) ws_turn_pass(wg);
+#endif
     CMC_WS_LAP(kPrIssue);
     unsigned mw = 0u;
     const bool mw_ok = tiling.word(item, ctid, mw);
@@ -828,6 +909,21 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     }
 #endif
     CMC_WS_LAP(kPrP);
+#if CMC_WS_DQ_LAG >= 2
+    if (lag) {
+      wg_wait<0>();  // dP^T
+      fence_regs<32>(dp);
+      ws_item_end_lag2<BF16, D, T::kBox>(smem, base, n, lag_prev, phantom, wg, wtid, s, dp, dsum_s + st * kBM, cq,
+                                         dv, dk, doB, qB, dqB, lag_hq,
+                                         [&](int r) { return tiling.tok(lag_item, r); }, lag_nb CMC_WS_PROBE_ARGS);
+      if (phantom) break;
+      lag_prev = true;
+      lag_item = item;
+      lag_hq = hq;
+      lag_nb = tiling.boxes(item);
+      continue;
+    }
+#endif
     unsigned pa[16], dsa[16];
     kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
     CMC_WS_LAP(kPrDvDs);
