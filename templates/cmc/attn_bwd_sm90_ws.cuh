@@ -572,14 +572,12 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
 }
 
 #if CMC_WS_DQ_LAG
-// Item n's end with item n - 1's dQ (CMC_WS_DQ_LAG; atomic mode, D = 128: dQ's columns of
-// warpgroup wg over both warpgroups' keys). With dV(n) in flight: once the other warpgroup's
-// dS^T(n - 1) is stored (its arrival on 9 + 2 (1 - wg) + (n - 1) % 2, which also says its
-// dQ(n - 2) has read buffer n % 2), dQ(n - 1) from buffer (n - 1) % 2; dS^T(n) into buffer n % 2;
-// dK(n); once dV and dQ are done, this warpgroup's arrival for item n; dQ(n - 1) staged under
-// dK(n). prev: there is an item n - 1 (its query head hq, row tokens tok, runs nb).
+// CMC_WS_DQ_LAG: warpgroup wg's arrival for its item n (its dS^T(n) stored, its dQ(n - 1)
+// done), and the wait for the other's (barriers 9 + 2 w + n % 2: a parity apart, an arrival is
+// never followed by the same warpgroup's next before the other has waited for it).
 CMC_DEV void ws_lag_arrive(int wg, int n) { ws_bar_arrive(9 + 2 * wg + (n & 1), 256); }
 CMC_DEV void ws_lag_wait(int wg, int n) { ws_bar_sync(9 + 2 * (1 - wg) + (n & 1), 256); }
+// Warpgroup wg's dQ columns over all kBN keys (dS^T at dqA, K's column half at dqB), one group.
 template <bool BF16, int D>
 CMC_DEV void ws_dq_gemm(float* dq, unsigned dqA, unsigned dqB) {
 #pragma unroll
@@ -590,6 +588,12 @@ CMC_DEV void ws_dq_gemm(float* dq, unsigned dqA, unsigned dqB) {
     ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024), kk);
   wg_commit();
 }
+// Item n's end with item n - 1's dQ (CMC_WS_DQ_LAG; atomic mode, D = 128: dQ's columns of
+// warpgroup wg over both warpgroups' keys). With dV(n) in flight: once the other warpgroup has
+// arrived for item n - 1 (so buffer n % 2 is no longer read by its dQ(n - 2)), dS^T(n) into
+// buffer n % 2, then dQ(n - 1) from buffer (n - 1) % 2 and dK(n); once dV and dQ are done, this
+// warpgroup's arrival for item n; dQ(n - 1) staged under dK(n). prev: there is an item n - 1
+// (its query head hq, row tokens tok, runs nb); phantom: the end item (no arrival, no release).
 template <bool BF16, int D, int BOX, class Tok>
 CMC_DEV void ws_item_end_lag(unsigned char* smem, unsigned base, int n, bool prev, bool phantom, int wg, int wtid,
                              unsigned* pa, unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq,
