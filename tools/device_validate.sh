@@ -177,8 +177,8 @@ step pers pers.log 240 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspers
 step pers pers.log 150 env CMC_ARCH=sm_90a CMC_WS_CTAS=3 python3 tools/bwd_ablate.py wspers wspers2 \
     --check --lengths 1024x2
 # 1m. Item n - 1's dQ inside item n (bwd_ablate wslag, CMC_WS_DQ_LAG; wslagpp with turns;
-#    kernel notes "The dQ an item late"): checked on every case (patches too), timed beside ws
-#    from 1K to 16K and on a grid mask, then the probes (does the dQ path shrink?)
+#    kernel notes "The dQ an item late", "Run 24": correct, not faster, slower below 4K): checked
+#    on every case (patches too), timed beside ws from 1K to 16K and on a grid mask, the probes
 step lag lag.log 300 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag wslagpp --check \
     --lengths 1024x32 2048x16 4096x8 16384x2
 step lag lag.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag wslagpp --mask grid96 \
