@@ -761,6 +761,19 @@ CMC_DEV KvRowRegs kv_row_regs(const float* b, int cq) {
   return r;
 }
 
+// dS^T = P^T (dP^T - Dsum) in place of dP^T (s: P^T; dsum_b: the item's Dsum, this thread's
+// query columns from cq).
+CMC_DEV void kv_ds(const float* s, float* dp, const float* dsum_b, int cq) {
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float dd = dsum_b[8 * jj + cq + e];
+      dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
+      dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
+    }
+  }
+}
 // One kv item after P^T (kv, kv_patch, kv_ws): P^T packed as dV's A operand, dV += P^T dO
 // issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed into dsa. pa, dsa: the packed
 // operands, live until the caller's last wgmma wait.
@@ -775,15 +788,7 @@ CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* d
   wg_commit();
   wg_wait<1>();  // dP^T done (dV may still run)
   fence_regs<32>(dp);
-#pragma unroll
-  for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const float dd = dsum_b[8 * jj + cq + e];
-      dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
-      dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
-    }
-  }
+  kv_ds(s, dp, dsum_b, cq);
 #pragma unroll
   for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
 }

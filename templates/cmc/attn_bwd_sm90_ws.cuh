@@ -396,6 +396,17 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
 #endif
 }
 
+// dS^T rows of consumer warpgroup wg (dsa: its packed accumulator) into the dS^T buffer at sb
+// ([kBN keys][kBM queries]) by stmatrix: query chunks jj, jj + 1 of the warp's 16 key rows are
+// matrices (jj, rows 0-7), (jj, rows 8-15), (jj + 1, rows 0-7), (jj + 1, rows 8-15); 4
+// instructions instead of 16 stores.
+CMC_DEV void ws_store_ds(unsigned sb, int wg, int warp, int lane, const unsigned* dsa) {
+  const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
+#pragma unroll
+  for (int jj = 0; jj < 8; jj += 2)
+    ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2], dsa[2 * jj + 3]);
+}
+
 // A dQ writer (warps 1, 2 of WG0, for consumer warpgroup w): per item, once the staging is
 // full (barrier 4 + w), one cp.reduce.async.bulk of each row that has a token (256 bytes: the
 // warpgroup's 64 columns at D = 128, the whole row of its key half's partial at D = 64), then
@@ -518,16 +529,7 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
   if (atomic_dq) {
     unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
 #if CMC_WS_STSM
-    // query chunks jj, jj + 1 of this warp's 16 key rows: matrices (jj, rows 0-7), (jj, rows
-    // 8-15), (jj + 1, rows 0-7), (jj + 1, rows 8-15); 4 instructions instead of 16 stores
-    {
-      const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
-      const unsigned sb = smem_u32(sds);
-#pragma unroll
-      for (int jj = 0; jj < 8; jj += 2)
-        ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2],
-                       dsa[2 * jj + 3]);
-    }
+    ws_store_ds(smem_u32(sds), wg, warp, lane, dsa);
 #else
     const int lr = 64 * wg + 16 * warp + (lane >> 2);
     const unsigned off = (unsigned)((lane & 3) * 4);
@@ -588,6 +590,25 @@ CMC_DEV void ws_dq_gemm(float* dq, unsigned dqA, unsigned dqB) {
     ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024), kk);
   wg_commit();
 }
+// A lagged item's end once dQ(n - 1) is done (dq): the arrival for item n, dQ(n - 1) staged if
+// there was an item n - 1 (prev), then the wait for the rest and the stage's release (none for
+// the phantom end item).
+template <int D, int BOX, class Tok>
+CMC_DEV void ws_lag_tail(unsigned char* smem, unsigned base, int n, bool prev, bool phantom, int wg, int wtid,
+                         float* dq, unsigned* pa, unsigned* dsa, int hq, const Tok& tok, int nb CMC_WS_PROBE_PARAMS) {
+  if (!phantom) ws_lag_arrive(wg, n);
+  if (prev) {
+    fence_regs<DQ<D>::kRegs>(dq);
+    CMC_WS_LAP(kPrWaitDq);
+    ws_stage_dq<D, BOX>(smem, dq, wg, wtid, hq, tok, nb CMC_WS_PROBE_ARGS);
+  }
+  wg_wait<0>();
+  fence_regs<16>(pa);
+  fence_regs<16>(dsa);
+  __syncwarp();
+  if ((wtid & 31) == 0 && !phantom) ws_arrive(base + SmemWS<D>::kEmpty + 8 * (n & 1));
+  CMC_WS_LAP(kPrWaitDk);
+}
 // Item n's end with item n - 1's dQ (CMC_WS_DQ_LAG; atomic mode, D = 128: dQ's columns of
 // warpgroup wg over both warpgroups' keys). With dV(n) in flight: once the other warpgroup has
 // arrived for item n - 1 (so buffer n % 2 is no longer read by its dQ(n - 2)), dS^T(n) into
@@ -604,14 +625,7 @@ CMC_DEV void ws_item_end_lag(unsigned char* smem, unsigned base, int n, bool pre
   unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
   ws_lag_wait(wg, n - 1);
   CMC_WS_LAP(kPrBar);
-  {
-    const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
-    const unsigned sb = smem_u32(sds);
-#pragma unroll
-    for (int jj = 0; jj < 8; jj += 2)
-      ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2],
-                     dsa[2 * jj + 3]);
-  }
+  ws_store_ds(smem_u32(sds), wg, warp, lane, dsa);
   fence_proxy_async();
   CMC_WS_LAP(kPrDsSt);
   // unconditional (a first item's GEMM reads the unused buffer, never staged): ptxas keeps the
@@ -622,17 +636,7 @@ CMC_DEV void ws_item_end_lag(unsigned char* smem, unsigned base, int n, bool pre
   CMC_WS_LAP(kPrIssueDqDk);
   wg_wait<1>();  // dV(n) and dQ(n - 1) done; dK(n) runs on
   fence_regs<16>(pa);
-  if (!phantom) ws_lag_arrive(wg, n);
-  if (prev) {
-    fence_regs<DQ<D>::kRegs>(dq);
-    CMC_WS_LAP(kPrWaitDq);
-    ws_stage_dq<D, BOX>(smem, dq, wg, wtid, hq, tok, nb CMC_WS_PROBE_ARGS);
-  }
-  wg_wait<0>();
-  fence_regs<16>(dsa);
-  __syncwarp();
-  if (lane == 0 && !phantom) ws_arrive(base + L::kEmpty + 8 * st);
-  CMC_WS_LAP(kPrWaitDk);
+  ws_lag_tail<D, BOX>(smem, base, n, prev, phantom, wg, wtid, dq, pa, dsa, hq, tok, nb CMC_WS_PROBE_ARGS);
 }
 #endif
 
@@ -652,15 +656,7 @@ CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool pr
                               int nb CMC_WS_PROBE_PARAMS) {
   using L = SmemWS<D>;
   const int st = n & 1, warp = wtid >> 5, lane = wtid & 31;
-#pragma unroll
-  for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const float dd = dsum_b[8 * jj + cq + e];
-      dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
-      dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
-    }
-  }
+  kv_ds(s, dp, dsum_b, cq);
   unsigned pa[16], dsa[16];
 #pragma unroll
   for (int m = 0; m < 16; ++m) {
@@ -670,14 +666,7 @@ CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool pr
   CMC_WS_LAP(kPrDvDs);
   ws_lag_wait(wg, n - 1);
   CMC_WS_LAP(kPrBar);
-  {
-    const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
-    const unsigned sb = smem_u32(smem + L::kDS + st * (kBN * kBM * 2));
-#pragma unroll
-    for (int jj = 0; jj < 8; jj += 2)
-      ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2],
-                     dsa[2 * jj + 3]);
-  }
+  ws_store_ds(smem_u32(smem + L::kDS + st * (kBN * kBM * 2)), wg, warp, lane, dsa);
   fence_proxy_async();
   CMC_WS_LAP(kPrDsSt);
   ws_turn_wait(wg);
@@ -690,18 +679,7 @@ CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool pr
   if (!(phantom && wg == 1)) ws_turn_pass(wg);  // (warpgroup 0 waits for no turn after the end)
   CMC_WS_LAP(kPrIssueDqDk);
   wg_wait<2>();  // dQ(n - 1) done; dV(n), dK(n) run on
-  if (!phantom) ws_lag_arrive(wg, n);
-  if (prev) {
-    fence_regs<DQ<D>::kRegs>(dq);
-    CMC_WS_LAP(kPrWaitDq);
-    ws_stage_dq<D, BOX>(smem, dq, wg, wtid, hq, tok, nb CMC_WS_PROBE_ARGS);
-  }
-  wg_wait<0>();
-  fence_regs<16>(pa);
-  fence_regs<16>(dsa);
-  __syncwarp();
-  if (lane == 0 && !phantom) ws_arrive(base + L::kEmpty + 8 * st);
-  CMC_WS_LAP(kPrWaitDk);
+  ws_lag_tail<D, BOX>(smem, base, n, prev, phantom, wg, wtid, dq, pa, dsa, hq, tok, nb CMC_WS_PROBE_ARGS);
 }
 #endif
 
@@ -874,6 +852,14 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     const typename T::Item item = tiling.item(slot);
     const int hq = hkv * group + slot.y;
 #if CMC_WS_DQ_LAG
+    auto lag_keep = [&] {  // this item's dQ is the next one's to do
+      lag_prev = true;
+      lag_item = item;
+      lag_hq = hq;
+      lag_nb = tiling.boxes(item);
+    };
+#endif
+#if CMC_WS_DQ_LAG
     const unsigned qB = phantom ? sK : base + L::kQ + st * Cfg<D>::kTileQ,
                    doB = phantom ? sV : base + L::kDO + st * Cfg<D>::kTileQ;
 #else
@@ -921,10 +907,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
                                          dv, dk, doB, qB, dqB, lag_hq,
                                          [&](int r) { return tiling.tok(lag_item, r); }, lag_nb CMC_WS_PROBE_ARGS);
       if (phantom) break;
-      lag_prev = true;
-      lag_item = item;
-      lag_hq = hq;
-      lag_nb = tiling.boxes(item);
+      lag_keep();
       continue;
     }
 #endif
@@ -942,10 +925,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
                                           lag_hq, [&](int r) { return tiling.tok(lag_item, r); }, lag_nb
                                           CMC_WS_PROBE_ARGS);
         if (phantom) break;
-        lag_prev = true;
-        lag_item = item;
-        lag_hq = hq;
-        lag_nb = tiling.boxes(item);
+        lag_keep();
         continue;
       }
     }
