@@ -73,6 +73,18 @@ def test_every_bwd_alternative_builds(name):
         assert c.resources.spill_stores == 0 and c.resources.spill_loads == 0, c.symbol
 
 
+def test_probed_alternatives_are_the_ones_with_the_probe():
+    """bwd_ablate.PROBED (whose kv it reads the probe counters of after timing) is exactly the
+    alternatives whose edit defines CMC_WS_PROBE."""
+    from cmc.driver import Options, back, front
+
+    ab = _tool("bwd_ablate")
+    src = back(front(ROOT / "samples" / "causal.mask"),
+               Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,), bwd_kernel="lockstep"))
+    probed = {n for n, (_, edit, _) in ab.ALTERNATIVES.items() if "#define CMC_WS_PROBE 1" in edit(src.text)}
+    assert probed == ab.PROBED
+
+
 def test_ws_patch_loader_alternatives_build_on_patches(monkeypatch):
     """The patch loader's alternatives (bwd_ablate wspcp, wspnoqdo: CMC_WS_PATCH_TMA 0, the
     cp.async rows left out) on CLEAR's patch tiling, where their loader code is instantiated

@@ -364,9 +364,9 @@ def probe_summary(sums, calls: int) -> list[str]:
         f"warp 3's K / V load {sums[PROBE_TILES['load']] / max(sums[PROBE_TILES['tiles']] - ctas, 1):.0f}"])
 
 
-def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[str]:
-    """Variant wsprobe's counters (module global cmc_ws_probe) over `calls` kv launches alone,
-    atomic then deterministic, each from zero: probe_summary per mode."""
+def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5, name: str = "wsprobe") -> list[str]:
+    """A probed variant's counters (module global cmc_ws_probe) over `calls` kv launches alone,
+    atomic then deterministic, each from zero: probe_summary per mode, headed by its name."""
     import numpy as np
     from cuda.bindings import driver as cu
 
@@ -386,7 +386,7 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5) -> list[st
         host = np.zeros(int(size) // 8, dtype=np.uint64)
         bkc.kc._ok(cu.cuMemcpyDtoH(host.ctypes.data, ptr, int(size)), "cuMemcpyDtoH")
         sums = host.reshape(-1, 32).astype(np.float64).sum(axis=0)
-        out.append(f"wsprobe {'deterministic' if det else 'atomic dQ'} L={L} B={B}, {calls} kv "
+        out.append(f"{name} {'deterministic' if det else 'atomic dQ'} L={L} B={B}, {calls} kv "
                    "launches:")
         out += probe_summary(sums, calls)
     return out
@@ -524,6 +524,8 @@ TMA = {"tmaload", *WS_BASED}
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
 PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
+# Alternatives with wsprobe's counters (CMC_WS_PROBE 1): their kv is probed after the timings.
+PROBED = {"wsprobe", "wspersprobe", "wsperstprobe", "wslagprobe", "wslagppprobe"}
 
 
 def combo(name: str) -> bool:
@@ -708,9 +710,9 @@ def main() -> int:
             for line in bkc.timing(bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay, table,
                                    "bf16", L, B, label=f"{n:9s} ", once=opts.once, name=tm):
                 print(line, flush=True)
-            if n in ("wsprobe", "wspersprobe", "wsperstprobe", "wslagprobe", "wslagppprobe") and not opts.once:
+            if n in PROBED and not opts.once:
                 for line in ws_probe(bkc, bwd_class(n)(built[(n, tm, "bf16", 128)][0]), lay,
-                                     table, L, B):
+                                     table, L, B, name=n):
                     print(line, flush=True)
     fired = _watchdogs_fired(bkc, tma_bwd._written)
     if fired:

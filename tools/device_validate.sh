@@ -176,6 +176,14 @@ step pers pers.log 240 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wspers
     --lengths 1024x32 2048x16 4096x8 16384x2
 step pers pers.log 150 env CMC_ARCH=sm_90a CMC_WS_CTAS=3 python3 tools/bwd_ablate.py wspers wspers2 \
     --check --lengths 1024x2
+# 1l. K, V by TMA in the one-tile kv_ws (bwd_ablate wskvtma; kernel notes "Run 23", call 3: its
+#    run there was on the wrong grid, void): does the loader's first item gain from going out
+#    beside K and V? (at 1K, where an item waits 1,717 cycles for Q / dO)
+step kvtma kvtma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wskvtma --check \
+    --lengths 1024x32 2048x16 4096x8 16384x2
+#    and the probe's full wait split by item position (a CTA's first item against the rest: the
+#    CTA's start, or Q / dO misses at short lengths?)
+step kvtma kvtma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe --lengths 1024x32 4096x8
 # 1m. Item n - 1's dQ inside item n (bwd_ablate wslag, CMC_WS_DQ_LAG; wslagpp with turns;
 #    kernel notes "The dQ an item late", "Run 24": correct, not faster, slower below 4K): checked
 #    on every case (patches too), timed beside ws from 1K to 16K and on a grid mask, the probes
@@ -185,14 +193,6 @@ step lag lag.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag wsl
     --lengths 4096x8
 step lag lag.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe wslagprobe wslagppprobe \
     --lengths 4096x8
-# 1l. K, V by TMA in the one-tile kv_ws (bwd_ablate wskvtma; kernel notes "Run 23", call 3: its
-#    run there was on the wrong grid, void): does the loader's first item gain from going out
-#    beside K and V? (at 1K, where an item waits 1,717 cycles for Q / dO)
-step kvtma kvtma.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wskvtma --check \
-    --lengths 1024x32 2048x16 4096x8 16384x2
-#    and the probe's full wait split by item position (a CTA's first item against the rest: the
-#    CTA's start, or Q / dO misses at short lengths?)
-step kvtma kvtma.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe --lengths 1024x32 4096x8
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)

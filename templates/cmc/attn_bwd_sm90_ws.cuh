@@ -580,6 +580,8 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
 CMC_DEV void ws_lag_arrive(int wg, int n) { ws_bar_arrive(9 + 2 * wg + (n & 1), 256); }
 CMC_DEV void ws_lag_wait(int wg, int n) { ws_bar_sync(9 + 2 * (1 - wg) + (n & 1), 256); }
 // Warpgroup wg's dQ columns over all kBN keys (dS^T at dqA, K's column half at dqB), one group.
+// (ws_item_end and kv's item end write the same steps out: bwd_ablate's wsnodqgemm and
+// nodqgemm edit those lines.)
 template <bool BF16, int D>
 CMC_DEV void ws_dq_gemm(float* dq, unsigned dqA, unsigned dqB) {
 #pragma unroll
@@ -614,7 +616,8 @@ CMC_DEV void ws_lag_tail(unsigned char* smem, unsigned base, int n, bool prev, b
 // arrived for item n - 1 (so buffer n % 2 is no longer read by its dQ(n - 2)), dS^T(n) into
 // buffer n % 2, then dQ(n - 1) from buffer (n - 1) % 2 and dK(n); once dV and dQ are done, this
 // warpgroup's arrival for item n; dQ(n - 1) staged under dK(n). prev: there is an item n - 1
-// (its query head hq, row tokens tok, runs nb); phantom: the end item (no arrival, no release).
+// (its query head hq, row tokens tok, runs nb); phantom: the end item (dS zeroed here, P^T by the
+// caller; no arrival, no release).
 template <bool BF16, int D, int BOX, class Tok>
 CMC_DEV void ws_item_end_lag(unsigned char* smem, unsigned base, int n, bool prev, bool phantom, int wg, int wtid,
                              unsigned* pa, unsigned* dsa, float* dk, unsigned qB, unsigned dqB, int hq,
@@ -623,6 +626,10 @@ CMC_DEV void ws_item_end_lag(unsigned char* smem, unsigned base, int n, bool pre
   using L = SmemWS<D>;
   const int st = n & 1, warp = wtid >> 5, lane = wtid & 31;
   unsigned char* sds = smem + L::kDS + st * (kBN * kBM * 2);
+  if (phantom) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) dsa[i] = 0u;
+  }
   ws_lag_wait(wg, n - 1);
   CMC_WS_LAP(kPrBar);
   ws_store_ds(smem_u32(sds), wg, warp, lane, dsa);
@@ -672,6 +679,7 @@ CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool pr
   ws_turn_wait(wg);
   float dq[DQ<D>::kRegs];
   ws_dq_gemm<BF16, D>(dq, smem_u32(smem + L::kDS + (st ^ 1) * (kBN * kBM * 2)), dqB);
+  // dV as kv_dv_ds issues it, without a second wgmma fence (one spilled CLEAR's kv 8 bytes)
 #pragma unroll
   for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
   wg_commit();
@@ -858,8 +866,6 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
       lag_hq = hq;
       lag_nb = tiling.boxes(item);
     };
-#endif
-#if CMC_WS_DQ_LAG
     const unsigned qB = phantom ? sK : base + L::kQ + st * Cfg<D>::kTileQ,
                    doB = phantom ? sV : base + L::kDO + st * Cfg<D>::kTileQ;
 #else
@@ -916,11 +922,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     CMC_WS_LAP(kPrDvDs);
 #if CMC_WS_DQ_LAG
     if constexpr (DQ<D>::kSplitN) {
-      if (atomic_dq) {
-        if (phantom) {
-#pragma unroll
-          for (int i = 0; i < 16; ++i) dsa[i] = 0u;
-        }
+      if (lag) {
         ws_item_end_lag<BF16, D, T::kBox>(smem, base, n, lag_prev, phantom, wg, wtid, pa, dsa, dk, qB, dqB,
                                           lag_hq, [&](int r) { return tiling.tok(lag_item, r); }, lag_nb
                                           CMC_WS_PROBE_ARGS);
