@@ -193,6 +193,15 @@ step lag lag.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslag wsl
     --lengths 4096x8
 step lag lag.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe wslagprobe wslagppprobe \
     --lengths 4096x8
+# 1n. Mask words applied by R2P (kernel notes "Mask bits by R2P"): the forward's tile-mask
+#    words and the kv's P^T words tested a word's bits in ascending order (ptxas: 7 bits per R2P
+#    instead of a LOP3 per bit), the kv's per-element len cut only on items crossing len.
+#    out/abrun/r2pbase (the parent commit's build) against out/abrun/r2p, each made on the CPU by
+#    `bench.py --compile DIR --patterns <these>` then `--runtime-copy DIR DEST`; cmc only
+carried r2p out/abrun/r2pbase out/abrun/r2p -- r2p.log 240 python3 benchmarks/bench.py \
+    --artifacts out/abrun/r2pbase --ab out/abrun/r2pbase out/abrun/r2p --suite all --patterns causal \
+    clear clear_text g_grid77_w48_r6 g_natten_clamped g_video3d g_dilated_band \
+    --lengths 4096 16384 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/r2p"
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)

@@ -966,13 +966,24 @@ CMC_DEV bool kv_linear_word(bool is_full, int j, int k0, int len, int ctid, int 
   return !is_full && cmc_bwd_kv_span_word<HT>(seqt, krow0, krow1, j * kBM, len, cq, mw);
 }
 
+// Zeroes element s[4 jj + 2 i + e] of a kv thread's P^T where bit cmc_bwd_kv_mask_bit(i, jj,
+// e) of its mask word mw is clear. The bits in ascending order, so that ptxas moves 7 of them
+// into predicates per R2P instead of testing each with its own LOP3.
+CMC_DEV void kv_zero_by_word(float* s, unsigned mw) {
+#pragma unroll
+  for (int b = 0; b < 32; ++b)
+    if (!(mw & (1u << b))) s[4 * (b & 7) + 2 * (b >> 4) + ((b >> 3) & 1)] = 0.f;
+}
+
 // P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
 // s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
-// the key rows' transposed rows, and cut at len on both sides.
+// the key rows' transposed rows, and cut at len on both sides (with a word: only where the
+// item or the thread's key rows cross len).
 template <class HT, class Row = const float*>
 CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
                          const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
                          const typename HT::row_t& krow1, int kr, int qbase, int len) {
+  const bool by_pred = !is_full && !mw_ok;  // (mw_ok implies a partial tile)
 #pragma unroll
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
@@ -980,16 +991,28 @@ CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, b
       const int c = 8 * jj + cq + e;
       const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
       float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
-      if (!is_full) {  // (mw_ok implies a partial tile)
+      if (by_pred) {
         const int q = qbase + c;
         const bool qin = q < len;
-        const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u : HT::visible(seqt, krow0, q);
-        const bool v1 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u) != 0u : HT::visible(seqt, krow1, q);
-        if (!(qin && kr < len && v0)) p0 = 0.f;
-        if (!(qin && kr + 8 < len && v1)) p1 = 0.f;
+        if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;
+        if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;
       }
       s[4 * jj + e] = p0;
       s[4 * jj + 2 + e] = p1;
+    }
+  }
+  if (mw_ok) {
+    kv_zero_by_word(s, mw);
+    if (qbase + kBM > len || kr + 8 >= len) {
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool qin = qbase + 8 * jj + cq + e < len;
+          if (!(qin && kr < len)) s[4 * jj + e] = 0.f;
+          if (!(qin && kr + 8 < len)) s[4 * jj + 2 + e] = 0.f;
+        }
+      }
     }
   }
 }
@@ -1229,9 +1252,9 @@ CMC_DEV void kv_p_patch(float* s, Row lse_b, int cq, float sl2, bool is_full, bo
       const int c = 8 * jj + cq + e;
       const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
       float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
-      if (mw_ok) {
-        p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;
-        p1 = (mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u ? fminf(p1, 2.f) : 0.f;
+      if (mw_ok) {  // the word's clear bits zeroed below
+        p0 = fminf(p0, 2.f);
+        p1 = fminf(p1, 2.f);
       } else if (!is_full) {
         const int q = qrows(r0 + c);
         const bool qin = q >= 0;
@@ -1242,6 +1265,7 @@ CMC_DEV void kv_p_patch(float* s, Row lse_b, int cq, float sl2, bool is_full, bo
       s[4 * jj + 2 + e] = p1;
     }
   }
+  if (mw_ok) kv_zero_by_word(s, mw);
 }
 
 // kv with the forward's patch tiling (H::kTiling == 1; part A above): the CTA's 128 keys are
