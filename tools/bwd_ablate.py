@@ -256,8 +256,9 @@ WS_ABLATIONS = {
                     "        if (hq < -1) *reinterpret_cast<float2*>(stg + (jj >> 2) * 8192", 1)]),
     "wsnomask": ("ws without the per-element mask of partial tiles (P^T unmasked there; with "
                  "--mask grid96: what the mask's evaluation costs the backward)",
-                 [("      if (!is_full) {  // (mw_ok implies a partial tile)",
-                   "      if (is_full && !is_full) {  // (never: ablated)", 1)]),
+                 [("  const bool by_pred = !is_full && !mw_ok;  // (mw_ok implies a partial tile)",
+                   "  const bool by_pred = false;  // (ablated)", 1),
+                  ("  if (mw_ok) {\n    kv_zero_by_word(s, mw);\n", "  if (false) {\n    kv_zero_by_word(s, mw);\n", 1)]),
     "wsnobar": ("ws without the per-item barrier of both consumer warpgroups before the dQ "
                 "GEMM (D 128: each reads both halves of dS^T; the warpgroups drift apart, dQ "
                 "reads a half-written dS^T): what the lockstep costs",
