@@ -975,6 +975,14 @@ CMC_DEV void kv_zero_by_word(float* s, unsigned mw) {
     if (!(mw & (1u << b))) s[4 * (b & 7) + 2 * (b >> 4) + ((b >> 3) & 1)] = 0.f;
 }
 
+// The forward tile-mask words of the dq thread's two rows (cmc_bwd_dq_mask_bit: bit e 16 + 8 hh
+// + jj of mw.x for row 0, of mw.y for row 1) as one word of kv_zero_by_word's layout (bit i 16 +
+// e 8 + jj), for key half hh: bytes hh, hh + 2 of each.
+CMC_DEV unsigned dq_word_as_kv(cmc_uint2 mw, int hh) {
+  const unsigned a = mw.x >> (8 * hh), b = mw.y >> (8 * hh);
+  return (a & 0xffu) | ((a >> 8) & 0xff00u) | ((b & 0xffu) << 16) | ((b << 8) & 0xff000000u);
+}
+
 // P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
 // s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
 // the key rows' transposed rows, and cut at len on both sides (with a word: only where the

@@ -217,15 +217,7 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
-        if (mw_ok) {
-          const int bit = cmc_bwd_dq_mask_bit(j & 1, jj, e);
-          const bool in = kbase + 8 * jj + e < len;
-          if (!(in && ((mw.x >> bit) & 1u))) p0 = 0.f;
-          if (!(in && ((mw.y >> bit) & 1u))) p1 = 0.f;
-        } else if (sw_ok) {  // (the word is cut at len)
-          if (!((sw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u)) p0 = 0.f;
-          if (!((sw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u)) p1 = 0.f;
-        } else if (!is_full) {
+        if (!is_full && !mw_ok && !sw_ok) {
           const int k = kbase + 8 * jj + e;
           const bool in = k < len;
           if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
@@ -233,6 +225,21 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
         }
         s[4 * jj + e] = p0;
         s[4 * jj + 2 + e] = p1;
+      }
+    }
+    // the words' clear bits by R2P (kv_zero_by_word); span words are cut at len already, the
+    // forward's offset words only where the half crosses len
+    if (mw_ok || sw_ok) kv_zero_by_word(s, mw_ok ? dq_word_as_kv(mw, j & 1) : sw);
+    if (mw_ok && j * kDqKeys + kDqKeys > len) {
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (kbase + 8 * jj + e >= len) {
+            s[4 * jj + e] = 0.f;
+            s[4 * jj + 2 + e] = 0.f;
+          }
+        }
       }
     }
     dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
@@ -362,11 +369,7 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
-        if (mw_ok) {
-          const int bit = cmc_bwd_dq_mask_bit(hh, jj, e);
-          if (!((mw.x >> bit) & 1u)) p0 = 0.f;
-          if (!((mw.y >> bit) & 1u)) p1 = 0.f;
-        } else if (!is_full) {
+        if (!mw_ok && !is_full) {
           const int k = keys(64 * hh + 8 * jj + cq + e);
           const bool in = k >= 0;
           if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
@@ -376,6 +379,7 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
         s[4 * jj + 2 + e] = p1;
       }
     }
+    if (mw_ok) kv_zero_by_word(s, dq_word_as_kv(mw, hh));  // (by R2P)
     dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
 
     buf ^= 1;
