@@ -164,3 +164,62 @@ def test_check_and_show_say_how_the_kv_masks_partial_items():
             "x 2 grid rows + 0 other instances)") in out
     out = run("check", str(ROOT / "samples/causal.mask"))
     assert "sm90 kv partial items: the transposed predicate per element (not a grid mask" in out
+
+
+WORDS_MAIN = r"""
+int main() {
+  long checks = 0, bad = 0;
+  unsigned x = 12345u;
+  for (int t = 0; t < 4000; ++t) {
+    x = x * 1664525u + 1013904223u;
+    const unsigned a = x;
+    x = x * 1664525u + 1013904223u;
+    const unsigned b = t < 2 ? 0u : (t < 4 ? ~0u : x);
+    const cmc_uint2 mw = {a, b};
+    float s[32];
+    for (int k = 0; k < 32; ++k) s[k] = 1.f;
+    cmc_bwd_zero_by_word(s, a);
+    for (int hh = 0; hh < 2; ++hh) {
+      const unsigned w = cmc_bwd_dq_word_as_kv(mw, hh);
+      for (int i = 0; i < 2; ++i)
+        for (int jj = 0; jj < 8; ++jj)
+          for (int e = 0; e < 2; ++e) {
+            const bool kv_keep = (a >> cmc_bwd_kv_mask_bit(i, jj, e)) & 1u;
+            const bool dq_keep = ((i ? b : a) >> cmc_bwd_dq_mask_bit(hh, jj, e)) & 1u;
+            bad += (s[4 * jj + 2 * i + e] != 0.f) != kv_keep;
+            bad += (((w >> cmc_bwd_kv_mask_bit(i, jj, e)) & 1u) != 0u) != dq_keep;
+            checks += 2;
+          }
+    }
+  }
+  for (int qa = 0; qa < 200; qa += 13)
+    for (int qlim = qa + 1; qlim < qa + 80; ++qlim)
+      for (int cq = 0; cq < 8; cq += 2)
+        for (int in = 0; in < 4; ++in) {
+          const unsigned w = cmc_bwd_kv_len_word(qa, qlim, cq, in & 1, in >> 1);
+          for (int i = 0; i < 2; ++i)
+            for (int jj = 0; jj < 8; ++jj)
+              for (int e = 0; e < 2; ++e) {
+                const bool want = ((in >> i) & 1) && qa + 8 * jj + cq + e < qlim;
+                bad += (((w >> cmc_bwd_kv_mask_bit(i, jj, e)) & 1u) != 0u) != want;
+                ++checks;
+              }
+        }
+  printf("checks %ld bad %ld\n", checks, bad);
+  return bad ? 1 : 0;
+}
+"""
+
+
+@needs_gxx
+def test_words_are_applied_as_the_bit_helpers_decode_them(workdir):
+    """The kinds apply a mask word with cmc_bwd_zero_by_word (bits ascending, for R2P), the dq's
+    forward words through cmc_bwd_dq_word_as_kv, and cut a word at len with cmc_bwd_kv_len_word: each must
+    keep exactly the elements that cmc_bwd_kv_mask_bit / cmc_bwd_dq_mask_bit (the helpers the
+    oracle tests decode the words with) and the columns below qlim say."""
+    src = emit(front(ROOT / "samples/causal.mask"), archs=("sm_90a",), backward=True, bwd_kernel="auto")
+    exe = host_build(src.text, WORDS_MAIN, workdir / "words")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    checks, bad = (int(v) for v in r.stdout.split()[1::2])
+    assert bad == 0 and checks > 500_000

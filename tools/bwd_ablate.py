@@ -258,7 +258,7 @@ WS_ABLATIONS = {
                  "--mask grid96: what the mask's evaluation costs the backward)",
                  [("  const bool by_pred = !is_full && !mw_ok;  // (mw_ok implies a partial tile)",
                    "  const bool by_pred = false;  // (ablated)", 1),
-                  ("  if (mw_ok) {\n    kv_zero_by_word(s, mw);\n", "  if (false) {\n    kv_zero_by_word(s, mw);\n", 1)]),
+                  ("  if (mw_ok) {\n    if (qbase + kBM > len", "  if (false) {\n    if (qbase + kBM > len", 1)]),
     "wsnobar": ("ws without the per-item barrier of both consumer warpgroups before the dQ "
                 "GEMM (D 128: each reads both halves of dS^T; the warpgroups drift apart, dQ "
                 "reads a half-written dS^T): what the lockstep costs",

@@ -119,6 +119,28 @@ CMC_DEV unsigned cmc_bwd_kv_colmask16(int lo, int hi, int qa, int qlim, int cq) 
   const unsigned m = cmc_colmask32(lo - qa, hi < 64 ? hi : 64, cq);
   return (m & 0xffu) | ((m >> 8) & 0xff00u);
 }
+// Zeroes element s[4 jj + 2 i + e] of a kv thread's P^T where bit cmc_bwd_kv_mask_bit(i, jj,
+// e) of its mask word mw is clear. The bits in ascending order, so that ptxas moves 7 of them
+// into predicates per R2P instead of testing each with its own LOP3.
+CMC_DEV void cmc_bwd_zero_by_word(float* s, unsigned mw) {
+#pragma unroll
+  for (int b = 0; b < 32; ++b)
+    if (!(mw & (1u << b))) s[4 * (b & 7) + 2 * (b >> 4) + ((b >> 3) & 1)] = 0.f;
+}
+// The forward tile-mask words of the dq thread's two rows (cmc_bwd_dq_mask_bit: bit e 16 + 8 hh
+// + jj of mw.x for row 0, of mw.y for row 1) as one word of cmc_bwd_zero_by_word's layout (bit
+// i 16 + e 8 + jj), for key half hh: bytes hh, hh + 2 of each.
+CMC_DEV unsigned cmc_bwd_dq_word_as_kv(cmc_uint2 mw, int hh) {
+  const unsigned a = mw.x >> (8 * hh), b = mw.y >> (8 * hh);
+  return (a & 0xffu) | ((a >> 8) & 0xff00u) | ((b & 0xffu) << 16) | ((b << 8) & 0xff000000u);
+}
+// The bits of cmc_bwd_zero_by_word's layout below len: columns qa + 8 jj + cq + e below qlim
+// (cmc_bwd_kv_colmask16, as the span words are cut), in row i where row_in[i] (the kv's key
+// rows; the dq's query rows, whose P is already 0 past len, pass true).
+CMC_DEV unsigned cmc_bwd_kv_len_word(int qa, int qlim, int cq, bool row0_in, bool row1_in) {
+  const unsigned m = cmc_bwd_kv_colmask16(qa, qa + 64, qa, qlim, cq);
+  return (row0_in ? m : 0u) | (row1_in ? m << 16 : 0u);
+}
 // The kv mask word of an item of 64 consecutive queries from qa (those at or past qlim cut) for
 // the key rows whose transposed rows are r0, r1, from the transposed hooks' exact spans: grid
 // families by query grid row (grid_span, as the forward's MaskLinear does by key grid row) and
@@ -966,26 +988,9 @@ CMC_DEV bool kv_linear_word(bool is_full, int j, int k0, int len, int ctid, int 
   return !is_full && cmc_bwd_kv_span_word<HT>(seqt, krow0, krow1, j * kBM, len, cq, mw);
 }
 
-// Zeroes element s[4 jj + 2 i + e] of a kv thread's P^T where bit cmc_bwd_kv_mask_bit(i, jj,
-// e) of its mask word mw is clear. The bits in ascending order, so that ptxas moves 7 of them
-// into predicates per R2P instead of testing each with its own LOP3.
-CMC_DEV void kv_zero_by_word(float* s, unsigned mw) {
-#pragma unroll
-  for (int b = 0; b < 32; ++b)
-    if (!(mw & (1u << b))) s[4 * (b & 7) + 2 * (b >> 4) + ((b >> 3) & 1)] = 0.f;
-}
-
-// The forward tile-mask words of the dq thread's two rows (cmc_bwd_dq_mask_bit: bit e 16 + 8 hh
-// + jj of mw.x for row 0, of mw.y for row 1) as one word of kv_zero_by_word's layout (bit i 16 +
-// e 8 + jj), for key half hh: bytes hh, hh + 2 of each.
-CMC_DEV unsigned dq_word_as_kv(cmc_uint2 mw, int hh) {
-  const unsigned a = mw.x >> (8 * hh), b = mw.y >> (8 * hh);
-  return (a & 0xffu) | ((a >> 8) & 0xff00u) | ((b & 0xffu) << 16) | ((b << 8) & 0xff000000u);
-}
-
 // P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
 // s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
-// the key rows' transposed rows, and cut at len on both sides (with a word: only where the
+// the key rows' transposed rows, and cut at len on both sides (a word is cut only where the
 // item or the thread's key rows cross len).
 template <class HT, class Row = const float*>
 CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
@@ -1010,18 +1015,8 @@ CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, b
     }
   }
   if (mw_ok) {
-    kv_zero_by_word(s, mw);
-    if (qbase + kBM > len || kr + 8 >= len) {
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const bool qin = qbase + 8 * jj + cq + e < len;
-          if (!(qin && kr < len)) s[4 * jj + e] = 0.f;
-          if (!(qin && kr + 8 < len)) s[4 * jj + 2 + e] = 0.f;
-        }
-      }
-    }
+    if (qbase + kBM > len || kr + 8 >= len) mw &= cmc_bwd_kv_len_word(qbase, len, cq, kr < len, kr + 8 < len);
+    cmc_bwd_zero_by_word(s, mw);
   }
 }
 
@@ -1273,7 +1268,7 @@ CMC_DEV void kv_p_patch(float* s, Row lse_b, int cq, float sl2, bool is_full, bo
       s[4 * jj + 2 + e] = p1;
     }
   }
-  if (mw_ok) kv_zero_by_word(s, mw);
+  if (mw_ok) cmc_bwd_zero_by_word(s, mw);
 }
 
 // kv with the forward's patch tiling (H::kTiling == 1; part A above): the CTA's 128 keys are

@@ -227,20 +227,12 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
         s[4 * jj + 2 + e] = p1;
       }
     }
-    // the words' clear bits by R2P (kv_zero_by_word); span words are cut at len already, the
-    // forward's offset words only where the half crosses len
-    if (mw_ok || sw_ok) kv_zero_by_word(s, mw_ok ? dq_word_as_kv(mw, j & 1) : sw);
-    if (mw_ok && j * kDqKeys + kDqKeys > len) {
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (kbase + 8 * jj + e >= len) {
-            s[4 * jj + e] = 0.f;
-            s[4 * jj + 2 + e] = 0.f;
-          }
-        }
-      }
+    // the words' clear bits by R2P (cmc_bwd_zero_by_word); span words are cut at len already,
+    // the forward's offset words here where the half crosses len
+    if (mw_ok || sw_ok) {
+      unsigned w = mw_ok ? cmc_bwd_dq_word_as_kv(mw, j & 1) : sw;
+      if (mw_ok && j * kDqKeys + kDqKeys > len) w &= cmc_bwd_kv_len_word(j * kDqKeys, len, cq, true, true);
+      cmc_bwd_zero_by_word(s, w);
     }
     dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
 
@@ -379,7 +371,7 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
         s[4 * jj + 2 + e] = p1;
       }
     }
-    if (mw_ok) kv_zero_by_word(s, dq_word_as_kv(mw, hh));  // (by R2P)
+    if (mw_ok) cmc_bwd_zero_by_word(s, cmc_bwd_dq_word_as_kv(mw, hh));  // (by R2P)
     dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
 
     buf ^= 1;
