@@ -195,10 +195,11 @@ step lag lag.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe wsl
     --lengths 4096x8
 # 1n. Mask words applied by R2P (kernel notes "Mask bits by R2P"): the forward's tile-mask
 #    words and the kv's and dq's P^T words tested a word's bits in ascending order (ptxas: 7 bits
-#    per R2P instead of a LOP3 per bit), the per-element len cut only on items crossing len; the
-#    A/B times the atomic mode (the dq's change is checked by parts sm90 and wsrt).
-#    out/abrun/r2pbase (the parent commit's build) against out/abrun/r2p, each made on the CPU by
-#    `bench.py --compile DIR --patterns <these>` then `--runtime-copy DIR DEST`; cmc only
+#    per R2P instead of a LOP3 per bit), a word cut at len only on items crossing it; the A/B
+#    times the atomic mode (the dq's change is checked by parts sm90 and wsrt).
+#    out/abrun/r2pbase (8c132d1's build, before the change) against out/abrun/r2p, each made on
+#    the CPU by `bench.py --compile DIR --patterns <these>` then `--runtime-copy DIR DEST`
+#    (kernel notes "Mask bits by R2P", "To run"); cmc only
 carried r2p out/abrun/r2pbase out/abrun/r2p -- r2p.log 240 python3 benchmarks/bench.py \
     --artifacts out/abrun/r2pbase --ab out/abrun/r2pbase out/abrun/r2p --suite all --patterns causal \
     clear clear_text g_grid77_w48_r6 g_natten_clamped g_video3d g_dilated_band \
