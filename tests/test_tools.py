@@ -114,8 +114,8 @@ def test_lag_alternative_builds_on_every_tiling(monkeypatch):
     ab = _tool("bwd_ablate")
     for name in ("wslag", "wslagpp"):
         assert name in ab.PATCH_CHECKED and name in ab.WS_BASED and name not in ab.UNCHECKED
-    # (wslagpp spills 20 bytes on clear_patch and 8 on grid96 since the kv's P^T applies its
-    # words by R2P, 2026-12-07: a refuted alternative, timed there, not held to this)
+    # (wslagpp spills 8 bytes on grid96 since the linear kv's P^T applies its words by R2P,
+    # 2026-12-07: a refuted alternative, timed there, not held to this)
     for mask in ("clear_patch", "grid96"):
         regs = ab._build("wslag", "sm_90a", mask, "bf16", 128)[1]
         kv = {s: r for s, r in regs.items() if "bwd_kv_sm90" in s}
