@@ -199,7 +199,8 @@ step lag lag.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsprobe wsl
 #    times the atomic mode (the dq's change is checked by parts sm90 and wsrt).
 #    out/abrun/r2pbase (8c132d1's build, before the change) against out/abrun/r2p, each made on
 #    the CPU by `bench.py --compile DIR --patterns <these>` then `--runtime-copy DIR DEST`
-#    (kernel notes "Mask bits by R2P", "To run"); cmc only
+#    (kernel notes "Mask bits by R2P", "To run"); cmc only. Measured in run 25 (kernel notes):
+#    out/abrun/r2p is not HEAD's build since (its patch words went back to a bit per element)
 carried r2p out/abrun/r2pbase out/abrun/r2p -- r2p.log 240 python3 benchmarks/bench.py \
     --artifacts out/abrun/r2pbase --ab out/abrun/r2pbase out/abrun/r2p --suite all --patterns causal \
     clear clear_text g_grid77_w48_r6 g_natten_clamped g_video3d g_dilated_band \
