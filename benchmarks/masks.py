@@ -84,6 +84,20 @@ def dilated_band(band: int = 2048, dil: int = 3) -> Pred:
     return pred
 
 
+def strided(stride: int = 128) -> Pred:
+    def pred(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
+        return (k <= q) & ((q - k < stride) | ((q - k) % stride == 0))
+
+    return pred
+
+
+def dilated_causal(local: int = 512, dil: int = 3) -> Pred:
+    def pred(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
+        return (k <= q) & ((q - k < local) | ((q - k) % dil == 0))
+
+    return pred
+
+
 def window_rt(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
     return abs(q - k) <= P["window"][b]
 
@@ -136,6 +150,9 @@ GENERALITY: tuple[Spec, ...] = (
     Spec("g_natten_clamped", "generality", f"{GEN}/natten_clamped.mask", {}, natten_clamped()),
     Spec("g_video3d", "generality", f"{GEN}/video3d.mask", {}, video3d()),
     Spec("g_dilated_band", "generality", f"{GEN}/dilated_band.mask", {}, dilated_band()),
+    # unbounded q - k residuals that repeat along the diagonal (offset masks with a period)
+    Spec("g_strided", "generality", f"{GEN}/strided.mask", {}, strided()),
+    Spec("g_dilated_causal", "generality", f"{GEN}/dilated_causal.mask", {}, dilated_causal()),
     Spec("g_window_rt", "generality", f"{GEN}/window_rt.mask", {}, window_rt,
          lambda rng, n: {"window": 777}, scalars=("window",)),
     Spec("g_doc_window", "generality", f"{GEN}/doc_window.mask", {}, doc_window(),

@@ -292,7 +292,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
     from .driver import Options, backward_tile, tiling_for
     from .ir import TILE
-    from .tiling import backward_count, computed_pairs
+    from .tiling import backward_count, computed_pairs, tails_note
 
     t = tiling_for(table, tiling)
     if t.kind == "patch":
@@ -328,8 +328,9 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
                    "spans")
     elif t.offset_masks is not None:
         m = t.offset_masks
-        out.append(f"    tile masks: {m.classes} tile offsets ({m.lo}..{m.hi - 1}, "
-                   f"{m.classes * 2} KiB in the cubin) replace the residual on partial tiles")
+        out.append(f"    tile masks: {m.classes} tile offsets ({m.lo}..{m.hi - 1}"
+                   f"{tails_note(m)}, {m.classes * 2} KiB in the cubin) replace the residual "
+                   "on partial tiles")
     cells = t.query_tiles(length) * (length + 1)
     if cells > SHOW_MAX_PAIR_CELLS:
         out.append(f"  computed pairs: not counted at len {length} ({cells:,} counters, more than "

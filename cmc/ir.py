@@ -363,19 +363,33 @@ class LinearBand:
 class OffsetMasks:
     """The mask of every partial (query tile, key tile) pair of a linear tiling, one per tile
     offset dt = key tile - query tile: the tile stage proved that visibility depends only on
-    q - k (cmc/tiling.py, `offset_masks`), so the pair's mask depends only on dt.
+    q - k (cmc/tiling.py, `offset_masks`), so the pair's mask depends only on dt. Where q - k
+    is unbounded but the mask repeats along it (cmc/periodic.py), the offsets below lo reuse
+    the first `below` of the table and those from hi the last `above` (index()).
 
     rows[c * TILE + lr] has bit lk set when key kt * TILE + lk is visible from query
-    qt * TILE + lr, for the class c = phase * offsets + dt - lo with phase = qt % phases
+    qt * TILE + lr, for the class c = phase * offsets + index(dt) with phase = qt % phases
     (a grid whose width does not divide TILE repeats every `phases` tiles: lattice masks).
-    Offsets outside [lo, hi) see nothing. Valid only for a key tile wholly below len (the
-    kernel cuts the last one at len)."""
+    Offsets outside [lo, hi) without a period see nothing. Valid only for a key tile wholly
+    below len (the kernel cuts the last one at len)."""
 
     lo: int
     hi: int  # exclusive
     rows: tuple[int, ...]
     band: LinearBand | None = None  # valid only for the tile pairs it names
     phases: int = 1
+    below: int = 0  # offsets dt < lo: those of lo + (dt - lo) mod below (0: none visible)
+    above: int = 0  # offsets dt >= hi: those of hi - above + (dt - hi) mod above
+
+    def index(self, dt: int) -> int | None:
+        """dt's offset in the table (dt - lo for dt in [lo, hi)), or None: nothing visible."""
+        d = dt - self.lo
+        if d < 0 and self.below:
+            d %= self.below
+        n = self.offsets
+        if d >= n and self.above:
+            d = n - self.above + (d - n) % self.above
+        return d if 0 <= d < n else None
 
     @property
     def offsets(self) -> int:
@@ -388,9 +402,10 @@ class OffsetMasks:
     def tile(self, dt: int, qt: int = 0) -> list[int]:
         """The 128 row bitmaps of offset dt for query tile qt's phase (all zero outside the
         range)."""
-        if not self.lo <= dt < self.hi:
+        d = self.index(dt)
+        if d is None:
             return [0] * TILE
-        c = (qt % self.phases) * self.offsets + dt - self.lo
+        c = (qt % self.phases) * self.offsets + d
         return list(self.rows[c * TILE:(c + 1) * TILE])
 
 
@@ -450,6 +465,10 @@ class Tiling:
                     "offsets": [self.offset_masks.lo, self.offset_masks.hi],
                     **({} if self.offset_masks.phases == 1 else
                        {"phases": self.offset_masks.phases}),
+                    **({} if self.offset_masks.below == 0 else
+                       {"period_below": self.offset_masks.below}),
+                    **({} if self.offset_masks.above == 0 else
+                       {"period_above": self.offset_masks.above}),
                     **({} if self.offset_masks.band is None else {"band": {
                         "tile_top": self.offset_masks.band.tile_top,
                         "tiles_below": self.offset_masks.band.tiles_below,

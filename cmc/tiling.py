@@ -54,6 +54,7 @@ from .ir import (
     Var,
     nodes,
 )
+from .periodic import tail_period
 from .ranges import LEN_MAX
 from .render import expr_str, pred_str
 from .tiles import instances, iter_row_intervals
@@ -667,9 +668,13 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
         return None, "no pair is visible"
     dmin, dmax = reach
     lo, hi = -((127 + dmax) // TILE), (127 - dmin) // TILE + 1
+    below = above = 0  # the periods of the offsets past each end (0: none)
     if hi - lo > 4 * MAX_MASK_CLASSES:
-        return None, (f"q - k reaches [{dmin}, {dmax}]: {hi - lo} tile offsets, more than "
-                      f"{MAX_MASK_CLASSES}")
+        tails = _offset_tails(table.mask.predicate, lo, hi)
+        if isinstance(tails, str):
+            return None, (f"q - k reaches [{dmin}, {dmax}]: {hi - lo} tile offsets, more than "
+                          f"{MAX_MASK_CLASSES}; {tails}")
+        lo, hi, below, above = tails
     dts = np.arange(lo, hi, dtype=np.int64)
     qt = np.maximum(0, -dts)
     lr = np.arange(TILE, dtype=np.int64)
@@ -681,12 +686,49 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
     seen = np.nonzero(vis.any(axis=(1, 2)))[0]
     if seen.size == 0:
         return None, "no pair is visible"
-    a, b = int(seen[0]), int(seen[-1]) + 1
+    # a periodic end keeps its whole period of offsets, seen or not
+    a = 0 if below else int(seen[0])
+    b = len(dts) if above else int(seen[-1]) + 1
     if b - a > MAX_MASK_CLASSES:
         return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
-    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, _row_words(list(vis[a:b])))
+    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, _row_words(list(vis[a:b])),
+                        below=below, above=above)
     return masks, (f"visibility depends only on q - k: tile masks of {masks.classes} tile "
-                   f"offsets ({masks.lo}..{masks.hi - 1})")
+                   f"offsets ({masks.lo}..{masks.hi - 1}{tails_note(masks)})")
+
+
+def tails_note(m: OffsetMasks) -> str:
+    """How the offsets past a periodic end reuse the table (empty: none do)."""
+    ends = [f"below {m.lo} by {m.below}" if m.below else "",
+            f"above {m.hi - 1} by {m.above}" if m.above else ""]
+    return "; periodic " + " and ".join(e for e in ends if e) if m.below or m.above else ""
+
+
+def _offset_tails(p: Pred, lo: int, hi: int) -> tuple[int, int, int, int] | str:
+    """The offsets [lo, hi) cut to one period of tile masks at each end whose q - k the
+    predicate repeats along (cmc/periodic.py), with the periods in tile offsets (0 where an
+    end is within reach), or why not. Key tile dt - qt = dt holds q - k in [-128 dt - 127,
+    -128 dt + 127]: shifting dt by P / gcd(P, 128) shifts it by a multiple of the period P."""
+    below = above = 0
+    refused = []
+    for side in (1, -1):
+        tail = tail_period(p, side)
+        if isinstance(tail, str):
+            refused.append(f"no periodic tail {'below' if side == 1 else 'above'} the "
+                           f"diagonal: {tail}")
+            continue
+        step = tail.period // math.gcd(tail.period, TILE)
+        if side == 1:  # q - k >= start: key tiles dt <= edge
+            edge = (-tail.start - (TILE - 1)) // TILE
+            if edge - step + 1 > lo:
+                lo, below = edge - step + 1, step
+        else:  # q - k <= -start: key tiles dt >= edge
+            edge = -((-(tail.start + TILE - 1)) // TILE)
+            if edge + step < hi:
+                hi, above = edge + step, step
+    if hi - lo > 4 * MAX_MASK_CLASSES:
+        return "; ".join(refused) or f"{hi - lo} tile offsets past the periodic tails"
+    return lo, hi, below, above
 
 
 def _lattice_period(p: Pred, width: int) -> int:

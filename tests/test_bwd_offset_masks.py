@@ -4,9 +4,9 @@ cmc/emit.py sm90_kv_mask_words). Built for the host with g++ from the emitted so
 class of every linear tile pair and the kernels' own bit helpers decode, for each thread of
 each kind, a mask that equals the dense oracle on every pair that has a class (below len:
 the kernels cut keys and queries at len themselves). A dilated band (q - k residual: offset
-masks for every tile pair), natten2d (masks for a band of query tiles), grid_text (3 tile
-phases, text before the grid: key tile 0 keeps the spans) and video3d (15 frame phases), in
-both kinds.
+masks for every tile pair), a dilated causal mask (unbounded offsets, periodic past its
+window), natten2d (masks for a band of query tiles), grid_text (3 tile phases, text before the
+grid: key tile 0 keeps the spans) and video3d (15 frame phases), in both kinds.
 """
 
 from __future__ import annotations
@@ -122,6 +122,14 @@ def _check_decoded(path: Path, n: int, workdir: Path, kv: bool, min_pairs: int) 
 def test_dilated_band_offset_masks_decode_in_both_kinds(workdir):
     _check_decoded(ROOT / "benchmarks" / "generality" / "dilated_band.mask", 128 * 9 + 53,
                    workdir, kv=True, min_pairs=10)
+
+
+@needs_gxx
+def test_periodic_offset_masks_decode_in_both_kinds(workdir):
+    """A dilated causal mask: offsets past its window reuse one period of the table
+    (cmc_offset_index), in the dq's forward table and the kv's transposed one alike."""
+    _check_decoded(ROOT / "benchmarks" / "generality" / "dilated_causal.mask", 128 * 17 + 29,
+                   workdir, kv=True, min_pairs=140)
 
 
 @needs_gxx

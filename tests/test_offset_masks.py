@@ -77,7 +77,9 @@ def test_check_and_show_say_what_the_residual_becomes(tmp_path):
     ("allow abs(q - k) < 200 and (q + k) % 3 == 0", "q + k is not a function"),
     ("allow abs(q - k) < 200 and (q - k) * q % 3 == 0", "not a function of q - k"),
     ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and q % 2 == 0", "q is not a function"),
-    ("allow k <= q and (q - k) % 3 == 0", "tile offsets, more than"),
+    ("allow k <= q and (q - k) * (q - k) % 3 == 0",
+     "no periodic tail below the diagonal: a product of two terms that grow"),
+    ("allow k <= q and (q - k) % 3 == 0 and k % 2 == 0", "k is not a function of q - k"),
     (f"allow abs(q - k) < {128 * (MAX_MASK_CLASSES // 2 + 1)} and (q - k) % 3 == 0",
      f"more than {MAX_MASK_CLASSES}"),
 ])
@@ -88,6 +90,25 @@ def test_offset_masks_refused_with_a_reason(tmp_path, body, why):
     assert masks is None and why in reason, reason
     t = choose_tiling(table)
     assert t.offset_masks is None and "no tile masks" in t.reason and why in t.reason
+
+
+def test_unbounded_masks_that_repeat_get_one_period_of_offsets(tmp_path):
+    """Strided and dilated causal masks reach every key behind the query, so their offsets
+    are unbounded; past the point where each repeats along q - k, one period of tile
+    offsets serves all (OffsetMasks.index)."""
+    t = choose_tiling(front(ROOT / "benchmarks" / "generality" / "strided.mask", {}))
+    m = t.offset_masks
+    assert m is not None and (m.lo, m.hi, m.below, m.above) == (-2, 1, 1, 0), t.reason
+    assert "periodic below -2 by 1" in t.reason
+    assert [m.index(dt) for dt in (-40, -3, -2, -1, 0, 1)] == [0, 0, 0, 1, 2, None]
+    assert t.to_dict()["offset_masks"] == {"classes": 3, "offsets": [-2, 1], "period_below": 1}
+    # LOCAL 512, DIL 3: tiles 5 and more behind are past the window; 3 tile offsets a period
+    m = offset_masks(front(ROOT / "benchmarks" / "generality" / "dilated_causal.mask", {}))[0]
+    assert m is not None and (m.lo, m.hi, m.below, m.above) == (-7, 1, 3, 0)
+    assert [m.index(dt) for dt in (-11, -10, -9, -8, -7, 0)] == [2, 0, 1, 2, 0, 7]
+    both = offset_masks(_mask(tmp_path, "allow (q - k) % 5 == 0 or abs(q - k) < 40"))[0]
+    assert both is not None and (both.below, both.above) == (5, 5)
+    assert both.index(both.hi) == both.offsets - 5 and both.index(both.lo - 1) == 4
 
 
 def test_a_one_sided_band_gets_only_its_offsets(tmp_path):
@@ -110,8 +131,9 @@ static void decode_tile(int t, int j, int len) {
     const int ct = th % 128, lane = ct % 32;
     const int lrow = (th / 128) * 64 + (ct / 32) * 16 + lane / 4, off = 2 * (lane % 4);
     const cmc_uint2 w = cmc_offset_tile_mask(cmc_hooks::offset_masks(), cmc_hooks::kMaskTileLo,
-                                             cmc_hooks::kMaskTileN, cmc_hooks::kMaskPhases, t, j,
-                                             th, len, off);
+                                             cmc_hooks::kMaskTileN, cmc_hooks::kMaskPhases,
+                                             cmc_hooks::kMaskTileBelow, cmc_hooks::kMaskTileAbove,
+                                             t, j, th, len, off);
     for (int n = 0; n < 16; ++n)
       for (int e = 0; e < 2; ++e) {
         if ((w.x >> (e * 16 + n)) & 1u) m[lrow][8 * n + off + e] = '1';
@@ -172,6 +194,14 @@ CASES = {
     "dil5_skew": "allow -100 <= q - k < 400 and (2 * q - 2 * k + 1) % 5 == 0",
     "dil_deny": "allow abs(q - k) < 260 and (k - q) % 4 != 1\ndeny abs(q - k) == 7",
 }
+# unbounded offsets, periodic past a point (two periods of tile offsets past each end at 3,900)
+TAIL_LENGTHS = [700, 3900]
+TAIL_CASES = {
+    "strided": "allow k <= q and (q - k < 128 or (q - k) % 128 == 0)",
+    "dil_causal3": "allow k <= q and (q - k < 300 or (q - k) % 3 == 0)",
+    "two_sided5": "allow (q - k) % 5 == 0 or abs(q - k) < 40",
+    "halves": "allow k <= q and ((q - k) / 64) % 2 == 0 and abs(q - k - 200) % 7 != 3",
+}
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +217,30 @@ def test_host_offset_masks_equal_the_dense_mask(name, workdir):
     t = choose_tiling(table)
     assert t.offset_masks is not None, t.reason
     assert _mismatches(table, _build(table, t, workdir), LENGTHS) == []
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(TAIL_CASES))
+def test_host_periodic_offset_masks_equal_the_dense_mask(name, workdir):
+    table = _mask(workdir, TAIL_CASES[name], name)
+    t = choose_tiling(table)
+    m = t.offset_masks
+    assert m is not None and (m.below or m.above), t.reason
+    far = TAIL_LENGTHS[-1] // 128
+    assert -far < m.lo - 2 * m.below and m.hi + 2 * m.above < far
+    assert _mismatches(table, _build(table, t, workdir), TAIL_LENGTHS) == []
+
+
+@needs_gxx
+def test_host_periodic_offset_masks_wrong_period_is_found(workdir):
+    """The same table read with a period one offset longer: some far tile pair is wrong."""
+    table = _mask(workdir, TAIL_CASES["dil_causal3"], "dil_causal3_period")
+    t = choose_tiling(table)
+    m = t.offset_masks
+    assert m is not None and m.below == 3
+    longer = replace(t, offset_masks=replace(m, lo=m.lo - 1, rows=m.rows[:128] + m.rows,
+                                             below=4))
+    assert _mismatches(table, _build(table, longer, workdir), [2600]) != []
 
 
 @needs_gxx

@@ -191,7 +191,7 @@ CMC_DEV bool cmc_bwd_kv_span_word(const typename HT::seq_t& s, const typename HT
 // The class of the forward's linear offset masks (H::kOffsetMasks; cmc/tiling.py offset_masks
 // or lattice_offset_masks) of the pair (query tile qt, key tile kt) of 128 tokens, or -1
 // where the tile stage proved none: outside the band (cmc_offset_band) or outside the
-// offsets [lo, lo + n). Keys and queries at or past len are the caller's to cut.
+// offsets (cmc_offset_index). Keys and queries at or past len are the caller's to cut.
 template <class H> CMC_DEV int cmc_bwd_offset_class(int qt, int kt, int len) {
   if constexpr (H::kOffsetMasks == 0) {
     return -1;
@@ -201,8 +201,9 @@ template <class H> CMC_DEV int cmc_bwd_offset_class(int qt, int kt, int len) {
     if (H::kOffsetBand != 0 && !cmc_offset_band(qt, kt, len, H::kBandTileTop, H::kBandTilesBelow,
                                                 H::kBandMaxLen, H::kBandKeyTileLo))
       return -1;
-    const int d = kt - qt - H::kMaskTileLo;
-    return static_cast<unsigned>(d) < static_cast<unsigned>(H::kMaskTileN)
+    int d;
+    return cmc_offset_index(kt - qt, H::kMaskTileLo, H::kMaskTileN, H::kMaskTileBelow,
+                            H::kMaskTileAbove, d)
                ? (qt % H::kMaskPhases) * H::kMaskTileN + d
                : -1;
   }

@@ -575,20 +575,33 @@ CMC_DEV bool cmc_patch_tile_mask(const cmc_patch_geo& g, int qt, int j, int len,
   }
   return true;
 }
+// Where tile offset dt (key tile - query tile) is in a per-offset table over [lo, lo + n)
+// (cmc/ir.py OffsetMasks.index): the offsets past a periodic end (a mask that repeats along
+// q - k without bound) reuse the table's first `below` or last `above` offsets (0: nothing
+// visible past that end); false: nothing visible.
+CMC_DEV bool cmc_offset_index(int dt, int lo, int n, int below, int above, int& d) {
+  d = dt - lo;
+  if (below > 0 && d < 0) d = below - 1 - (-1 - d) % below;
+  if (above > 0 && d >= n) d = n - above + (d - n) % above;
+  return static_cast<unsigned>(d) < static_cast<unsigned>(n);
+}
 // The tile mask of the linear tile pair (query tile qt, key tile j) for sm90 consumer
-// thread th, from a per-offset table over the tile offsets [lo, lo + n), one block of n per
-// query-tile phase qt % phases (cmc/tiling.py offset_masks, lattice_offset_masks;
-// cmc/emit.py sm90_mask_words gives the order): nothing visible outside them, and a key
-// tile that crosses len is cut there (off = 2 (lane % 4)).
-CMC_DEV cmc_uint2 cmc_offset_tile_mask(const cmc_uint2* table, int lo, int n, int phases, int qt,
-                                       int j, int th, int len, int off) {
-  const unsigned d = static_cast<unsigned>(j - qt - lo);
-  const unsigned c = static_cast<unsigned>(qt % phases) * static_cast<unsigned>(n) + d;
+// thread th, from a per-offset table over the tile offsets [lo, lo + n) (cmc_offset_index),
+// one block of n per query-tile phase qt % phases (cmc/tiling.py offset_masks,
+// lattice_offset_masks; cmc/emit.py sm90_mask_words gives the order): nothing visible
+// outside them, and a key tile that crosses len is cut there (off = 2 (lane % 4)).
+CMC_DEV cmc_uint2 cmc_offset_tile_mask(const cmc_uint2* table, int lo, int n, int phases,
+                                       int below, int above, int qt, int j, int th, int len,
+                                       int off) {
+  int d;
+  const bool in = cmc_offset_index(j - qt, lo, n, below, above, d);
+  const unsigned c = static_cast<unsigned>(qt % phases) * static_cast<unsigned>(n) +
+                     static_cast<unsigned>(d);
   cmc_uint2 w = {0u, 0u};
 #if defined(CMC_HOST)
-  if (d < static_cast<unsigned>(n)) w = table[c * 256 + th];
+  if (in) w = table[c * 256 + th];
 #else
-  if (d < static_cast<unsigned>(n)) w = __ldg(table + c * 256 + th);
+  if (in) w = __ldg(table + c * 256 + th);
 #endif
   if (j * 128 + 128 > len) {
     const unsigned cut = cmc_colmask32(0, len - j * 128, off);

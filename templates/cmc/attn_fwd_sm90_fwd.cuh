@@ -612,7 +612,8 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
         bool mw_ok = false;
         auto offset_mask = [&](int j) {
           return cmc_offset_tile_mask(H::offset_masks(), H::kMaskTileLo, H::kMaskTileN,
-                                      H::kMaskPhases, it.qt, j, cw * 128 + ctid, len, off);
+                                      H::kMaskPhases, H::kMaskTileBelow, H::kMaskTileAbove,
+                                      it.qt, j, cw * 128 + ctid, len, off);
         };
         // proved for a band of query tiles only (H::kOffsetBand): the others keep the spans
         auto band_mask = [&](int j) {
