@@ -306,24 +306,19 @@ ALTERNATIVES["wsvis"] = (
     _ws_without([("#define CMC_BWD_KV_SPANS 1", "#define CMC_BWD_KV_SPANS 0", 1)]),
     lambda d: WS_SMEM_GROWTH)
 # The kv's P^T words. Run 25 (kernel notes): by R2P after the exponentials' loop the words
-# made the grids' backward 6-9 % faster (linear items) and CLEAR's 3 % slower (patch items),
-# so the patch items went back to a bit per element. wsbitlin: the linear items bit by bit
-# too (as before 2026-12-07); wsr2ploop: the patch items' word applied inside the loop, its
-# bits in ascending order (i, e, jj), so that ptxas can still use R2P without holding all 32
-# values of P^T and the word across a second loop. Both correct (checked), for timing.
-ALTERNATIVES["wsr2ploop"] = (
-    "ws with the patch items' P^T word applied in the exponentials' loop, bits ascending",
-    _ws_without([("      if (mw_ok) {  // bit by bit (by R2P after the loop: clear's backward 3 % slower, "
-                  "run 25)\n",
-                  "      if (false) {\n", 1),
-                 ("const Tok& qrows, int r0) {\n#pragma unroll\n  for (int jj = 0; jj < 8; ++jj) {",
-                  "const Tok& qrows, int r0) {\n"
-                  "  if (mw_ok) {\n#pragma unroll\n    for (int b = 0; b < 32; ++b) {\n"
-                  "      const int i = b >> 4, e = (b >> 3) & 1, jj = b & 7;\n"
-                  "      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));\n"
-                  "      const float p = ex2(fmaf(s[4 * jj + 2 * i + e], sl2, -off));\n"
-                  "      s[4 * jj + 2 * i + e] = mw & (1u << b) ? fminf(p, 2.f) : 0.f;\n"
-                  "    }\n    return;\n  }\n#pragma unroll\n  for (int jj = 0; jj < 8; ++jj) {", 1)]),
+# made the grids' backward 6-9 % faster (linear items) and CLEAR's 3 % slower (patch items);
+# run 26: the patch items' word inside the loop, bits ascending (now the default), 8 % faster
+# than a bit per element. wsbitpatch: the patch items bit by bit as in runs 21-25; wsbitlin:
+# the linear items bit by bit too (as before 2026-12-07). Both correct (checked), for timing.
+ALTERNATIVES["wsbitpatch"] = (
+    "ws with the patch items' P^T word applied bit by bit (the default of runs 21-25)",
+    _ws_without([("  if (mw_ok) {\n    // The word inside the exponentials' loop",
+                  "  if (false) {\n    // The word inside the exponentials' loop", 1),
+                 ("      if (!is_full) {\n        const int q = qrows(r0 + c);",
+                  "      if (mw_ok) {\n"
+                  "        p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;\n"
+                  "        p1 = (mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u ? fminf(p1, 2.f) : 0.f;\n"
+                  "      } else if (!is_full) {\n        const int q = qrows(r0 + c);", 1)]),
     lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wsbitlin"] = (
     "ws with the linear items' P^T word applied bit by bit in the exponentials' loop",
@@ -549,7 +544,7 @@ ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsr2ploop", "wsbitlin", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
@@ -557,7 +552,7 @@ WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsr2ploop", "wsbitlin"
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsr2ploop", "wsbitlin", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsbitpatch", "wsbitlin", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 # Alternatives with wsprobe's counters (CMC_WS_PROBE 1): their kv is probed after the timings.
 PROBED = {"wsprobe", "wspersprobe", "wsperstprobe", "wslagprobe", "wslagppprobe"}
