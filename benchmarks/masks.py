@@ -98,6 +98,13 @@ def dilated_causal(local: int = 512, dil: int = 3) -> Pred:
     return pred
 
 
+def fixed_sparse(block: int = 128, last: int = 16) -> Pred:
+    def pred(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
+        return (k <= q) & ((k // block == q // block) | (k % block >= block - last))
+
+    return pred
+
+
 def window_rt(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
     return abs(q - k) <= P["window"][b]
 
@@ -150,9 +157,11 @@ GENERALITY: tuple[Spec, ...] = (
     Spec("g_natten_clamped", "generality", f"{GEN}/natten_clamped.mask", {}, natten_clamped()),
     Spec("g_video3d", "generality", f"{GEN}/video3d.mask", {}, video3d()),
     Spec("g_dilated_band", "generality", f"{GEN}/dilated_band.mask", {}, dilated_band()),
-    # unbounded q - k residuals that repeat along the diagonal (offset masks with a period)
+    # unbounded residuals that repeat along the diagonal (offset masks with a period)
     Spec("g_strided", "generality", f"{GEN}/strided.mask", {}, strided()),
     Spec("g_dilated_causal", "generality", f"{GEN}/dilated_causal.mask", {}, dilated_causal()),
+    # a residual in k alone on tile-aligned blocks (offset masks by shift invariance)
+    Spec("g_fixed_sparse", "generality", f"{GEN}/fixed_sparse.mask", {}, fixed_sparse()),
     Spec("g_window_rt", "generality", f"{GEN}/window_rt.mask", {}, window_rt,
          lambda rng, n: {"window": 777}, scalars=("window",)),
     Spec("g_doc_window", "generality", f"{GEN}/doc_window.mask", {}, doc_window(),

@@ -45,7 +45,6 @@ from .ir import (
     Not,
     OffsetMasks,
     Or,
-    ParamRef,
     PatchInterior,
     PatchMasks,
     Pred,
@@ -54,7 +53,7 @@ from .ir import (
     Var,
     nodes,
 )
-from .periodic import tail_period
+from .periodic import shift_invariance, tail_period
 from .ranges import LEN_MAX
 from .render import expr_str, pred_str
 from .tiles import instances, iter_row_intervals
@@ -556,69 +555,6 @@ def interior_patch_masks(table: IntervalTable,
                    f"{col_lo}..{col_hi - 1}), checked over len to {big}")
 
 
-class _NotToeplitz(Exception):
-    """Why a predicate may depend on more than q - k."""
-
-
-def _qk_coefficients(e: Expr) -> tuple[int, int]:
-    """(cq, ck) with e == cq * q + ck * k + r(q - k) for some function r, or _NotToeplitz.
-
-    e depends on q - k alone exactly when cq + ck == 0: then e == cq * (q - k) + r(q - k).
-    Sums and constant multiples stay affine; every other operation (products, /, %, min,
-    max, abs) needs operands that are functions of q - k, and then is one."""
-    if isinstance(e, Const):
-        return 0, 0
-    if isinstance(e, Var):
-        if e.name == "q":
-            return 1, 0
-        if e.name == "k":
-            return 0, 1
-        raise _NotToeplitz(f"it reads {e.name}")
-    if isinstance(e, ParamRef):
-        raise _NotToeplitz(f"it reads the run-time parameter {e.name}")
-    if isinstance(e, Neg):
-        cq, ck = _qk_coefficients(e.a)
-        return -cq, -ck
-    if isinstance(e, BinOp) and e.op in "+-":
-        aq, ak = _qk_coefficients(e.a)
-        bq, bk = _qk_coefficients(e.b)
-        sign = 1 if e.op == "+" else -1
-        return aq + sign * bq, ak + sign * bk
-    if isinstance(e, BinOp) and e.op == "*" and isinstance(e.a, Const):
-        cq, ck = _qk_coefficients(e.b)
-        return e.a.value * cq, e.a.value * ck
-    if isinstance(e, BinOp) and e.op == "*" and isinstance(e.b, Const):
-        cq, ck = _qk_coefficients(e.a)
-        return e.b.value * cq, e.b.value * ck
-    if isinstance(e, (BinOp, Call)):
-        for a in (e.a, e.b) if isinstance(e, BinOp) else e.args:
-            cq, ck = _qk_coefficients(a)
-            if cq + ck != 0:
-                raise _NotToeplitz(f"{expr_str(a)} is not a function of q - k")
-        return 0, 0
-    raise _NotToeplitz(f"it reads {expr_str(e)}")
-
-
-def _check_toeplitz(p: Pred) -> None:
-    """Raise _NotToeplitz unless every comparison of p compares functions of q - k."""
-    if isinstance(p, BoolConst):
-        return
-    if isinstance(p, Cmp):
-        aq, ak = _qk_coefficients(p.a)
-        bq, bk = _qk_coefficients(p.b)
-        if (aq - bq) + (ak - bk) != 0:
-            raise _NotToeplitz(f"q and k do not cancel in {pred_str(p)}")
-        return
-    if isinstance(p, (And, Or)):
-        for x in p.items:
-            _check_toeplitz(x)
-        return
-    if isinstance(p, Not):
-        _check_toeplitz(p.a)
-        return
-    raise _NotToeplitz(f"it reads {pred_str(p)}")
-
-
 def _diagonal_reach(table: IntervalTable) -> tuple[int, int] | None:
     """[dmin, dmax]: the q - k the table's intervals reach (None: none), read at the longest
     length from its first row (every d <= 0: key -d) and its last (every d >= 0). The table
@@ -648,21 +584,20 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
 
     What makes one mask per tile offset dt = key tile - query tile true for every pair whose
     key tile lies below len, at every length:
-    1. no run-time parameters, and the mask's predicate compares only functions of q - k
-       (affine forms whose q and k coefficients cancel, and /, %, *, min, max, abs of such):
-       visible(q, k) = f(q - k), never reading len. Query qt * 128 + lr and key
-       kt * 128 + lk differ by lr - lk - 128 dt, so the pair's mask is a function of dt;
+    1. no run-time parameters, and moving q and k together by a tile leaves the predicate
+       unchanged (cmc/periodic.py shift_invariance; never reading len): every function of
+       q - k, and tile-aligned block patterns. Then the pairs (qt, qt + dt) all have one mask;
     2. the table's intervals bound the q - k any visible pair has (_diagonal_reach), so the
-       offsets outside the computed range see nothing;
+       offsets outside the computed range see nothing; where they do not, the masks repeat
+       past some offset with a period (tail_period), and one period serves the rest;
     3. each offset's mask is then the predicate evaluated on one pair of tiles.
     """
     if table.mask.params:
         names = ", ".join(p.name for p in table.mask.params)
         return None, f"the mask reads run-time parameters ({names})"
-    try:
-        _check_toeplitz(table.mask.predicate)
-    except _NotToeplitz as e:
-        return None, f"visibility may depend on more than q - k: {e}"
+    moves = shift_invariance(table.mask.predicate, TILE)
+    if moves is not None:
+        return None, f"a tile pair's mask may depend on more than its offset: {moves}"
     reach = _diagonal_reach(table)
     if reach is None:
         return None, "no pair is visible"
@@ -693,7 +628,7 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
         return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
     masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, _row_words(list(vis[a:b])),
                         below=below, above=above)
-    return masks, (f"visibility depends only on q - k: tile masks of {masks.classes} tile "
+    return masks, (f"a tile pair's mask depends only on its offset: tile masks of {masks.classes} tile "
                    f"offsets ({masks.lo}..{masks.hi - 1}{tails_note(masks)})")
 
 
@@ -705,27 +640,22 @@ def tails_note(m: OffsetMasks) -> str:
 
 
 def _offset_tails(p: Pred, lo: int, hi: int) -> tuple[int, int, int, int] | str:
-    """The offsets [lo, hi) cut to one period of tile masks at each end whose q - k the
-    predicate repeats along (cmc/periodic.py), with the periods in tile offsets (0 where an
-    end is within reach), or why not. Key tile dt - qt = dt holds q - k in [-128 dt - 127,
-    -128 dt + 127]: shifting dt by P / gcd(P, 128) shifts it by a multiple of the period P."""
+    """The offsets [lo, hi) cut to one period of tile masks at each end whose masks repeat
+    (cmc/periodic.py tail_period), with the periods in tile offsets (0 where an end is within
+    reach), or why not. Side +1 is the key tiles start or more tiles behind the query tile
+    (offsets <= -start), side -1 those ahead of it (offsets >= start)."""
     below = above = 0
     refused = []
     for side in (1, -1):
-        tail = tail_period(p, side)
+        tail = tail_period(p, side, TILE)
         if isinstance(tail, str):
             refused.append(f"no periodic tail {'below' if side == 1 else 'above'} the "
                            f"diagonal: {tail}")
             continue
-        step = tail.period // math.gcd(tail.period, TILE)
-        if side == 1:  # q - k >= start: key tiles dt <= edge
-            edge = (-tail.start - (TILE - 1)) // TILE
-            if edge - step + 1 > lo:
-                lo, below = edge - step + 1, step
-        else:  # q - k <= -start: key tiles dt >= edge
-            edge = -((-(tail.start + TILE - 1)) // TILE)
-            if edge + step < hi:
-                hi, above = edge + step, step
+        if side == 1 and -tail.start - tail.period + 1 > lo:
+            lo, below = -tail.start - tail.period + 1, tail.period
+        if side == -1 and tail.start + tail.period < hi:
+            hi, above = tail.start + tail.period, tail.period
     if hi - lo > 4 * MAX_MASK_CLASSES:
         return "; ".join(refused) or f"{hi - lo} tile offsets past the periodic tails"
     return lo, hi, below, above

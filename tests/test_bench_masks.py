@@ -83,7 +83,7 @@ def test_endpoints_known_rows() -> None:
 
 
 @pytest.mark.parametrize("key", ["clear", "g_grid333_w80_r24", "g_natten_clamped", "g_video3d",
-                                 "g_dilated_band", "g_strided", "g_dilated_causal",
+                                 "g_dilated_band", "g_strided", "g_dilated_causal", "g_fixed_sparse",
                                  "shared_prefix"])
 def test_endpoints_roundtrip_oracle(key: str) -> None:
     spec = SPECS[key]

@@ -1,5 +1,6 @@
 """Per-offset tile masks of linear tiles (cmc/tiling.py offset_masks) for masks whose
-visibility depends only on q - k and that keep a residual (a dilated band).
+visibility depends only on q - k, or is unchanged when q and k move together by a tile, and
+that keep a residual (a dilated band, a strided mask, tile-aligned block patterns).
 
 The proof's refusals (len, a run-time parameter, q and k that do not cancel, an unbounded
 reach) and, on the host with g++, the generated table read through the kernel's own
@@ -40,7 +41,7 @@ def test_dilated_band_gets_offset_masks():
     assert t.kind == "linear" and t.offset_masks is not None
     # |q - k| < 2048: tile offsets -16 .. 16
     assert (t.offset_masks.lo, t.offset_masks.hi) == (-16, 17)
-    assert "depends only on q - k" in t.reason and "33 tile offsets" in t.reason
+    assert "depends only on its offset" in t.reason and "33 tile offsets" in t.reason
     assert t.to_dict()["offset_masks"] == {"classes": 33, "offsets": [-16, 17]}
     text = emit(table, archs=("sm_90a",)).text
     assert "cmc_offset_mask_words[8448]" in text and "kOffsetMasks = 1" in text
@@ -74,12 +75,13 @@ def test_check_and_show_say_what_the_residual_becomes(tmp_path):
     ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and k < len - 5", "reads len"),
     ("param w : int in [0, 1000]\nallow abs(q - k) < 200 and (q - k) % w == 0",
      "run-time parameters (w)"),
-    ("allow abs(q - k) < 200 and (q + k) % 3 == 0", "q + k is not a function"),
-    ("allow abs(q - k) < 200 and (q - k) * q % 3 == 0", "not a function of q - k"),
-    ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and q % 2 == 0", "q is not a function"),
+    ("allow abs(q - k) < 200 and (q + k) % 3 == 0", "q + k moves by 256, which 3 does not"),
+    ("allow abs(q - k) < 200 and (q - k) * q % 3 == 0", "multiplies terms that move"),
+    ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and q % 3 == 0", "q moves by 128, which 3"),
     ("allow k <= q and (q - k) * (q - k) % 3 == 0",
      "no periodic tail below the diagonal: a product of two terms that grow"),
-    ("allow k <= q and (q - k) % 3 == 0 and k % 2 == 0", "k is not a function of q - k"),
+    ("allow k <= q and (q - k) % 3 == 0 and k / 3 % 2 == 0", "k moves by 128, which 3 does"),
+    ("allow k <= q and (q - k) % 3 == 0 and k < 16", "k < 16 changes when q and k move together"),
     (f"allow abs(q - k) < {128 * (MAX_MASK_CLASSES // 2 + 1)} and (q - k) % 3 == 0",
      f"more than {MAX_MASK_CLASSES}"),
 ])
@@ -106,6 +108,8 @@ def test_unbounded_masks_that_repeat_get_one_period_of_offsets(tmp_path):
     m = offset_masks(front(ROOT / "benchmarks" / "generality" / "dilated_causal.mask", {}))[0]
     assert m is not None and (m.lo, m.hi, m.below, m.above) == (-7, 1, 3, 0)
     assert [m.index(dt) for dt in (-11, -10, -9, -8, -7, 0)] == [2, 0, 1, 2, 0, 7]
+    fixed = offset_masks(front(ROOT / "benchmarks" / "generality" / "fixed_sparse.mask", {}))
+    assert fixed[0] is not None and fixed[0].below == 1, fixed[1]
     both = offset_masks(_mask(tmp_path, "allow (q - k) % 5 == 0 or abs(q - k) < 40"))[0]
     assert both is not None and (both.below, both.above) == (5, 5)
     assert both.index(both.hi) == both.offsets - 5 and both.index(both.lo - 1) == 4
@@ -201,6 +205,10 @@ TAIL_CASES = {
     "dil_causal3": "allow k <= q and (q - k < 300 or (q - k) % 3 == 0)",
     "two_sided5": "allow (q - k) % 5 == 0 or abs(q - k) < 40",
     "halves": "allow k <= q and ((q - k) / 64) % 2 == 0 and abs(q - k - 200) % 7 != 3",
+    # tile-aligned blocks (Sparse Transformer's fixed pattern): not functions of q - k, but
+    # unchanged when q and k move together by a tile
+    "fixed": "allow k <= q and (k / 128 == q / 128 or k % 128 >= 112)",
+    "blocks64": "allow k <= q and (k / 64 == q / 64 or k % 64 < 8 or q % 32 == 0)",
 }
 
 

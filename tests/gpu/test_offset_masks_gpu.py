@@ -3,8 +3,8 @@ offset_masks): masks whose visibility depends only on q - k, with a residual, ag
 float64 reference of the dense oracle (the harness of test_gpu_correctness.py).
 
 benchmarks/generality/dilated_band.mask (33 tile offsets), two small dilated masks (a
-skewed band and one with a deny) and one periodic without bound on both sides of the
-diagonal (offsets past each end reuse one period), every dtype and head dim, batch and packed layouts,
+skewed band and one with a deny) one periodic without bound on both sides of the
+diagonal (offsets past each end reuse one period) and tile-aligned blocks, every dtype and head dim, batch and packed layouts,
 lengths that cut the last key tile at len. The manifest must say that the sm90 kernels
 carry the tile masks, so that these cases run the loaded masks, not the predicate.
 
@@ -30,6 +30,8 @@ SMALL = {
     "dilated_deny": "allow abs(q - k) < 260 and (k - q) % 4 != 1\ndeny abs(q - k) == 7",
     # unbounded on both sides, periodic past |q - k| >= 40 (cmc/periodic.py): 5 offsets reused
     "periodic_two_sided": "allow (q - k) % 5 == 0 or abs(q - k) < 40",
+    # tile-aligned blocks, unchanged when q and k move together by a tile (not q - k alone)
+    "blocks64": "allow k <= q and (k / 64 == q / 64 or k % 64 < 8 or q % 32 == 0)",
 }
 
 
