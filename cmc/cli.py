@@ -109,7 +109,7 @@ def check_cmd(files: tuple[str, ...], defines: tuple[str, ...], quiet: bool) -> 
                 band = _band_masks_line(table)
                 if band:
                     _echo(f"sm90 band tile masks: {band}")
-            _echo(f"sm90 kv partial items: {_kv_words_line(transposed)}")
+            _echo(f"sm90 kv partial items: {_kv_words_line(table, transposed)}")
             cut = _plan_cut_line(table, transposed)
             if cut:
                 _echo(f"plans: {cut}")
@@ -209,7 +209,7 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     transposed = transpose(table)
     for line in _tiling_lines(table, length, values, pairs, transposed, tiling):
         _echo(line)
-    _echo(f"  sm90 kv partial items: {_kv_words_line(transposed)}")
+    _echo(f"  sm90 kv partial items: {_kv_words_line(table, transposed)}")
     cut = _plan_cut_line(table, transposed)
     if cut:
         _echo(f"  plans: {cut}")
@@ -235,11 +235,20 @@ def _offset_masks_line(table: Any) -> str:
             f"{masks.classes * 2} KiB in the cubin)")
 
 
-def _kv_words_line(transposed: Any) -> str:
-    """How the sm90 kv kinds mask a partial item that no tile mask covers: span words of the
-    transposed table (cmc/emit.py _span_words) or its predicate per element, and why."""
+def _kv_words_line(table: Any, transposed: Any) -> str:
+    """How the sm90 kv kinds mask a partial item: the forward's offset tile masks, transposed,
+    where they cover every partial item of a linear tiling; else (where no tile mask covers
+    it) span words of the transposed table (cmc/emit.py _span_words) or its predicate per
+    element, and why."""
+    from .driver import tiling_for
     from .emit import build_hooks
+    from .tiling import tails_note
 
+    t = tiling_for(table, "auto")
+    m = t.offset_masks
+    if t.kind == "linear" and m is not None and m.band is None:
+        return (f"the forward's offset tile masks, transposed ({m.classes} tile offsets"
+                f"{tails_note(m)})")
     hooks_t = build_hooks(transposed, prefix="cmc_tabT")
     how = "span words" if hooks_t.span_words else "the transposed predicate per element"
     return f"{how} ({hooks_t.span_words_why})"

@@ -63,6 +63,7 @@ def test_check_and_show_say_what_the_residual_becomes(tmp_path):
     assert r.exit_code == 0
     assert "sm90 residual: per-offset tile masks replace it" in r.output
     assert "66 KiB in the cubin" in r.output
+    assert "sm90 kv partial items: the forward's offset tile masks, transposed (33 tile" in r.output
     r = CliRunner().invoke(cli, ["show", str(band), "--len", "512"], catch_exceptions=False)
     assert "tile masks: 33 tile offsets (-16..16, 66 KiB in the cubin)" in r.output
     other = tmp_path / "sum.mask"
