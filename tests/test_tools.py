@@ -499,3 +499,21 @@ def test_grid96p_is_grid96_on_the_forwards_patches(monkeypatch):
     assert ab._box_rows(("grid96p", "bf16", 128)) == 16
     assert ab._box_rows(("grid96", "bf16", 128)) == 64
 
+
+
+def test_ab_build_compiles_another_commit_from_its_own_tree(tmp_path):
+    """tools/ab_build.py builds HEAD's tree (git archive) with that tree's cmc and templates,
+    not this checkout's (its child process refuses when the editable install's mapping
+    wins), and --runtime keeps only what the runtime loads."""
+    import json
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    dest = tmp_path / "ab"
+    r = subprocess.run([sys.executable, str(root / "tools" / "ab_build.py"), "HEAD", str(dest),
+                        "--patterns", "causal", "--runtime"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (manifest,) = dest.rglob("manifest.json")
+    assert any(k["kernel"] == "sm90" for k in json.loads(manifest.read_text())["kernels"])
+    assert not list(dest.rglob("*.cu")) and list(dest.rglob("*.cubin"))
