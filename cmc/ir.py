@@ -362,10 +362,11 @@ class LinearBand:
 @dataclass(frozen=True)
 class OffsetMasks:
     """The mask of every partial (query tile, key tile) pair of a linear tiling, one per tile
-    offset dt = key tile - query tile: the tile stage proved that visibility depends only on
-    q - k (cmc/tiling.py, `offset_masks`), so the pair's mask depends only on dt. Where q - k
-    is unbounded but the mask repeats along it (cmc/periodic.py), the offsets below lo reuse
-    the first `below` of the table and those from hi the last `above` (index()).
+    offset dt = key tile - query tile: the tile stage proved that moving q and k together by
+    a tile leaves the mask unchanged (cmc/tiling.py `offset_masks`, cmc/periodic.py), so the
+    pair's mask depends only on dt. Where the offsets are unbounded but the masks repeat past
+    some offset, the offsets below lo reuse the first `below` of the table and those from hi
+    the last `above` (index()).
 
     rows[c * TILE + lr] has bit lk set when key kt * TILE + lk is visible from query
     qt * TILE + lr, for the class c = phase * offsets + index(dt) with phase = qt % phases

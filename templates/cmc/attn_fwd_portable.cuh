@@ -576,9 +576,9 @@ CMC_DEV bool cmc_patch_tile_mask(const cmc_patch_geo& g, int qt, int j, int len,
   return true;
 }
 // Where tile offset dt (key tile - query tile) is in a per-offset table over [lo, lo + n)
-// (cmc/ir.py OffsetMasks.index): the offsets past a periodic end (a mask that repeats along
-// q - k without bound) reuse the table's first `below` or last `above` offsets (0: nothing
-// visible past that end); false: nothing visible.
+// (cmc/ir.py OffsetMasks.index): the offsets past a periodic end (tile masks that repeat
+// past some offset, cmc/periodic.py) reuse the table's first `below` or last `above` offsets
+// (0: nothing visible past that end); false: nothing visible.
 CMC_DEV bool cmc_offset_index(int dt, int lo, int n, int below, int above, int& d) {
   d = dt - lo;
   if (below > 0 && d < 0) d = below - 1 - (-1 - d) % below;
