@@ -209,7 +209,7 @@ def show_cmd(file: str, length: int, params: tuple[str, ...], tile: str, png: st
     transposed = transpose(table)
     for line in _tiling_lines(table, length, values, pairs, transposed, tiling):
         _echo(line)
-    _echo(f"  sm90 kv partial items: {_kv_words_line(table, transposed)}")
+    _echo(f"  sm90 kv partial items: {_kv_words_line(table, transposed, tiling)}")
     cut = _plan_cut_line(table, transposed)
     if cut:
         _echo(f"  plans: {cut}")
@@ -235,16 +235,16 @@ def _offset_masks_line(table: Any) -> str:
             f"{masks.classes * 2} KiB in the cubin)")
 
 
-def _kv_words_line(table: Any, transposed: Any) -> str:
-    """How the sm90 kv kinds mask a partial item: the forward's offset tile masks, transposed,
-    where they cover every partial item of a linear tiling; else (where no tile mask covers
-    it) span words of the transposed table (cmc/emit.py _span_words) or its predicate per
-    element, and why."""
+def _kv_words_line(table: Any, transposed: Any, tiling: str = "auto") -> str:
+    """How the sm90 kv kinds mask a partial item under --tiling `tiling`: the forward's offset
+    tile masks, transposed, where they cover every partial item of a linear tiling; else
+    (where no tile mask covers it) span words of the transposed table (cmc/emit.py
+    _span_words) or its predicate per element, and why."""
     from .driver import tiling_for
     from .emit import build_hooks
     from .tiling import tails_note
 
-    t = tiling_for(table, "auto")
+    t = tiling_for(table, tiling)  # choose_tiling is cached: show's tiling lines made it
     m = t.offset_masks
     if t.kind == "linear" and m is not None and m.band is None:
         return (f"the forward's offset tile masks, transposed ({m.classes} tile offsets"

@@ -502,9 +502,9 @@ def test_grid96p_is_grid96_on_the_forwards_patches(monkeypatch):
 
 
 def test_ab_build_compiles_another_commit_from_its_own_tree(tmp_path):
-    """tools/ab_build.py builds HEAD's tree (git archive) with that tree's cmc and templates,
-    not this checkout's (its child process refuses when the editable install's mapping
-    wins), and --runtime keeps only what the runtime loads."""
+    """tools/ab_build.py builds HEAD's tree (git archive) through bench.py --compile, and
+    --runtime keeps only what the runtime loads (that the tree's own cmc builds is the next
+    test's)."""
     import json
     import subprocess
 
@@ -517,3 +517,31 @@ def test_ab_build_compiles_another_commit_from_its_own_tree(tmp_path):
     (manifest,) = dest.rglob("manifest.json")
     assert any(k["kernel"] == "sm90" for k in json.loads(manifest.read_text())["kernels"])
     assert not list(dest.rglob("*.cu")) and list(dest.rglob("*.cubin"))
+
+
+def test_ab_build_refuses_when_the_checkouts_templates_win(tmp_path):
+    """The child drops the editable install's finder, so cmc and its templates come from the
+    exported tree; kept (the filter disabled), the finder maps cmc.templates to this
+    checkout and the child refuses instead of building the wrong sources."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("ab_build", root / "tools" / "ab_build.py")
+    assert spec is not None and spec.loader is not None
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    finder = [f for f in sys.meta_path
+              if "editable" in getattr(f, "__name__", type(f).__name__).lower()]
+    if not finder:
+        pytest.skip("cmc is not an editable install here: nothing maps it to the checkout")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(root), "archive", "HEAD"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    for child, refuses in ((ab.CHILD, False),
+                           (ab.CHILD.replace('"editable" not in', '"no-such-finder" not in'), True)):
+        r = subprocess.run([sys.executable, "-c", child, str(tree), "--help"],
+                           capture_output=True, text=True, timeout=120)
+        assert (r.returncode != 0) == refuses, r.stderr[-2000:]
+        assert ("not the tree at" in r.stderr) == refuses, r.stderr[-2000:]
