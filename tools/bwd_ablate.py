@@ -307,13 +307,16 @@ ALTERNATIVES["wsvis"] = (
     lambda d: WS_SMEM_GROWTH)
 # The kv's P^T words. Run 25 (kernel notes): by R2P after the exponentials' loop the words
 # made the grids' backward 6-9 % faster (linear items) and CLEAR's 3 % slower (patch items);
-# run 26: the patch items' word inside the loop, bits ascending (now the default), 8 % faster
-# than a bit per element. wsbitpatch: the patch items bit by bit as in runs 21-25; wsbitlin:
-# the linear items bit by bit too (as before 2026-12-07). Both correct (checked), for timing.
+# run 26: the patch items' word inside the loop, bits ascending, 8 % faster than a bit per
+# element; run 27: the linear items' word inside the loop too (both now the default), the
+# grids' backward 5-15 % faster than after it. wsbitpatch: the patch items bit by bit as in
+# runs 21-25; wsbitlin: the linear items bit by bit (as before 2026-12-07); wslinafter: the
+# linear items' word after the loop (runs 25-26). All correct (checked), for timing.
+_LIN_WORD_LOOP = "  if (mw_ok) {  // (mw_ok implies a partial tile)\n    // The word inside the exponentials' loop"
 ALTERNATIVES["wsbitpatch"] = (
     "ws with the patch items' P^T word applied bit by bit (the default of runs 21-25)",
-    _ws_without([("  if (mw_ok) {\n    // The word inside the exponentials' loop",
-                  "  if (false) {\n    // The word inside the exponentials' loop", 1),
+    _ws_without([("  if (mw_ok) {\n    // The word inside the exponentials' loop, its bits",
+                  "  if (false) {\n    // The word inside the exponentials' loop, its bits", 1),
                  ("      if (!is_full) {\n        const int q = qrows(r0 + c);",
                   "      if (mw_ok) {\n"
                   "        p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;\n"
@@ -322,8 +325,7 @@ ALTERNATIVES["wsbitpatch"] = (
     lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wsbitlin"] = (
     "ws with the linear items' P^T word applied bit by bit in the exponentials' loop",
-    _ws_without([("  const bool by_pred = !is_full && !mw_ok;  // (mw_ok implies a partial tile)",
-                  "  const bool by_pred = !is_full;", 1),
+    _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    // The word inside the exponentials' loop", 1),
                  ("        if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;\n"
                   "        if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;",
                   "        const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u"
@@ -331,8 +333,18 @@ ALTERNATIVES["wsbitlin"] = (
                   "        const bool v1 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u) != 0u"
                   " : HT::visible(seqt, krow1, q);\n"
                   "        if (!(qin && kr < len && v0)) p0 = 0.f;\n"
-                  "        if (!(qin && kr + 8 < len && v1)) p1 = 0.f;", 1),
-                 ("  if (mw_ok) {\n    if (qbase + kBM > len", "  if (false) {\n    if (qbase + kBM > len", 1)]),
+                  "        if (!(qin && kr + 8 < len && v1)) p1 = 0.f;", 1)]),
+    lambda d: WS_SMEM_GROWTH)
+ALTERNATIVES["wslinafter"] = (
+    "ws with the linear items' P^T word applied by R2P after the exponentials' loop (runs 25-26)",
+    _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    // The word inside the exponentials' loop", 1),
+                 ("  const bool by_pred = !is_full;", "  const bool by_pred = !is_full && !mw_ok;", 1),
+                 ("      s[4 * jj + 2 + e] = p1;\n    }\n  }\n}\n\ntemplate <class H, class HT, bool BF16, int D>\n"
+                  "CMC_DEV void kv(",
+                  "      s[4 * jj + 2 + e] = p1;\n    }\n  }\n  if (mw_ok) {\n"
+                  "    if (qbase + kBM > len || kr + 8 >= len) mw &= cmc_bwd_kv_len_word(qbase, len, cq, kr < len, kr + 8 < len);\n"
+                  "    cmc_bwd_zero_by_word(s, mw);\n  }\n}\n\ntemplate <class H, class HT, bool BF16, int D>\n"
+                  "CMC_DEV void kv(", 1)]),
     lambda d: WS_SMEM_GROWTH)
 # For racecheck, not speed (correct; a little slower): whether its hazards on the LSE ring
 # came from the cp.async-completed mbarrier arrival. Run 15: the same hazards as ws, so not
@@ -544,7 +556,7 @@ ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
@@ -552,7 +564,7 @@ WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsbitpatch", "wsbitlin", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
+PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 # Alternatives with wsprobe's counters (CMC_WS_PROBE 1): their kv is probed after the timings.
 PROBED = {"wsprobe", "wspersprobe", "wsperstprobe", "wslagprobe", "wslagppprobe"}

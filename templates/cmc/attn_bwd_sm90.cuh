@@ -997,7 +997,20 @@ template <class HT, class Row = const float*>
 CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
                          const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
                          const typename HT::row_t& krow1, int kr, int qbase, int len) {
-  const bool by_pred = !is_full && !mw_ok;  // (mw_ok implies a partial tile)
+  if (mw_ok) {  // (mw_ok implies a partial tile)
+    // The word inside the exponentials' loop, bits ascending, as kv_p_patch's: the grids'
+    // backward 5-15 % faster than by R2P after the loop (run 27).
+    if (qbase + kBM > len || kr + 8 >= len) mw &= cmc_bwd_kv_len_word(qbase, len, cq, kr < len, kr + 8 < len);
+#pragma unroll
+    for (int b = 0; b < 32; ++b) {
+      const int i = b >> 4, e = (b >> 3) & 1, jj = b & 7;
+      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
+      const float p = ex2(fmaf(s[4 * jj + 2 * i + e], sl2, -off));
+      s[4 * jj + 2 * i + e] = mw & (1u << b) ? p : 0.f;
+    }
+    return;
+  }
+  const bool by_pred = !is_full;
 #pragma unroll
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
@@ -1014,10 +1027,6 @@ CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, b
       s[4 * jj + e] = p0;
       s[4 * jj + 2 + e] = p1;
     }
-  }
-  if (mw_ok) {
-    if (qbase + kBM > len || kr + 8 >= len) mw &= cmc_bwd_kv_len_word(qbase, len, cq, kr < len, kr + 8 < len);
-    cmc_bwd_zero_by_word(s, mw);
   }
 }
 
