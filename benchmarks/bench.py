@@ -342,8 +342,9 @@ def run(args: argparse.Namespace, sink: Any = None) -> list[Result]:
                 p = plans[id(a)] = (a.plan(cu_seqlens=cu, max_len=max(c.lengths), **kw)
                                     if c.jagged else a.plan(batch=B, seq_len=c.length, **kw))
             if c.jagged:
-                return a(q, k, v, plan=p)
-            return a(q.view(shape), k.view(shape), v.view(shape), plan=p)
+                return a(q, k, v, plan=p, deterministic=args.deterministic)
+            return a(q.view(shape), k.view(shape), v.view(shape), plan=p,
+                     deterministic=args.deterministic)
 
         def grad_inputs(*xs: Any) -> list[Any]:
             return [x.detach().clone().requires_grad_(True) for x in xs]
@@ -868,6 +869,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--rep", type=int, default=100)
     ap.add_argument("--no-bwd", action="store_true", help="forward only")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="cmc's backward in its deterministic mode (fixed dQ order; the peers "
+                         "as they are)")
     ap.add_argument("--only-cmc", action="store_true", help="time cmc alone")
     ap.add_argument("--ab", nargs="*", metavar="DIR",
                     help="kernel A/B: time these artifact folders (as made by --compile) "

@@ -178,7 +178,8 @@ int main() {
     const cmc_uint2 mw = {a, b};
     float s[32];
     for (int k = 0; k < 32; ++k) s[k] = 1.f;
-    cmc_bwd_zero_by_word(s, a);
+    for (int b2 = 0; b2 < 32; ++b2)
+      if (!((a >> b2) & 1u)) s[cmc_bwd_word_elem(b2)] = 0.f;
     for (int hh = 0; hh < 2; ++hh) {
       const unsigned w = cmc_bwd_dq_word_as_kv(mw, hh);
       for (int i = 0; i < 2; ++i)
@@ -213,7 +214,7 @@ int main() {
 
 @needs_gxx
 def test_words_are_applied_as_the_bit_helpers_decode_them(workdir):
-    """The kinds apply a mask word with cmc_bwd_zero_by_word (bits ascending, for R2P), the dq's
+    """The kinds apply a mask word's bit b to element cmc_bwd_word_elem(b) (p_by_word), the dq's
     forward words through cmc_bwd_dq_word_as_kv, and cut a word at len with cmc_bwd_kv_len_word: each must
     keep exactly the elements that cmc_bwd_kv_mask_bit / cmc_bwd_dq_mask_bit (the helpers the
     oracle tests decode the words with) and the columns below qlim say."""

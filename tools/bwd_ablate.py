@@ -256,9 +256,9 @@ WS_ABLATIONS = {
                     "        if (hq < -1) *reinterpret_cast<float2*>(stg + (jj >> 2) * 8192", 1)]),
     "wsnomask": ("ws without the per-element mask of partial tiles (P^T unmasked there; with "
                  "--mask grid96: what the mask's evaluation costs the backward)",
-                 [("  const bool by_pred = !is_full && !mw_ok;  // (mw_ok implies a partial tile)",
-                   "  const bool by_pred = false;  // (ablated)", 1),
-                  ("  if (mw_ok) {\n    if (qbase + kBM > len", "  if (false) {\n    if (qbase + kBM > len", 1)]),
+                 [("  const bool by_pred = !is_full;", "  const bool by_pred = false;  // (ablated)", 1),
+                  ("  if (mw_ok) {  // (mw_ok implies a partial tile)\n    if (qbase + kBM > len",
+                   "  if (false) {\n    if (qbase + kBM > len", 1)]),
     "wsnobar": ("ws without the per-item barrier of both consumer warpgroups before the dQ "
                 "GEMM (D 128: each reads both halves of dS^T; the warpgroups drift apart, dQ "
                 "reads a half-written dS^T): what the lockstep costs",
@@ -312,11 +312,10 @@ ALTERNATIVES["wsvis"] = (
 # grids' backward 5-15 % faster than after it. wsbitpatch: the patch items bit by bit as in
 # runs 21-25; wsbitlin: the linear items bit by bit (as before 2026-12-07); wslinafter: the
 # linear items' word after the loop (runs 25-26). All correct (checked), for timing.
-_LIN_WORD_LOOP = "  if (mw_ok) {  // (mw_ok implies a partial tile)\n    // The word inside the exponentials' loop"
+_LIN_WORD_LOOP = "  if (mw_ok) {  // (mw_ok implies a partial tile)\n    if (qbase + kBM > len"
 ALTERNATIVES["wsbitpatch"] = (
     "ws with the patch items' P^T word applied bit by bit (the default of runs 21-25)",
-    _ws_without([("  if (mw_ok) {\n    // The word inside the exponentials' loop, its bits",
-                  "  if (false) {\n    // The word inside the exponentials' loop, its bits", 1),
+    _ws_without([("  if (mw_ok) {  // (the word applied after the loop", "  if (false) {  // (the word applied after the loop", 1),
                  ("      if (!is_full) {\n        const int q = qrows(r0 + c);",
                   "      if (mw_ok) {\n"
                   "        p0 = (mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u ? fminf(p0, 2.f) : 0.f;\n"
@@ -325,7 +324,7 @@ ALTERNATIVES["wsbitpatch"] = (
     lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wsbitlin"] = (
     "ws with the linear items' P^T word applied bit by bit in the exponentials' loop",
-    _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    // The word inside the exponentials' loop", 1),
+    _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    if (qbase + kBM > len", 1),
                  ("        if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;\n"
                   "        if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;",
                   "        const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u"
@@ -337,13 +336,14 @@ ALTERNATIVES["wsbitlin"] = (
     lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wslinafter"] = (
     "ws with the linear items' P^T word applied by R2P after the exponentials' loop (runs 25-26)",
-    _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    // The word inside the exponentials' loop", 1),
+    _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    if (qbase + kBM > len", 1),
                  ("  const bool by_pred = !is_full;", "  const bool by_pred = !is_full && !mw_ok;", 1),
                  ("      s[4 * jj + 2 + e] = p1;\n    }\n  }\n}\n\ntemplate <class H, class HT, bool BF16, int D>\n"
                   "CMC_DEV void kv(",
                   "      s[4 * jj + 2 + e] = p1;\n    }\n  }\n  if (mw_ok) {\n"
                   "    if (qbase + kBM > len || kr + 8 >= len) mw &= cmc_bwd_kv_len_word(qbase, len, cq, kr < len, kr + 8 < len);\n"
-                  "    cmc_bwd_zero_by_word(s, mw);\n  }\n}\n\ntemplate <class H, class HT, bool BF16, int D>\n"
+                  "    for (int b = 0; b < 32; ++b)\n      if (!(mw & (1u << b))) s[cmc_bwd_word_elem(b)] = 0.f;\n"
+                  "  }\n}\n\ntemplate <class H, class HT, bool BF16, int D>\n"
                   "CMC_DEV void kv(", 1)]),
     lambda d: WS_SMEM_GROWTH)
 # For racecheck, not speed (correct; a little slower): whether its hazards on the LSE ring

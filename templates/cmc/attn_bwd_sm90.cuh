@@ -119,22 +119,17 @@ CMC_DEV unsigned cmc_bwd_kv_colmask16(int lo, int hi, int qa, int qlim, int cq) 
   const unsigned m = cmc_colmask32(lo - qa, hi < 64 ? hi : 64, cq);
   return (m & 0xffu) | ((m >> 8) & 0xff00u);
 }
-// Zeroes element s[4 jj + 2 i + e] of a kv thread's P^T where bit cmc_bwd_kv_mask_bit(i, jj,
-// e) of its mask word mw is clear. The bits in ascending order, so that ptxas moves 7 of them
-// into predicates per R2P instead of testing each with its own LOP3.
-CMC_DEV void cmc_bwd_zero_by_word(float* s, unsigned mw) {
-#pragma unroll
-  for (int b = 0; b < 32; ++b)
-    if (!(mw & (1u << b))) s[4 * (b & 7) + 2 * (b >> 4) + ((b >> 3) & 1)] = 0.f;
-}
+// The accumulator element s[4 jj + 2 i + e] that bit b = cmc_bwd_kv_mask_bit(i, jj, e) of a
+// mask word keeps (cmc_bwd_sm90::p_by_word applies words in this order, bits ascending).
+CMC_DEV int cmc_bwd_word_elem(int b) { return 4 * (b & 7) + 2 * (b >> 4) + ((b >> 3) & 1); }
 // The forward tile-mask words of the dq thread's two rows (cmc_bwd_dq_mask_bit: bit e 16 + 8 hh
-// + jj of mw.x for row 0, of mw.y for row 1) as one word of cmc_bwd_zero_by_word's layout (bit
-// i 16 + e 8 + jj), for key half hh: bytes hh, hh + 2 of each.
+// + jj of mw.x for row 0, of mw.y for row 1) as one word of the kv's layout (bit i 16 + e 8 +
+// jj), for key half hh: bytes hh, hh + 2 of each.
 CMC_DEV unsigned cmc_bwd_dq_word_as_kv(cmc_uint2 mw, int hh) {
   const unsigned a = mw.x >> (8 * hh), b = mw.y >> (8 * hh);
   return (a & 0xffu) | ((a >> 8) & 0xff00u) | ((b & 0xffu) << 16) | ((b << 8) & 0xff000000u);
 }
-// The bits of cmc_bwd_zero_by_word's layout below len: columns qa + 8 jj + cq + e below qlim
+// The bits of the kv's word layout below len: columns qa + 8 jj + cq + e below qlim
 // (cmc_bwd_kv_colmask16, as the span words are cut), in row i where row_in[i] (the kv's key
 // rows; the dq's query rows, whose P is already 0 past len, pass true).
 CMC_DEV unsigned cmc_bwd_kv_len_word(int qa, int qlim, int cq, bool row0_in, bool row1_in) {
@@ -989,6 +984,23 @@ CMC_DEV bool kv_linear_word(bool is_full, int j, int k0, int len, int ctid, int 
   return !is_full && cmc_bwd_kv_span_word<HT>(seqt, krow0, krow1, j * kBM, len, cq, mw);
 }
 
+// P of a partial item whose mask word w is known (P^T in kv), in place: s[4 jj + 2 i + e]
+// becomes exp2(s sl2 - off(i, jj, e)) where bit cmc_bwd_kv_mask_bit(i, jj, e) of w is set, else
+// 0 (kClamp: at most 2, for rows without a token). The word is applied inside the
+// exponentials' loop, its bits ascending, so that ptxas selects by R2P without holding the word
+// and all 32 values across a second loop: clear's ws kv 8 % faster than a bit per element
+// (run 26), the grids' backward 4-15 % faster than the word applied after the loop (run 27).
+template <bool kClamp, class Off>
+CMC_DEV void p_by_word(float* s, unsigned w, float sl2, const Off& off) {
+#pragma unroll
+  for (int b = 0; b < 32; ++b) {
+    const int i = b >> 4, e = (b >> 3) & 1, jj = b & 7;
+    float& x = s[cmc_bwd_word_elem(b)];
+    const float p = ex2(fmaf(x, sl2, -off(i, jj, e)));
+    x = w & (1u << b) ? (kClamp ? fminf(p, 2.f) : p) : 0.f;
+  }
+}
+
 // P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
 // s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
 // the key rows' transposed rows, and cut at len on both sides (a word is cut only where the
@@ -998,16 +1010,8 @@ CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, b
                          const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
                          const typename HT::row_t& krow1, int kr, int qbase, int len) {
   if (mw_ok) {  // (mw_ok implies a partial tile)
-    // The word inside the exponentials' loop, bits ascending, as kv_p_patch's: the grids'
-    // backward 5-15 % faster than by R2P after the loop (run 27).
     if (qbase + kBM > len || kr + 8 >= len) mw &= cmc_bwd_kv_len_word(qbase, len, cq, kr < len, kr + 8 < len);
-#pragma unroll
-    for (int b = 0; b < 32; ++b) {
-      const int i = b >> 4, e = (b >> 3) & 1, jj = b & 7;
-      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
-      const float p = ex2(fmaf(s[4 * jj + 2 * i + e], sl2, -off));
-      s[4 * jj + 2 * i + e] = mw & (1u << b) ? p : 0.f;
-    }
+    p_by_word<false>(s, mw, sl2, [&](int, int jj, int e) { return cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq)); });
     return;
   }
   const bool by_pred = !is_full;
@@ -1258,18 +1262,8 @@ template <class HT, class Tok, class Row = const float*>
 CMC_DEV void kv_p_patch(float* s, Row lse_b, int cq, float sl2, bool is_full, bool mw_ok, unsigned mw,
                         const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
                         const typename HT::row_t& krow1, const Tok& qrows, int r0) {
-  if (mw_ok) {
-    // The word inside the exponentials' loop, its bits b = cmc_bwd_kv_mask_bit(i, jj, e) in
-    // ascending order, so that ptxas selects by R2P without holding the word and all 32 values
-    // across a second loop: clear's ws kv 8 % faster than bit by bit (run 26), where the word
-    // after the loop (cmc_bwd_zero_by_word) was 3 % slower (run 25).
-#pragma unroll
-    for (int b = 0; b < 32; ++b) {
-      const int i = b >> 4, e = (b >> 3) & 1, jj = b & 7;
-      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
-      const float p = ex2(fmaf(s[4 * jj + 2 * i + e], sl2, -off));
-      s[4 * jj + 2 * i + e] = mw & (1u << b) ? fminf(p, 2.f) : 0.f;
-    }
+  if (mw_ok) {  // (the word applied after the loop was 3 % slower: run 25)
+    p_by_word<true>(s, mw, sl2, [&](int, int jj, int e) { return cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq)); });
     return;
   }
 #pragma unroll

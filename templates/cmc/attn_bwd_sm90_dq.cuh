@@ -210,29 +210,30 @@ CMC_DEV void dq(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     wg_wait<1>();
     fence_regs<32>(s);
 
-    // P: element (query qr + 8 i, key j kDqKeys + 8 jj + cq + e) is s[4 jj + 2 i + e].
-    const int kbase = j * kDqKeys + cq;
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
-        if (!is_full && !mw_ok && !sw_ok) {
-          const int k = kbase + 8 * jj + e;
-          const bool in = k < len;
-          if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
-          if (!(in && H::visible(seq, rc1, k))) p1 = 0.f;
-        }
-        s[4 * jj + e] = p0;
-        s[4 * jj + 2 + e] = p1;
-      }
-    }
-    // the words' clear bits by R2P (cmc_bwd_zero_by_word); span words are cut at len already,
-    // the forward's offset words here where the half crosses len
+    // P: element (query qr + 8 i, key j kDqKeys + 8 jj + cq + e) is s[4 jj + 2 i + e]. A word
+    // inside the exponentials' loop (p_by_word); span words are cut at len already, the
+    // forward's offset words here where the half crosses len.
     if (mw_ok || sw_ok) {
       unsigned w = mw_ok ? cmc_bwd_dq_word_as_kv(mw, j & 1) : sw;
       if (mw_ok && j * kDqKeys + kDqKeys > len) w &= cmc_bwd_kv_len_word(j * kDqKeys, len, cq, true, true);
-      cmc_bwd_zero_by_word(s, w);
+      p_by_word<false>(s, w, sl2, [&](int i, int, int) { return i ? off1 : off0; });
+    } else {
+      const int kbase = j * kDqKeys + cq;
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
+          if (!is_full) {
+            const int k = kbase + 8 * jj + e;
+            const bool in = k < len;
+            if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
+            if (!(in && H::visible(seq, rc1, k))) p1 = 0.f;
+          }
+          s[4 * jj + e] = p0;
+          s[4 * jj + 2 + e] = p1;
+        }
+      }
     }
     dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
 
@@ -356,22 +357,25 @@ CMC_DEV void dq_patch(const typename H::desc_t& desc, const cmc_bwd_args& args) 
     fence_regs<32>(s);
 
     // P: element (row lr + 8 i, key row 64 hh + 8 jj + cq + e of tile j) is s[4 jj + 2 i + e].
+    if (mw_ok) {
+      p_by_word<false>(s, cmc_bwd_dq_word_as_kv(mw, hh), sl2, [&](int i, int, int) { return i ? off1 : off0; });
+    } else {
 #pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
+      for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
-        if (!mw_ok && !is_full) {
-          const int k = keys(64 * hh + 8 * jj + cq + e);
-          const bool in = k >= 0;
-          if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
-          if (!(in && H::visible(seq, rc1, k))) p1 = 0.f;
+        for (int e = 0; e < 2; ++e) {
+          float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off0)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off1));
+          if (!is_full) {
+            const int k = keys(64 * hh + 8 * jj + cq + e);
+            const bool in = k >= 0;
+            if (!(in && H::visible(seq, rc0, k))) p0 = 0.f;
+            if (!(in && H::visible(seq, rc1, k))) p1 = 0.f;
+          }
+          s[4 * jj + e] = p0;
+          s[4 * jj + 2 + e] = p1;
         }
-        s[4 * jj + e] = p0;
-        s[4 * jj + 2 + e] = p1;
       }
     }
-    if (mw_ok) cmc_bwd_zero_by_word(s, cmc_bwd_dq_word_as_kv(mw, hh));  // (by R2P)
     dq_ds_dq<BF16, D>(s, dp, ds0, ds1, acc, kb);
 
     buf ^= 1;
