@@ -60,7 +60,7 @@ def _change(e: Expr, step: int) -> int:
             if a == 0 and b == 0:
                 return 0
             raise _Moves(f"{expr_str(e)} multiplies terms that move")
-        if not isinstance(e.b, Const) or b != 0:
+        if not isinstance(e.b, Const):
             raise _Moves(f"{expr_str(e)} divides by a term that is not a constant")
         m = e.b.value
         if m == 0:  # x / 0 == 0, x % 0 == x (docs/language.md)

@@ -205,12 +205,15 @@ carried r2p out/abrun/r2pbase out/abrun/r2p -- r2p.log 240 python3 benchmarks/be
     --artifacts out/abrun/r2pbase --ab out/abrun/r2pbase out/abrun/r2p --suite all --patterns causal \
     clear clear_text g_grid77_w48_r6 g_natten_clamped g_video3d g_dilated_band \
     --lengths 4096 16384 --gen-lengths 4096 16384 --rep 20 --no-plot --out "$OUT/r2p"
-# 1o. The patch items' P^T word inside the exponentials' loop, bits ascending (the default
-#    since run 26, which measured it as bwd_ablate's wsr2ploop: clear's ws kv 8 % faster than a
-#    bit per element): ws beside wsbitpatch (a bit per element, runs 21-25) and wsbitlin (the
-#    linear items bit by bit, 5 % slower on grid96 in run 26), checked (kernel notes "Run 26")
+# 1o. The P^T words inside the exponentials' loop, bits ascending (patch items since run 26:
+#    clear's ws kv 8 % faster than a bit per element; linear items since run 27: the grids'
+#    backward 4-15 % faster than the word after the loop): ws beside wsbitpatch (patch items a
+#    bit per element, runs 21-25), wslinafter (linear words after the loop, runs 25-26) and
+#    wsbitlin (linear items bit by bit), checked (kernel notes "Run 26", "Run 27")
 step patchword patchword.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsbitpatch wsbitlin \
     --check --cases clear_patch grid96 causal --mask clear_patch --lengths 4096x8 16384x2
+step patchword patchword.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslinafter wsbitlin \
+    --mask grid96 --lengths 4096x8
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)

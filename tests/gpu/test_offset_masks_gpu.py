@@ -3,8 +3,9 @@ offset_masks): masks whose visibility depends only on q - k, with a residual, ag
 float64 reference of the dense oracle (the harness of test_gpu_correctness.py).
 
 benchmarks/generality/dilated_band.mask (33 tile offsets), two small dilated masks (a
-skewed band and one with a deny) one periodic without bound on both sides of the
-diagonal (offsets past each end reuse one period) and tile-aligned blocks, every dtype and head dim, batch and packed layouts,
+skewed band and one with a deny), one periodic without bound on both sides of the diagonal
+(offsets past each end reuse one period) and tile-aligned blocks, every dtype and head dim,
+batch and packed layouts,
 lengths that cut the last key tile at len. The manifest must say that the sm90 kernels
 carry the tile masks, so that these cases run the loaded masks, not the predicate.
 
