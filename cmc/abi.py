@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the runtime imports this module: no compiler module at run 
     from .ir import Mask
 
 # The manifest's format (cmc/package.py writes it, cmc/runtime/manifest.py reads it).
-SCHEMA_VERSION = 5  # 5: kernels for short sequences (below_len); 4: params carry their declared range, kernels their pass, role, params; the backward section
+SCHEMA_VERSION = 6  # 6: the dsum workspace holds the LSE offsets too ([2, heads_q, T]); 5: kernels for short sequences (below_len); 4: params carry their declared range, kernels their pass, role, params; the backward section
 
 CTYPES = {
     "uint64_t": (8, "Q"),

@@ -233,8 +233,8 @@ def backward_dict(built: BuiltKernels) -> dict[str, Any] | None:
         "workspace": {
             "dq_accum": {"dtype": "float32", "shape": ["T", "heads_q", "head_dim"],
                          "bytes": "4 * T * heads_q * head_dim"},
-            "dsum": {"dtype": "float32", "shape": ["heads_q", "T"],
-                     "bytes": "4 * T * heads_q"},
+            "dsum": {"dtype": "float32", "shape": ["2", "heads_q", "T"],
+                     "bytes": "8 * T * heads_q"},
         },
         "sequence": {mode: list(roles) for mode, roles in BWD_SEQUENCE.items()},
         "transposed_table": table_dict(src.transposed),

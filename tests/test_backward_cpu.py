@@ -72,8 +72,8 @@ def write_bwd_artifact(root: Path, name: str = "hstu", params=(("n_targets", "ba
             "workspace": {
                 "dq_accum": {"dtype": "float32", "shape": ["T", "heads_q", "head_dim"],
                              "bytes": "4 * T * heads_q * head_dim"},
-                "dsum": {"dtype": "float32", "shape": ["heads_q", "T"],
-                         "bytes": "4 * T * heads_q"}},
+                "dsum": {"dtype": "float32", "shape": ["2", "heads_q", "T"],
+                         "bytes": "8 * T * heads_q"}},
             "sequence": {"atomic": ["pre", "kv", "post"], "deterministic": ["pre", "kv", "dq"]},
             "transposed_table": {}}
     edit_manifest(d, add)
@@ -237,7 +237,7 @@ def test_backward_packed_launch_sequence_and_bytes(tmp_path, gpu, deterministic)
     assert (a["dk_stride_tok"], a["dk_stride_head"], a["dv_stride_tok"]) == (128, 64, 128)
     assert a["total_tokens"] == 135 and a["flags"] == (1 if deterministic else 0)
     sizes = dict(rec.allocs)
-    assert sizes[a["dq_accum"]] == 4 * 135 * 4 * 64 and sizes[a["dsum"]] == 4 * 135 * 4
+    assert sizes[a["dq_accum"]] == 4 * 135 * 4 * 64 and sizes[a["dsum"]] == 8 * 135 * 4
     assert a["dq_accum"] in gpu.freed and a["dsum"] in gpu.freed  # freed in stream order
 
 

@@ -37,19 +37,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
 
+# The per-element predicate of kv_p_linear's partial items (the edits below that change it).
+_LIN_PRED = ("      if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;\n"
+             "      if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;")
+
 # name: (what it removes, [(old, new, times old must occur)])
 ABLATIONS: dict[str, tuple[str, list[tuple[str, str, int]]]] = {
     "nored": ("the atomic dQ's red.global.add (the dS^T store, barrier and dQ GEMM stay)",
               [("    if (q >= 0) {\n      float* row = acc", "    if (q < -1) {\n      float* row = acc",
                 1)]),
     "nodqgemm": ("the atomic dQ's GEMM (its wait and the red.global.add of zeros stay)",
-                 [("    ss_n64<BF16, 1, 1>(dq, gdesc(dqA + kk * 2048, kBN * 128, 1024), "
-                   "gdesc(dqB + kk * 2048, kBN * 128, 1024), kk);\n", "", 1)]),
+                 [("ss_n64<BF16, 1, 1>(dq, gdesc_at(ds_desc, kk * 2048), gdesc_at(k_desc, kk * 2048), kk);",
+                   ";", 1)]),
     "noexp": ("the 2 exponentials per element of P^T become plain FMAs",
               [("float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], "
                 "sl2, -off));",
                 "float p0 = (fmaf(s[4 * jj + e], sl2, -off)), p1 = (fmaf(s[4 * jj + 2 + e], "
-                "sl2, -off));", 2)]),
+                "sl2, -off));", 3)]),
     "nosync": ("the per-item __syncthreads of the linear loop (the warpgroups drift apart)",
                [("    __syncthreads();       // everyone's; everyone is done with stage buf ^ 1 "
                  "and dS^T\n", "", 1)]),
@@ -256,7 +260,7 @@ WS_ABLATIONS = {
                     "        if (hq < -1) *reinterpret_cast<float2*>(stg + (jj >> 2) * 8192", 1)]),
     "wsnomask": ("ws without the per-element mask of partial tiles (P^T unmasked there; with "
                  "--mask grid96: what the mask's evaluation costs the backward)",
-                 [("  const bool by_pred = !is_full;", "  const bool by_pred = false;  // (ablated)", 1),
+                 [(_LIN_PRED, "      (void)qin;  // (ablated)", 1),
                   ("  if (mw_ok) {  // (mw_ok implies a partial tile)\n    if (qbase + kBM > len",
                    "  if (false) {\n    if (qbase + kBM > len", 1)]),
     "wsnobar": ("ws without the per-item barrier of both consumer warpgroups before the dQ "
@@ -265,8 +269,7 @@ WS_ABLATIONS = {
                 [("    if constexpr (DQ<D>::kSplitN) ws_bar_sync(3, 256);",
                   "    if constexpr (false) ws_bar_sync(3, 256);", 1)]),
     "wsnodqgemm": ("ws without the dQ GEMM (zeros are staged and added)",
-                   [("      ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), "
-                     "gdesc(dqB + 2048 * kk, kBN * 128, 1024),\n                         kk);",
+                   [("      ss_n64<BF16, 1, 1>(dq, gdesc_at(ds_desc, 2048 * kk), gdesc_at(k_desc, 2048 * kk), kk);",
                      "      ;", 1)]),
     "wsnodsst": ("ws without the dS^T stores to shared memory (dQ reads a stale dS^T; the fence "
                  "and the barrier stay)",
@@ -325,19 +328,20 @@ ALTERNATIVES["wsbitpatch"] = (
 ALTERNATIVES["wsbitlin"] = (
     "ws with the linear items' P^T word applied bit by bit in the exponentials' loop",
     _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    if (qbase + kBM > len", 1),
-                 ("        if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;\n"
-                  "        if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;",
-                  "        const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u"
+                 (_LIN_PRED,
+                  "      const bool v0 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(0, jj, e)) & 1u) != 0u"
                   " : HT::visible(seqt, krow0, q);\n"
-                  "        const bool v1 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u) != 0u"
+                  "      const bool v1 = mw_ok ? ((mw >> cmc_bwd_kv_mask_bit(1, jj, e)) & 1u) != 0u"
                   " : HT::visible(seqt, krow1, q);\n"
-                  "        if (!(qin && kr < len && v0)) p0 = 0.f;\n"
-                  "        if (!(qin && kr + 8 < len && v1)) p1 = 0.f;", 1)]),
+                  "      if (!(qin && kr < len && v0)) p0 = 0.f;\n"
+                  "      if (!(qin && kr + 8 < len && v1)) p1 = 0.f;", 1)]),
     lambda d: WS_SMEM_GROWTH)
 ALTERNATIVES["wslinafter"] = (
     "ws with the linear items' P^T word applied by R2P after the exponentials' loop (runs 25-26)",
     _ws_without([(_LIN_WORD_LOOP, "  if (false) {\n    if (qbase + kBM > len", 1),
-                 ("  const bool by_pred = !is_full;", "  const bool by_pred = !is_full && !mw_ok;", 1),
+                 (_LIN_PRED,
+                  "      if (!mw_ok && !(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;\n"
+                  "      if (!mw_ok && !(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;", 1),
                  ("      s[4 * jj + 2 + e] = p1;\n    }\n  }\n}\n\ntemplate <class H, class HT, bool BF16, int D>\n"
                   "CMC_DEV void kv(",
                   "      s[4 * jj + 2 + e] = p1;\n    }\n  }\n  if (mw_ok) {\n"

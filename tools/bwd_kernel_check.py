@@ -285,7 +285,7 @@ def run_case(name, dtype, d, built, table, lens: list[int] | None = None) -> lis
         dk = torch.full((total, hk, d), float("nan"), device="cuda", dtype=tdt)
         dv = torch.full((total, hk, d), float("nan"), device="cuda", dtype=tdt)
         acc = torch.full((total, hq, d), float("nan"), device="cuda", dtype=torch.float32)
-        dsum = torch.full((hq, total), float("nan"), device="cuda", dtype=torch.float32)
+        dsum = torch.full((2, hq, total), float("nan"), device="cuda", dtype=torch.float32)
         args = pack_args(do, dq, dk, dv, acc, dsum, total, deterministic)
         bwd.run(desc, args, max(lens), hq, hk, len(lens), deterministic)
         kc._ok(cu.cuCtxSynchronize(), f"backward {name} {mode}")
@@ -335,7 +335,7 @@ def timing_problem(layout, table, dtype: str, L: int, B: int, H: int = 16, D: in
     do = torch.randn_like(qt)
     dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
     acc = torch.empty(total, H, D, device="cuda", dtype=torch.float32)
-    dsum = torch.empty(H, total, device="cuda", dtype=torch.float32)
+    dsum = torch.empty(2, H, total, device="cuda", dtype=torch.float32)
     keep += [qt, kt, vt, o, lse, do, dq, dk, dv, acc, dsum]
 
     def args(det: bool) -> bytes:

@@ -201,7 +201,7 @@ def _launch_all(attn: Attention, roles: Mapping[str, _Kernel], num_sms: int, sh:
     except KeyError as missing:
         raise ArtifactError(f"backward.workspace rule uses unknown name {missing}") from None
     floor = {"dq_accum": 4 * geo.tokens * geo.heads_q * geo.head_dim,
-             "dsum": 4 * geo.tokens * geo.heads_q}
+             "dsum": 8 * geo.tokens * geo.heads_q}
     for n, b in sizes.items():
         if b < floor[n]:  # the kernels' contract: never hand them a short buffer
             raise ArtifactError(f"backward.workspace.{n}: the rule gives {b} bytes, the "

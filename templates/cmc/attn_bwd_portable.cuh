@@ -129,6 +129,13 @@ template <bool BF16> CMC_DEV void unpack2(unsigned w, float& lo, float& hi) {
 CMC_DEV float lse_offset(float lse) {
   return lse == neg_inf() ? __int_as_float(0x7f800000) : lse * 1.4426950408889634f;
 }
+// Row h (query head) of the dsum workspace's second half, [heads_q][T] from token 0: pre
+// writes lse_offset of every query row's LSE there, so that the sm90 kv kernels take it as it
+// is, one FFMA an exponential (FA3 / FA4 read a log2-scaled LSE too); converting it in the kv
+// cost 3 instructions per value and item on the path to the S^T wgmmas' issue (ncu, 2026-12-07).
+CMC_DEV float* lse_offsets(const cmc_bwd_args& args, int heads_q, int h) {
+  return reinterpret_cast<float*>(args.dsum) + ((cmc_i64)heads_q + h) * args.total_tokens;
+}
 
 // cp.async copies of rows [row0, row0 + ROWS) of a [len][D] operand (token stride `stride`)
 // into a swizzled tile; rows >= len are zero-filled.
@@ -240,6 +247,8 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   const unsigned short* og = reinterpret_cast<const unsigned short*>(desc.o) + (cmc_i64)h * desc.o_stride_head;
   const unsigned short* dg = reinterpret_cast<const unsigned short*>(args.dout) + (cmc_i64)h * args.dout_stride_head;
   float* dsum = reinterpret_cast<float*>(args.dsum) + (cmc_i64)h * args.total_tokens;
+  float* loff = lse_offsets(args, desc.heads_q, h);
+  const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)h * desc.lse_stride_head;
   float* acc = reinterpret_cast<float*>(args.dq_accum);
   const bool zero_acc = (args.flags & 1) == 0;
   for (int c = tid; c < kPreRows * kCh; c += kThreads) {  // kThreads is a multiple of kCh
@@ -267,6 +276,7 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
 #pragma unroll
     for (int m = 1; m < kCh; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
     if (in && ch == 0) dsum[tok0 + q] = s;
+    if (in && ch == 1) loff[tok0 + q] = lse_offset(lse[tok0 + q]);
   }
 }
 

@@ -462,6 +462,11 @@ CMC_DEV unsigned long long gdesc(unsigned saddr, unsigned lbo, unsigned sbo) {
          ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
+// The descriptor d moved by `bytes` (a multiple of 16 inside the same shared memory window):
+// one 64-bit uniform add per wgmma, where gdesc of the moved address cost ptxas about six
+// uniform instructions per wgmma (ws kv, causal: 245M uniform instructions against FA4's
+// 113M, ncu 2026-12-07); the forward's gdesc_at.
+CMC_DEV unsigned long long gdesc_at(unsigned long long d, unsigned bytes) { return d + (bytes >> 4); }
 CMC_DEV void red_add_v2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
@@ -542,10 +547,11 @@ CMC_DEV void rs_n128(float* d, const unsigned* a, unsigned long long db) {
 // A: 64 rows at `a` inside a [ROWS_A][D] tile; B: the whole [ROWS_B = 64][D] tile at `b`.
 template <bool BF16, int D, int ROWS_A, int ROWS_B>
 CMC_DEV void ss_headdim(float* d, unsigned a, unsigned b) {
+  const unsigned long long da = gdesc(a, 16, 1024), db = gdesc(b, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const unsigned oa = (kk >> 2) * (ROWS_A * 128) + (kk & 3) * 32, ob = (kk >> 2) * (ROWS_B * 128) + (kk & 3) * 32;
-    ss_n64<BF16, 0, 0>(d, gdesc(a + oa, 16, 1024), gdesc(b + ob, 16, 1024), kk);
+    ss_n64<BF16, 0, 0>(d, gdesc_at(da, oa), gdesc_at(db, ob), kk);
   }
 }
 
@@ -584,7 +590,7 @@ template <class Desc, int D>
 CMC_DEV void kv_issue_stats(unsigned base, int buf, const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0,
                             int len, int hq, int q0, int tid) {
   if (tid < 2 * kBM) {
-    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+    const float* lse = cmc_bwd::lse_offsets(args, desc.heads_q, hq) + tok0;
     const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
     const int rr = tid % kBM, q = q0 + rr;
     const bool valid = q < len;
@@ -801,8 +807,9 @@ CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* d
 #pragma unroll
   for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);
   wg_fence();
+  const unsigned long long do_desc = gdesc(doB, kBM * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
+  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc_at(do_desc, kk * 2048));
   wg_commit();
   wg_wait<1>();  // dP^T done (dV may still run)
   fence_regs<32>(dp);
@@ -813,8 +820,9 @@ CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* d
 // dK += dS^T Q issued as one commit group (scaled at the end).
 template <bool BF16, int D> CMC_DEV void kv_dk(float* dk, const unsigned* dsa, unsigned qB) {
   wg_fence();
+  const unsigned long long q_desc = gdesc(qB, kBM * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc(qB + kk * 2048, kBM * 128, 1024));
+  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dk, dsa + 4 * kk, gdesc_at(q_desc, kk * 2048));
   wg_commit();
 }
 // kv_dv_ds, then kv_dk (kv, kv_patch).
@@ -861,9 +869,10 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
 #pragma unroll
   for (int i = 0; i < kDQ; ++i) dq[i] = 0.f;
   wg_fence();
+  const unsigned long long ds_desc = gdesc(dqA, kBN * 128, 1024), k_desc = gdesc(dqB, kBN * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
-    ss_n64<BF16, 1, 1>(dq, gdesc(dqA + kk * 2048, kBN * 128, 1024), gdesc(dqB + kk * 2048, kBN * 128, 1024), kk);
+    ss_n64<BF16, 1, 1>(dq, gdesc_at(ds_desc, kk * 2048), gdesc_at(k_desc, kk * 2048), kk);
   wg_commit();
   wg_wait<0>();
   fence_regs<16>(const_cast<unsigned*>(pa));
@@ -1001,6 +1010,23 @@ CMC_DEV void p_by_word(float* s, unsigned w, float sl2, const Off& off) {
   }
 }
 
+// P^T of a full linear item in place (kv_p_linear): every element's exponential,
+// unmasked. One branch an item picks it, where the test of a partial item per element pair
+// inside one loop cost ptxas 16 branches an item (ws kv, causal: ncu, 2026-12-07).
+template <class Row>
+CMC_DEV void p_full(float* s, Row lse_b, int cq, float sl2) {
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float off = kv_row_at(lse_b, jj, e, cq);
+      float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
+      s[4 * jj + e] = p0;
+      s[4 * jj + 2 + e] = p1;
+    }
+  }
+}
+
 // P^T of a linear item in place: element (key kr + 8 i, query qbase + 8 jj + cq + e) is
 // s[4 jj + 2 i + e]; on a partial tile masked by the offset word (mw_ok) or HT::visible with
 // the key rows' transposed rows, and cut at len on both sides (a word is cut only where the
@@ -1011,23 +1037,24 @@ CMC_DEV void kv_p_linear(float* s, Row lse_b, int cq, float sl2, bool is_full, b
                          const typename HT::row_t& krow1, int kr, int qbase, int len) {
   if (mw_ok) {  // (mw_ok implies a partial tile)
     if (qbase + kBM > len || kr + 8 >= len) mw &= cmc_bwd_kv_len_word(qbase, len, cq, kr < len, kr + 8 < len);
-    p_by_word<false>(s, mw, sl2, [&](int, int jj, int e) { return cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq)); });
+    p_by_word<false>(s, mw, sl2, [&](int, int jj, int e) { return kv_row_at(lse_b, jj, e, cq); });
     return;
   }
-  const bool by_pred = !is_full;
+  if (is_full) {
+    p_full(s, lse_b, cq, sl2);
+    return;
+  }
 #pragma unroll
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int c = 8 * jj + cq + e;
-      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
+      const float off = kv_row_at(lse_b, jj, e, cq);
       float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
-      if (by_pred) {
-        const int q = qbase + c;
-        const bool qin = q < len;
-        if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;
-        if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;
-      }
+      const int q = qbase + c;
+      const bool qin = q < len;
+      if (!(qin && kr < len && HT::visible(seqt, krow0, q))) p0 = 0.f;
+      if (!(qin && kr + 8 < len && HT::visible(seqt, krow1, q))) p1 = 0.f;
       s[4 * jj + e] = p0;
       s[4 * jj + 2 + e] = p1;
     }
@@ -1209,7 +1236,7 @@ CMC_DEV void kv_issue_rows(unsigned base, int buf, const Desc& desc, const cmc_b
                     reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
                         (cmc_i64)hq * args.dout_stride_head, args.dout_stride_tok, rows, r0, tid);
   if (tid < 2 * kBM) {
-    const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+    const float* lse = cmc_bwd::lse_offsets(args, desc.heads_q, hq) + tok0;
     const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
     const int rr = tid % kBM, q = rows(r0 + rr);
     const bool valid = q >= 0;
@@ -1263,15 +1290,17 @@ CMC_DEV void kv_p_patch(float* s, Row lse_b, int cq, float sl2, bool is_full, bo
                         const typename HT::seq_t& seqt, const typename HT::row_t& krow0,
                         const typename HT::row_t& krow1, const Tok& qrows, int r0) {
   if (mw_ok) {  // (the word applied after the loop was 3 % slower: run 25)
-    p_by_word<true>(s, mw, sl2, [&](int, int jj, int e) { return cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq)); });
+    p_by_word<true>(s, mw, sl2, [&](int, int jj, int e) { return kv_row_at(lse_b, jj, e, cq); });
     return;
   }
+  // (p_full's branch here kept ptxas from the lockstep kv's wgmma pipeline on patch tilings:
+  // C7519, 2026-12-07)
 #pragma unroll
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int c = 8 * jj + cq + e;
-      const float off = cmc_bwd::lse_offset(kv_row_at(lse_b, jj, e, cq));
+      const float off = kv_row_at(lse_b, jj, e, cq);
       float p0 = ex2(fmaf(s[4 * jj + e], sl2, -off)), p1 = ex2(fmaf(s[4 * jj + 2 + e], sl2, -off));
       if (!is_full) {
         const int q = qrows(r0 + c);

@@ -211,7 +211,7 @@ CMC_DEV void ws_copy_rows(unsigned base, int st, const Desc& desc, const cmc_bwd
                           reinterpret_cast<const unsigned short*>(args.dout) + tok0 * args.dout_stride_tok +
                               (cmc_i64)hq * args.dout_stride_head, args.dout_stride_tok, tok, 0, lane);
   }
-  const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)hq * desc.lse_stride_head + tok0;
+  const float* lse = cmc_bwd::lse_offsets(args, desc.heads_q, hq) + tok0;
   const float* dsum = reinterpret_cast<const float*>(args.dsum) + (cmc_i64)hq * args.total_tokens + tok0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -549,10 +549,10 @@ CMC_DEV void ws_item_end(bool atomic_dq, unsigned char* smem, unsigned base, int
 #pragma unroll
     for (int i = 0; i < DQ<D>::kRegs; ++i) dq[i] = 0.f;
     wg_fence();
+    const unsigned long long ds_desc = gdesc(dqA, kBN * 128, 1024), k_desc = gdesc(dqB, kBN * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
-      ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024),
-                         kk);
+      ss_n64<BF16, 1, 1>(dq, gdesc_at(ds_desc, 2048 * kk), gdesc_at(k_desc, 2048 * kk), kk);
     wg_commit();
     kv_dk<BF16, D>(dk, dsa, qB);
     CMC_WS_LAP(kPrIssueDqDk);
@@ -587,9 +587,10 @@ CMC_DEV void ws_dq_gemm(float* dq, unsigned dqA, unsigned dqB) {
 #pragma unroll
   for (int i = 0; i < DQ<D>::kRegs; ++i) dq[i] = 0.f;
   wg_fence();
+  const unsigned long long ds_desc = gdesc(dqA, kBN * 128, 1024), k_desc = gdesc(dqB, kBN * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < DQ<D>::kSteps; ++kk)
-    ss_n64<BF16, 1, 1>(dq, gdesc(dqA + 2048 * kk, kBN * 128, 1024), gdesc(dqB + 2048 * kk, kBN * 128, 1024), kk);
+    ss_n64<BF16, 1, 1>(dq, gdesc_at(ds_desc, 2048 * kk), gdesc_at(k_desc, 2048 * kk), kk);
   wg_commit();
 }
 // A lagged item's end once dQ(n - 1) is done (dq): the arrival for item n, dQ(n - 1) staged if
@@ -680,8 +681,9 @@ CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool pr
   float dq[DQ<D>::kRegs];
   ws_dq_gemm<BF16, D>(dq, smem_u32(smem + L::kDS + (st ^ 1) * (kBN * kBM * 2)), dqB);
   // dV as kv_dv_ds issues it, without a second wgmma fence (one spilled CLEAR's kv 8 bytes)
+  const unsigned long long do_desc = gdesc(doB, kBM * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc(doB + kk * 2048, kBM * 128, 1024));
+  for (int kk = 0; kk < kBM / 16; ++kk) rs_nd<BF16, D>(dv, pa + 4 * kk, gdesc_at(do_desc, kk * 2048));
   wg_commit();
   kv_dk<BF16, D>(dk, dsa, qB);
   if (!(phantom && wg == 1)) ws_turn_pass(wg);  // (warpgroup 0 waits for no turn after the end)
