@@ -556,11 +556,17 @@ ALTERNATIVES["wslagppprobe"] = _ws_macros("wslagpp with wsprobe's clock laps (CM
                                           WS_DQ_LAG=2, WS_PROBE=1)
 ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS_DQ_LAG 1, CMC_WS_PROBE 1)",
                                         WS_DQ_LAG=1, WS_PROBE=1)
+# FA3 / FA4's dQ hand-off (run 28's ncu: FA4 stages dQ by 8 st.shared.v4 and adds 16 KiB a
+# warpgroup item in one bulk copy, its dQaccum in accumulator order): linear items only, dq_accum
+# read in that order by nothing (timing only; tokens 64-aligned, as the tool's batch layout).
+ALTERNATIVES["wsfrag"] = _ws_macros(
+    "ws whose linear items stage dQ in accumulator order and add it by one 16 KiB bulk copy per "
+    "warpgroup (CMC_WS_DQ_FRAG 1; timing only: not post's layout)", WS_DQ_FRAG=1)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
-UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
+UNCHECKED = {"tiledq", "wsperskv0", "wsfrag", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsfrag", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global

@@ -214,6 +214,11 @@ step patchword patchword.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py
     --check --cases clear_patch grid96 causal --mask clear_patch --lengths 4096x8 16384x2
 step patchword patchword.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslinafter wsbitlin \
     --mask grid96 --lengths 4096x8
+# 1g2. FA3 / FA4's dQ hand-off (kernel notes "Run 29"): ws beside wsfrag (linear items' dQ
+#    staged in accumulator order, one 16 KiB bulk add per warpgroup item; timing only), both
+#    orders, on causal
+step frag frag.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsfrag ws wsfrag \
+    --lengths 4096x8 16384x2 2048x16
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)

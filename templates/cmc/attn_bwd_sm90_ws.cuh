@@ -37,6 +37,12 @@
 #ifndef CMC_WS_LSE_REGS
 #define CMC_WS_LSE_REGS 1  // an item's LSE read into registers under its S^T GEMM (0: bwd_ablate wsnolse)
 #endif
+#ifndef CMC_WS_DQ_FRAG
+// 1 (bwd_ablate wsfrag, timing only): a linear item's dQ partial staged in accumulator order
+// (8 st.shared.v4 per thread) and added as one 16 KiB cp.reduce.async.bulk per warpgroup to a
+// block of dq_accum in that order, FA3 / FA4's hand-off; post does not read that layout
+#define CMC_WS_DQ_FRAG 0
+#endif
 #ifndef CMC_WS_STSM
 #define CMC_WS_STSM 1  // dS^T to shared memory by stmatrix, FA3 / FA4's way (0: bwd_ablate wsnostsm)
 #endif
@@ -430,6 +436,18 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
     CMC_WS_COUNT(kPrWrItems);
     const int hq = rows[0];
     if (hq < 0) break;
+#if CMC_WS_DQ_FRAG
+    if (rows[1]) {  // block rows[4] / 64 of dq_accum in accumulator order (tokens 64-aligned)
+      if (lane == 0) {
+        bulk_reduce_add_f32(acc + (((cmc_i64)(rows[4] >> 6) * heads_q + hq) * 64 * D + col * 64), stg, 16384u);
+        bulk_commit();
+        bulk_wait_read();
+      }
+      __syncwarp();
+      ws_bar_arrive(6 + w, 160);
+      continue;
+    }
+#endif
 #if CMC_WS_DQ_RED
     // (experiment, bwd_ablate wsred) red.global.add.v4.f32 from the staging: a row's 64 floats
     // by 16 lanes, two rows per pass
@@ -484,6 +502,18 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
   unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
   ws_bar_sync(6 + w, 160);
   CMC_WS_LAP(kPrStgWait);
+#if CMC_WS_DQ_FRAG
+  if (dq != nullptr && nb > 0 && BOX == 64) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      *reinterpret_cast<float4*>(stg + (i * 128 + wtid) * 16) = make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2],
+                                                                             dq[4 * i + 3]);
+    if (wtid == 0) {
+      rows[1] = 1;
+      rows[4] = tok(0);
+    }
+  } else
+#endif
   if (dq != nullptr && nb > 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
