@@ -562,11 +562,17 @@ ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS
 ALTERNATIVES["wsfrag"] = _ws_macros(
     "ws whose linear items stage dQ in accumulator order and add it by one 16 KiB bulk copy per "
     "warpgroup (CMC_WS_DQ_FRAG 1; timing only: not post's layout)", WS_DQ_FRAG=1)
+# The item's LSE offsets and Dsum stored so that each consumer thread's 16 values are
+# contiguous, read by 4 ld.shared.v4 instead of 8 ld.shared.v2 (run 29's ncu: the LSE loads
+# outlast the S^T wgmmas they are issued under). Correct, so --check runs it.
+ALTERNATIVES["wsstatv4"] = _ws_macros(
+    "ws reading an item's LSE offsets and Dsum by 4 ld.shared.v4 each, its loader storing them "
+    "per thread (CMC_BWD_STAT_V4 1)", BWD_STAT_V4=1)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", "wsfrag", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsfrag", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
@@ -574,7 +580,7 @@ WS_BASED = {"ws", "wsred", "wsfrag", "wsrows", "wsplain", "wsvis", "wsbitpatch",
 TMA = {"tmaload", *WS_BASED}
 # Alternatives with their own patch-tiling kernel (kv_patch_ws): --check also runs
 # bwd_kernel_check's PATCH_VARIANTS (CLEAR with patches, on PATCH_LENS).
-PATCH_CHECKED = {"ws", "wsred", "wsrows", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
+PATCH_CHECKED = {"ws", "wsred", "wsstatv4", "wsrows", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsnostsm", "wsnolse", "wsnofa", "wspcp", "wslag", "wslagpp"}
 THREADS = {n: WS_THREADS for n in WS_BASED}
 # Alternatives with wsprobe's counters (CMC_WS_PROBE 1): their kv is probed after the timings.
 PROBED = {"wsprobe", "wspersprobe", "wsperstprobe", "wslagprobe", "wslagppprobe"}

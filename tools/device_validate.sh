@@ -219,6 +219,10 @@ step patchword patchword.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py 
 #    orders, on causal
 step frag frag.log 120 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsfrag ws wsfrag \
     --lengths 4096x8 16384x2 2048x16
+# 1g3. The LSE offsets and Dsum read by ld.shared.v4 (wsstatv4, kernel notes "Run 29"): checked
+#    (both modes, CLEAR's patches too), then timed against ws in both orders
+step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsstatv4 ws wsstatv4 --check \
+    --lengths 4096x8 16384x2 2048x16
 # 1h. The ws kv on patch tilings (TMA patch loaders, the default since run 21; kernel notes "Run
 #    21"): the patch gradient tests, then checks and timings on CLEAR's patches beside the
 #    cp.async loader (wspcp) and the no-copy ceiling (wspnoqdo) at 4,096 (a cut last patch row)

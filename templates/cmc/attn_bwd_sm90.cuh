@@ -272,6 +272,13 @@ template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * 
 #ifndef CMC_BWD_KV_TMA
 #define CMC_BWD_KV_TMA 0
 #endif
+// An item's LSE offsets and Dsum in a stage (kLse, kDsum): 0 (shipped) by query row; 1
+// (experiment, bwd_ablate wsstatv4 / statv4) each consumer thread's 16 values contiguous
+// (kv_stat_slot), read as 4 ld.shared.v4 instead of 8 ld.shared.v2 (run 29's ncu: the LSE loads
+// outlast the S^T wgmmas they are issued under)
+#ifndef CMC_BWD_STAT_V4
+#define CMC_BWD_STAT_V4 0
+#endif
 // Partial linear items of the kv kinds masked by the transposed hooks' span words
 // (cmc_bwd_kv_span_word; 0: HT::visible per element, as before 2026-12-05: tools/bwd_ablate.py
 // wsvis, lsvis).
@@ -584,6 +591,12 @@ CMC_DEV void load_tile(unsigned dst, const unsigned short* g, cmc_i64 stride, in
   }
 }
 
+// Where query row rr (0 .. kBM) of an item's LSE offsets / Dsum lies in its stage row: by row,
+// or (CMC_BWD_STAT_V4) the 16 rows 8 jj + cq + e of the threads with columns cq, cq + 1 at
+// 16 (cq / 2) + 2 jj + e, so that a thread's values are 64 contiguous bytes.
+CMC_DEV int kv_stat_slot(int rr) {
+  return CMC_BWD_STAT_V4 ? ((rr & 7) >> 1) * 16 + (rr >> 3) * 2 + (rr & 1) : rr;
+}
 // The LSE and Dsum of query rows q0 .. q0 + kBM - 1 (zero past len: those rows are masked)
 // into ring stage `buf`, by cp.async of threads tid < 2 kBM.
 template <class Desc, int D>
@@ -595,7 +608,7 @@ CMC_DEV void kv_issue_stats(unsigned base, int buf, const Desc& desc, const cmc_
     const int rr = tid % kBM, q = q0 + rr;
     const bool valid = q < len;
     const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
-    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
+    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + kv_stat_slot(rr)) * 4,
                        src, valid);
   }
 }
@@ -771,17 +784,31 @@ CMC_DEV void kv_ws_entry(const typename H::desc_t& desc, const KvMaps& maps,
 struct KvRowRegs {
   float v[16];
 };
-CMC_DEV float kv_row_at(const float* b, int jj, int e, int cq) { return b[8 * jj + cq + e]; }
+CMC_DEV float kv_row_at(const float* b, int jj, int e, int cq) {
+  return CMC_BWD_STAT_V4 ? b[(cq >> 1) * 16 + 2 * jj + e] : b[8 * jj + cq + e];
+}
 CMC_DEV float kv_row_at(const KvRowRegs& r, int jj, int e, int) { return r.v[2 * jj + e]; }
-// KvRowRegs of a stage's row b: issued as 8 shared loads now, used after the next waits.
+// KvRowRegs of a stage's row b: issued as 8 shared loads now (4 with CMC_BWD_STAT_V4), used
+// after the next waits.
 CMC_DEV KvRowRegs kv_row_regs(const float* b, int cq) {
   KvRowRegs r;
+#if CMC_BWD_STAT_V4
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float4 x = *reinterpret_cast<const float4*>(b + (cq >> 1) * 16 + 4 * k);
+    r.v[4 * k] = x.x;
+    r.v[4 * k + 1] = x.y;
+    r.v[4 * k + 2] = x.z;
+    r.v[4 * k + 3] = x.w;
+  }
+#else
 #pragma unroll
   for (int jj = 0; jj < 8; ++jj) {
     const float2 x = *reinterpret_cast<const float2*>(b + 8 * jj + cq);
     r.v[2 * jj] = x.x;
     r.v[2 * jj + 1] = x.y;
   }
+#endif
   return r;
 }
 
@@ -792,7 +819,7 @@ CMC_DEV void kv_ds(const float* s, float* dp, const float* dsum_b, int cq) {
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float dd = dsum_b[8 * jj + cq + e];
+      const float dd = kv_row_at(dsum_b, jj, e, cq);
       dp[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dd);
       dp[4 * jj + 2 + e] = s[4 * jj + 2 + e] * (dp[4 * jj + 2 + e] - dd);
     }
@@ -1241,7 +1268,7 @@ CMC_DEV void kv_issue_rows(unsigned base, int buf, const Desc& desc, const cmc_b
     const int rr = tid % kBM, q = rows(r0 + rr);
     const bool valid = q >= 0;
     const float* src = (tid < kBM ? lse : dsum) + (valid ? q : 0);
-    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + rr) * 4,
+    cmc_bwd::cp_async4(base + (tid < kBM ? SmemKV<D>::kLse : SmemKV<D>::kDsum) + (buf * kBM + kv_stat_slot(rr)) * 4,
                        src, valid);
   }
 }

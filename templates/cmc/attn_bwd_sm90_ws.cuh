@@ -222,8 +222,9 @@ CMC_DEV void ws_copy_rows(unsigned base, int st, const Desc& desc, const cmc_bwd
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int rr = lane + 32 * h, q = tok(rr);
-    cmc_bwd::cp_async4(base + SmemWS<D>::kLse + (st * kBM + rr) * 4, lse + (q >= 0 ? q : 0), q >= 0);
-    cmc_bwd::cp_async4(base + SmemWS<D>::kDsum + (st * kBM + rr) * 4, dsum + (q >= 0 ? q : 0), q >= 0);
+    const int slot = st * kBM + kv_stat_slot(rr);
+    cmc_bwd::cp_async4(base + SmemWS<D>::kLse + slot * 4, lse + (q >= 0 ? q : 0), q >= 0);
+    cmc_bwd::cp_async4(base + SmemWS<D>::kDsum + slot * 4, dsum + (q >= 0 ? q : 0), q >= 0);
   }
 }
 
