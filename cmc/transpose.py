@@ -68,7 +68,20 @@ from .ir import (
     Var,
     nodes,
 )
-from .lower import K, add, const_difference, linearize, lower, mul, neg, nnf, sub, substitute, uses
+from .lower import (
+    MAX_CONJUNCTIONS,
+    K,
+    add,
+    const_difference,
+    linearize,
+    lower,
+    mul,
+    neg,
+    nnf,
+    sub,
+    substitute,
+    uses,
+)
 
 _SWAP = {"q": "k", "k": "q"}
 
@@ -97,15 +110,33 @@ def swap_pred(p: Pred) -> Pred:
     raise TypeError(p)
 
 
-def split_shared_calls(p: Pred) -> Pred:
+class _TooManyCases(Exception):
+    """The case split passed its budget of conjunctions."""
+
+
+def split_shared_calls(p: Pred, limit: int = MAX_CONJUNCTIONS) -> Pred:
     """p (in negation normal form) with every k-dependent min/max/abs of a conjunction's
-    comparisons case-split once for the whole conjunction (see the module docstring)."""
+    comparisons case-split once for the whole conjunction (see the module docstring). Past
+    `limit` conjunctions in all, p as it is: the split doubles per nested call, and a fuzzed
+    mask with eight of them ran for minutes (2026-12-07); `lower` then makes such a mask
+    residual with its own reason, as it does the forward."""
+    left = [limit]
+    try:
+        return _split(p, left)
+    except _TooManyCases:
+        return p
+
+
+def _split(p: Pred, left: list[int]) -> Pred:
     if isinstance(p, Or):
-        return Or(tuple(split_shared_calls(x) for x in p.items))
+        return Or(tuple(_split(x, left) for x in p.items))
     items = p.items if isinstance(p, And) else (p,)
-    items = tuple(split_shared_calls(x) if isinstance(x, Or) else x for x in items)
+    items = tuple(_split(x, left) if isinstance(x, Or) else x for x in items)
     call = _first_k_call(items)
     if call is None:
+        left[0] -= 1
+        if left[0] < 0:
+            raise _TooManyCases
         return And(items) if len(items) > 1 else items[0]
     cases = []
     for cond, by in _cases(call):
@@ -115,7 +146,7 @@ def split_shared_calls(p: Pred) -> Pred:
 
         rewritten = tuple(Cmp(x.op, substitute(x.a, f), substitute(x.b, f))
                           if isinstance(x, Cmp) else x for x in items)
-        cases.append(split_shared_calls(And((*cond, *rewritten))))
+        cases.append(_split(And((*cond, *rewritten)), left))
     return Or(tuple(cases))
 
 

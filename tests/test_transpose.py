@@ -89,6 +89,37 @@ def test_a_residual_forward_can_transpose_exact():
         _check(lower(m), length, {})
 
 
+# found by the CLI fuzz on 2026-12-07: k in 46 nested min / max / abs calls; the transposed
+# case split doubled per call without a budget and `cmc check` ran for minutes
+NESTED_CALLS = """mask fuzzed
+const C = 3
+param P : int
+param B : int[batch]
+param S : segments
+let L0 = min(max(C, 4), max(11, q, P), min((len), C, q))
+let L1 = min(L0 - C, 16 * k, -C)
+let L2 = min(P, abs(L1), B)
+allow same(S, min(k, q), -12 + L0)
+allow k > max(19, q, L0) != min(L2, L2)
+allow max((L0), (-17)) == abs(17)
+deny -13 in [C, C)
+"""
+
+
+def test_a_mask_of_many_nested_calls_transposes_residual_and_quickly(tmp_path):
+    import time
+
+    path = tmp_path / "nested.mask"
+    path.write_text(NESTED_CALLS)
+    table = front(path, {})
+    started = time.monotonic()
+    t = transpose(table)
+    assert time.monotonic() - started < 10
+    assert not t.exact and "more than 512 cases" in summary(t)
+    for length, params in small_cases(table.mask, 77):
+        _check(table, length, params)
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     allows=st.lists(_preds(), min_size=1, max_size=3),
