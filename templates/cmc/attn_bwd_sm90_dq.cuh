@@ -83,9 +83,9 @@ CMC_DEV void dq_ds_dq(const float* s, float* dp, float ds0, float ds1, float* ac
 #pragma unroll
   for (int m = 0; m < 16; ++m) dsa[m] = pack2<BF16>(dp[2 * m], dp[2 * m + 1]);
   wg_fence();
-  const unsigned long long k_desc = gdesc(kb, kDqKeys * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kDqKeys / 16; ++kk) rs_nd<BF16, D>(acc, dsa + 4 * kk, gdesc_at(k_desc, kk * 2048));
+  for (int kk = 0; kk < kDqKeys / 16; ++kk)
+    rs_nd<BF16, D>(acc, dsa + 4 * kk, gdesc(kb + kk * 2048, kDqKeys * 128, 1024));
   wg_commit();
   wg_wait<0>();
   fence_regs<16>(dsa);
