@@ -568,11 +568,22 @@ ALTERNATIVES["wsfrag"] = _ws_macros(
 ALTERNATIVES["wsstatv4"] = _ws_macros(
     "ws reading an item's LSE offsets and Dsum by 4 ld.shared.v4 each, its loader storing them "
     "per thread (CMC_BWD_STAT_V4 1)", BWD_STAT_V4=1)
+# The token-major staging's addresses from one per-thread base and XOR immediates (run 28's
+# ncu: about 35 integer instructions rebuilt the 16 swizzled addresses every item): what of
+# wsfrag's gain the addresses alone give, with the layout unchanged. Correct, so --check runs it.
+ALTERNATIVES["wsstg"] = _ws_macros(
+    "ws staging dQ at one per-thread base plus XOR immediates, the same swizzled layout "
+    "(CMC_WS_STG_XOR 1)", WS_STG_XOR=1)
+# The item's LSE offsets loaded before its S^T and dP^T wgmmas are issued (run 29's ncu: 19 K
+# of 275 K stall samples on the first use after the S^T wait). Correct, so --check runs it.
+ALTERNATIVES["wslsefirst"] = _ws_macros(
+    "ws loading the item's LSE offsets before issuing its S^T and dP^T (CMC_WS_LSE_FIRST 1)",
+    WS_LSE_FIRST=1)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", "wsfrag", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslsefirst", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global

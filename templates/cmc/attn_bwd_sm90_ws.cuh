@@ -43,6 +43,16 @@
 // block of dq_accum in that order, FA3 / FA4's hand-off; post does not read that layout
 #define CMC_WS_DQ_FRAG 0
 #endif
+#ifndef CMC_WS_STG_XOR
+// 1 (bwd_ablate wsstg): the swizzled dQ staging's 16 addresses from one per-thread base, the
+// 128-byte swizzle applied by XOR immediates (the same bytes, the same layout)
+#define CMC_WS_STG_XOR 0
+#endif
+#ifndef CMC_WS_LSE_FIRST
+// 1 (bwd_ablate wslsefirst): the item's LSE offsets read before its S^T and dP^T are issued,
+// not under them (run 29's ncu: the loads had not landed when S^T was done)
+#define CMC_WS_LSE_FIRST 0
+#endif
 #ifndef CMC_WS_STSM
 #define CMC_WS_STSM 1  // dS^T to shared memory by stmatrix, FA3 / FA4's way (0: bwd_ablate wsnostsm)
 #endif
@@ -516,6 +526,19 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
   } else
 #endif
   if (dq != nullptr && nb > 0) {
+#if CMC_WS_STG_XOR
+    // chunk ^ (r & 7) = 2 (jj & 3) ^ ((lane & 3) >> 1 ^ (lane >> 2) & 7): bits 4-6 of the
+    // offset, which the 1 KiB-aligned staging and the row's 128 bytes leave clear, so the
+    // column block is an XOR of the thread's base; row r + 8 is 1 KiB on, block jj / 4 8 KiB
+    const unsigned o0 = (16 * warp + (lane >> 2)) * 128 + ((((lane & 3) >> 1) ^ ((lane >> 2) & 7)) << 4) +
+                        ((lane & 1) << 3);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      unsigned char* a = stg + ((o0 ^ ((jj & 3) << 5)) + (jj >> 2) * 8192);
+      *reinterpret_cast<float2*>(a) = make_float2(dq[4 * jj], dq[4 * jj + 1]);
+      *reinterpret_cast<float2*>(a + 1024) = make_float2(dq[4 * jj + 2], dq[4 * jj + 3]);
+    }
+#else
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = 16 * warp + (lane >> 2) + 8 * i;
@@ -526,6 +549,7 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
             make_float2(dq[4 * jj + 2 * i], dq[4 * jj + 2 * i + 1]);
       }
     }
+#endif
     if (wtid == 0) rows[1] = nb;
     if (wtid < nb) rows[4 + wtid] = tok(wtid * BOX);
   } else if (dq != nullptr) {
@@ -906,6 +930,9 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 #endif
 
     float s[32], dp[32];
+#if CMC_WS_LSE_REGS && CMC_WS_LSE_FIRST
+    const KvRowRegs lse_r = kv_row_regs(lse_s + st * kBM, cq);
+#endif
 #if CMC_WS_DQ_LAG >= 2
     if (lag) ws_turn_wait(wg);
 #endif
@@ -921,7 +948,9 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     // FA3 / FA4's order: the item's LSE read while S^T runs (after the mask word, which needs
     // the registers). Its Dsum too, under P^T, spilled on the mask-heavy kinds (grid96: 12 B,
     // CLEAR's patches: 88 B; 2026-12-05, not kept), so Dsum stays read after the dP^T wait.
+#if !CMC_WS_LSE_FIRST
     const KvRowRegs lse_r = kv_row_regs(lse_s + st * kBM, cq);
+#endif
 #endif
     wg_wait<1>();
     fence_regs<32>(s);
