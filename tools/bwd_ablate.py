@@ -296,7 +296,7 @@ for _n, (_what, _edits) in WS_ABLATIONS.items():
 # item by one bulk add per row. Correct, so --check runs it.
 ALTERNATIVES["wsrows"] = (
     "ws whose writers add every item by one cp.reduce.async.bulk per row (no TMA tensor adds)",
-    _ws_without([("  CMC_DEV int boxes(const Item& i) const { return i.qbase + kBM <= len ? 1 : 0; }",
+    _ws_without([("  CMC_DEV int boxes(const Item& i) const { return CMC_DQ_BLOCK64 ? blk0 + i.j : i.qbase + kBM <= len ? 1 : 0; }",
                   "  CMC_DEV int boxes(const Item&) const { return 0; }", 1),
                  ("  CMC_DEV int boxes(const Item& i) const { return cmc_bwd_item_runs<kBox>(i.qrows, i.r0); }",
                   "  CMC_DEV int boxes(const Item&) const { return 0; }", 1)]),
@@ -557,11 +557,11 @@ ALTERNATIVES["wslagppprobe"] = _ws_macros("wslagpp with wsprobe's clock laps (CM
 ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS_DQ_LAG 1, CMC_WS_PROBE 1)",
                                         WS_DQ_LAG=1, WS_PROBE=1)
 # FA3 / FA4's dQ hand-off (run 28's ncu: FA4 stages dQ by 8 st.shared.v4 and adds 16 KiB a
-# warpgroup item in one bulk copy, its dQaccum in accumulator order): linear items only, dq_accum
-# read in that order by nothing (timing only; tokens 64-aligned, as the tool's batch layout).
+# warpgroup item in one bulk copy, its dQaccum in accumulator order): dq_accum in 64-row blocks
+# in that order (CMC_DQ_BLOCK64; pre, post and the portable kinds follow), so it is checked.
 ALTERNATIVES["wsfrag"] = _ws_macros(
-    "ws whose linear items stage dQ in accumulator order and add it by one 16 KiB bulk copy per "
-    "warpgroup (CMC_WS_DQ_FRAG 1; timing only: not post's layout)", WS_DQ_FRAG=1)
+    "ws with dq_accum in 64-row blocks in accumulator order: dQ staged by 8 st.shared.v4 and "
+    "added by one 16 KiB bulk copy per warpgroup item (CMC_DQ_BLOCK64 1)", DQ_BLOCK64=1)
 # The item's LSE offsets and Dsum stored so that each consumer thread's 16 values are
 # contiguous, read by 4 ld.shared.v4 instead of 8 ld.shared.v2 (run 29's ncu: the LSE loads
 # outlast the S^T wgmmas they are issued under). Correct, so --check runs it.
@@ -581,7 +581,7 @@ ALTERNATIVES["wslsefirst"] = _ws_macros(
     WS_LSE_FIRST=1)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
-UNCHECKED = {"tiledq", "wsperskv0", "wsfrag", *WS_ABLATIONS}
+UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
 WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslsefirst", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,

@@ -179,6 +179,12 @@ def launch(func, grid, threads: int, smem: int, params: list[bytes]) -> None:
                              ctypes.addressof(argv), 0), "cuLaunchKernel")
 
 
+def acc_rows(total: int, batch: int) -> int:
+    """dq_accum's rows for either layout: token-major needs total, CMC_DQ_BLOCK64 64 per block
+    of ceil(total / 64) + batch (attn_bwd_portable.cuh dq_block)."""
+    return 64 * (-(-total // 64) + batch)
+
+
 def pack_args(do, dq, dk, dv, acc, dsum, total: int, deterministic: bool) -> bytes:
     """cmc_bwd_args packed from the layout the manifest's backward.args is written from."""
     from cmc.abi import BWD_FLAG_DETERMINISTIC, bwd_args_layout
@@ -284,7 +290,8 @@ def run_case(name, dtype, d, built, table, lens: list[int] | None = None) -> lis
         dq = torch.full((total, hq, d), float("nan"), device="cuda", dtype=tdt)
         dk = torch.full((total, hk, d), float("nan"), device="cuda", dtype=tdt)
         dv = torch.full((total, hk, d), float("nan"), device="cuda", dtype=tdt)
-        acc = torch.full((total, hq, d), float("nan"), device="cuda", dtype=torch.float32)
+        acc = torch.full((acc_rows(total, len(lens)), hq, d), float("nan"), device="cuda",
+                         dtype=torch.float32)
         dsum = torch.full((2, hq, total), float("nan"), device="cuda", dtype=torch.float32)
         args = pack_args(do, dq, dk, dv, acc, dsum, total, deterministic)
         bwd.run(desc, args, max(lens), hq, hk, len(lens), deterministic)
@@ -334,7 +341,7 @@ def timing_problem(layout, table, dtype: str, L: int, B: int, H: int = 16, D: in
     total = L * B
     do = torch.randn_like(qt)
     dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
-    acc = torch.empty(total, H, D, device="cuda", dtype=torch.float32)
+    acc = torch.empty(acc_rows(total, B), H, D, device="cuda", dtype=torch.float32)
     dsum = torch.empty(2, H, total, device="cuda", dtype=torch.float32)
     keep += [qt, kt, vt, o, lse, do, dq, dk, dv, acc, dsum]
 

@@ -41,6 +41,16 @@ struct cmc_bwd_args {  // 8-byte aligned, 120 bytes: the contract's fields (its 
 };
 static_assert(sizeof(cmc_bwd_args) == 120, "cmc_bwd_args size");
 
+#ifndef CMC_DQ_BLOCK64
+// dq_accum's layout. 0: token-major [T, Hq, D]. 1: blocks of 64 query rows, each sequence's rows
+// starting a block (sequence b's blocks from (tok0 + 64 b) / 64 on, FA3's padding, so ceil(T /
+// 64) + batch blocks hold any batch), block-major then head, and inside a block the sm90
+// wgmma accumulator order of its [64 x 64] column halves (dq_acc_at): a warpgroup's dQ partial
+// of one item is one contiguous 16 KiB, staged by 8 st.shared.v4 a thread and added by one
+// bulk copy (the ws kv), as FA3 / FA4 lay out dQaccum.
+#define CMC_DQ_BLOCK64 0
+#endif
+
 #if !defined(CMC_HOST)
 namespace cmc_bwd {
 
@@ -64,6 +74,25 @@ enum : int {
   kWarps = 4      // kv: 16 keys per warp; dq: 16 query rows per warp
 };
 static_assert(kBN == 16 * kWarps && kBM == 16 * kWarps, "one m16 tile per warp");
+
+// dq_accum's 64-row block of query row q of sequence b, whose first token is tok0 (CMC_DQ_BLOCK64).
+CMC_DEV cmc_i64 dq_block(cmc_i64 tok0, int b, int q) { return ((tok0 + 64 * (cmc_i64)b) >> 6) + (q >> 6); }
+// The float offset in dq_accum of query row q of sequence b (first token tok0), head h, column c.
+// CMC_DQ_BLOCK64: in block dq_block, head h's 64 x D floats hold column half c / 64 (D 128) at
+// 4096 (c / 64), and in a half, thread t's accumulator quad jj of a m64n64 wgmma (rows
+// 16 (t / 32) + t % 32 / 4 + {0, 8}, columns 8 jj + 2 (t % 4) + {0, 1}) at 4 (128 jj + t).
+template <int D>
+CMC_DEV cmc_i64 dq_acc_at(cmc_i64 tok0, int b, int q, int heads_q, int h, int c) {
+#if CMC_DQ_BLOCK64
+  const int i = q & 63, cc = c & 63;
+  const int t = (i >> 4) * 32 + (i & 7) * 4 + ((cc & 7) >> 1);
+  return (dq_block(tok0, b, q) * heads_q + h) * (64 * D) + (D == 128 ? (c >> 6) * 4096 : 0) +
+         ((cc >> 3) * 128 + t) * 4 + ((i >> 3) & 1) * 2 + (cc & 1);
+#else
+  (void)b;
+  return ((tok0 + q) * heads_q + h) * D + c;
+#endif
+}
 
 template <int D> struct Cfg {
   static_assert(D == 64 || D == 128, "head dim");
@@ -267,12 +296,21 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
         unpack2<BF16>(dw[i], d0, d1);
         s = fmaf(o0, d0, fmaf(o1, d1, s));
       }
+#if !CMC_DQ_BLOCK64
       if (zero_acc) {
         float4* z = reinterpret_cast<float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);
         z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
         z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
       }
+#endif
     }
+#if CMC_DQ_BLOCK64
+    if (zero_acc) {  // the whole block, rows past len too (the ws kv adds them: zeros)
+      float4* z = reinterpret_cast<float4*>(acc + (dq_block(tok0, b, q0) * desc.heads_q + h) * (64 * D) + c * 8);
+      z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+      z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#endif
 #pragma unroll
     for (int m = 1; m < kCh; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
     if (in && ch == 0) dsum[tok0 + q] = s;
@@ -303,11 +341,27 @@ CMC_DEV void post(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   const float scale = desc.scale_log2 * 0.6931471805599453f;
   const float* acc = reinterpret_cast<const float*>(args.dq_accum);
   unsigned short* dq = reinterpret_cast<unsigned short*>(args.dq) + (cmc_i64)h * args.dq_stride_head;
+#if CMC_DQ_BLOCK64
+  // the block's accumulator quads into rows (coalesced float4 reads), then rows out as below
+  __shared__ __align__(16) float rows[64][D + 4];
+  const float4* blk = reinterpret_cast<const float4*>(acc + (dq_block(seq.tok0, b, q0) * desc.heads_q + h) * (64 * D));
+  for (int f = tid; f < 16 * D; f += Cfg<D>::kThreadsPost) {
+    const float4 x = blk[f];
+    const int t = f & 127, r = 16 * (t >> 5) + ((t & 31) >> 2), c = 64 * (f >> 10) + 8 * ((f >> 7) & 7) + 2 * (t & 3);
+    *reinterpret_cast<float2*>(&rows[r][c]) = make_float2(x.x, x.y);
+    *reinterpret_cast<float2*>(&rows[r + 8][c]) = make_float2(x.z, x.w);
+  }
+  __syncthreads();
+#endif
   for (int c = tid; c < kPreRows * kCh; c += Cfg<D>::kThreadsPost) {
     const int r = c / kCh, ch = c % kCh, q = q0 + r;
     if (q >= len) continue;
     const cmc_i64 t = seq.tok0 + q;
+#if CMC_DQ_BLOCK64
+    const float4* a = reinterpret_cast<const float4*>(&rows[r][ch * 8]);
+#else
     const float4* a = reinterpret_cast<const float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);
+#endif
     const float4 x = a[0], y = a[1];
     *reinterpret_cast<uint4*>(dq + t * args.dq_stride_tok + ch * 8) = dq_pack8<BF16>(x, y, scale);
   }
@@ -354,7 +408,7 @@ CMC_DEV void kv_store_ds(unsigned char* sds, const unsigned (*dsa)[4], int hh, i
 // dQ[:, w D/4 .. (w+1) D/4) += dS K for the kBM rows into the fp32 workspace.
 template <class Desc, bool BF16, int D>
 CMC_DEV void kv_dq_atomic(unsigned sDS, unsigned sK,
-                          const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0, int len,
+                          const Desc& desc, const cmc_bwd_args& args, cmc_i64 tok0, int b, int len,
                           int hq, int qbase, int warp, int lane) {
   constexpr int kCols = D / kWarps;  // dQ columns per warp: 16 or 32
   constexpr int kDP = kCols / 16;    // 16-column steps per warp
@@ -385,12 +439,12 @@ CMC_DEV void kv_dq_atomic(unsigned sDS, unsigned sK,
     for (int n = 0; n < 2 * kDP; ++n) {
       const int col = warp * kCols + n * 8 + 2 * (lane & 3);
       if (q < len) {
-        float* d = acc + ((tok0 + q) * desc.heads_q + hq) * D + col;
+        float* d = acc + dq_acc_at<D>(tok0, b, q, desc.heads_q, hq, col);
         atomicAdd(d, c[n][0]);
         atomicAdd(d + 1, c[n][1]);
       }
       if (q + 8 < len) {
-        float* d = acc + ((tok0 + q + 8) * desc.heads_q + hq) * D + col;
+        float* d = acc + dq_acc_at<D>(tok0, b, q + 8, desc.heads_q, hq, col);
         atomicAdd(d, c[n][2]);
         atomicAdd(d + 1, c[n][3]);
       }
@@ -524,7 +578,7 @@ CMC_DEV void kv(const typename H::desc_t& desc, const cmc_bwd_args& args) {
       if (atomic_dq) kv_store_ds(cmc_smem + SmemKV<D>::kDS, dsa, hh, warp, lane);
     }
 
-    if (atomic_dq) kv_dq_atomic<typename H::desc_t, BF16, D>(sDS, sK, desc, args, tok0, len,
+    if (atomic_dq) kv_dq_atomic<typename H::desc_t, BF16, D>(sDS, sK, desc, args, tok0, b, len,
                                                              hkv * group + g, qbase, warp, lane);
 
     buf ^= 1;

@@ -37,12 +37,6 @@
 #ifndef CMC_WS_LSE_REGS
 #define CMC_WS_LSE_REGS 1  // an item's LSE read into registers under its S^T GEMM (0: bwd_ablate wsnolse)
 #endif
-#ifndef CMC_WS_DQ_FRAG
-// 1 (bwd_ablate wsfrag, timing only): a linear item's dQ partial staged in accumulator order
-// (8 st.shared.v4 per thread) and added as one 16 KiB cp.reduce.async.bulk per warpgroup to a
-// block of dq_accum in that order, FA3 / FA4's hand-off; post does not read that layout
-#define CMC_WS_DQ_FRAG 0
-#endif
 #ifndef CMC_WS_STG_XOR
 // 1 (bwd_ablate wsstg): the swizzled dQ staging's 16 addresses from one per-thread base, the
 // 128-byte swizzle applied by XOR immediates (the same bytes, the same layout)
@@ -447,17 +441,16 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
     CMC_WS_COUNT(kPrWrItems);
     const int hq = rows[0];
     if (hq < 0) break;
-#if CMC_WS_DQ_FRAG
-    if (rows[1]) {  // block rows[4] / 64 of dq_accum in accumulator order (tokens 64-aligned)
-      if (lane == 0) {
-        bulk_reduce_add_f32(acc + (((cmc_i64)(rows[4] >> 6) * heads_q + hq) * 64 * D + col * 64), stg, 16384u);
-        bulk_commit();
-        bulk_wait_read();
-      }
-      __syncwarp();
-      ws_bar_arrive(6 + w, 160);
-      continue;
+#if CMC_DQ_BLOCK64
+    // block rows[4] of dq_accum, this warpgroup's column half (D 128) or the whole block (D 64)
+    if (lane == 0) {
+      bulk_reduce_add_f32(acc + (((cmc_i64)rows[4] * heads_q + hq) * 64 * D + col * 64), stg, 16384u);
+      bulk_commit();
+      bulk_wait_read();
     }
+    __syncwarp();
+    ws_bar_arrive(6 + w, 160);
+    continue;
 #endif
 #if CMC_WS_DQ_RED
     // (experiment, bwd_ablate wsred) red.global.add.v4.f32 from the staging: a row's 64 floats
@@ -503,7 +496,9 @@ CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, in
 // token in the workspace, tok(r) (-1: none). nb > 0 (the rows are nb = 64 / BOX runs of BOX
 // consecutive tokens from tok(b BOX)): staged as the two 32-column halves of dq_accum's boxes
 // instead (64 rows of 128 bytes each, 128-byte swizzle, at 0 and 8 KiB; run b's box at b BOX
-// rows, 1 KiB-aligned as the swizzle needs), for the writer's TMA reduce-adds.
+// rows, 1 KiB-aligned as the swizzle needs), for the writer's TMA reduce-adds. CMC_DQ_BLOCK64:
+// nb is the item's dq_accum block (WsLinear::boxes), the partial is staged in accumulator order
+// (16 KiB, as dq_accum's block holds it) and the writer adds it by one bulk copy.
 template <int D, int BOX, class Tok>
 CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, int hq, const Tok& tok,
                          int nb CMC_WS_PROBE_PARAMS) {
@@ -513,18 +508,16 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
   unsigned char* stg = smem + SmemWS<D>::kStg + w * 64 * SmemWS<D>::kStgRow;
   ws_bar_sync(6 + w, 160);
   CMC_WS_LAP(kPrStgWait);
-#if CMC_WS_DQ_FRAG
-  if (dq != nullptr && nb > 0 && BOX == 64) {
+#if CMC_DQ_BLOCK64
+  static_assert(BOX == kBM, "dq_accum's blocks take linear items only");
+  if (dq != nullptr) {  // accumulator order: quad i of thread t at 16 (128 i + t)
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       *reinterpret_cast<float4*>(stg + (i * 128 + wtid) * 16) = make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2],
                                                                              dq[4 * i + 3]);
-    if (wtid == 0) {
-      rows[1] = 1;
-      rows[4] = tok(0);
-    }
-  } else
-#endif
+    if (wtid == 0) rows[4] = nb;
+  }
+#else
   if (dq != nullptr && nb > 0) {
 #if CMC_WS_STG_XOR
     // chunk ^ (r & 7) = 2 (jj & 3) ^ ((lane & 3) >> 1 ^ (lane >> 2) & 7): bits 4-6 of the
@@ -564,6 +557,7 @@ CMC_DEV void ws_stage_dq(unsigned char* smem, const float* dq, int w, int wtid, 
     }
     if (wtid < 64) rows[4 + wtid] = tok(wtid);
   }
+#endif
   if (wtid == 0) rows[0] = hq;
   fence_proxy_async();  // the staging, to the bulk unit
   ws_bar_arrive(4 + w, 160);
@@ -761,13 +755,14 @@ template <class H, class HT> struct WsLinear {
   cmc_i64 tok0;
   int kr;
   typename HT::row_t krow0, krow1;
+  int blk0;  // CMC_DQ_BLOCK64: dq_accum's block of the sequence's first 64 rows
   struct Item {
     int j, qbase;
     bool is_full;
   };
-  CMC_DEV WsLinear(const typename HT::seq_t& s, int n, int key0, cmc_i64 t0, int lr)
+  CMC_DEV WsLinear(const typename HT::seq_t& s, int n, int key0, cmc_i64 t0, int lr, int b)
       : seqt(s), len(n), k0(key0), tok0(t0), kr(key0 + lr), krow0(HT::row(s, key0 + lr)),
-        krow1(HT::row(s, key0 + lr + 8)) {}
+        krow1(HT::row(s, key0 + lr + 8)), blk0((int)cmc_bwd::dq_block(t0, b, 0)) {}
   CMC_DEV Item item(const int4& it) const { return {it.x, it.x * kBM, it.z != 0}; }
   CMC_DEV bool word(const Item& i, int ctid, unsigned& mw) const {
     if constexpr (span_words_on<HT>())
@@ -780,7 +775,8 @@ template <class H, class HT> struct WsLinear {
     kv_p_linear<HT>(s, lse_b, cq, sl2, i.is_full, mw_ok, mw, seqt, krow0, krow1, kr, i.qbase, len);
   }
   CMC_DEV int tok(const Item& i, int r) const { return i.qbase + r < len ? (int)(tok0 + i.qbase + r) : -1; }
-  CMC_DEV int boxes(const Item& i) const { return i.qbase + kBM <= len ? 1 : 0; }
+  // (CMC_DQ_BLOCK64: the item's dq_accum block, every item one, rows past len adding zeros)
+  CMC_DEV int boxes(const Item& i) const { return CMC_DQ_BLOCK64 ? blk0 + i.j : i.qbase + kBM <= len ? 1 : 0; }
 #if CMC_WS_PERSIST >= 2
   // store without a staging (the persistent kv's K / V buffers take the next tile's meanwhile)
   template <bool BF16, int D>
@@ -806,6 +802,7 @@ template <class H, class HT> struct WsLinear {
   }
 };
 template <class H, class HT> struct WsPatch {
+  static_assert(!CMC_DQ_BLOCK64 || sizeof(H) == 0, "dq_accum's blocks take linear tilings only");
   static constexpr int kBox = cmc_bwd_patch_box<H>();
   const typename HT::seq_t& seqt;
   const cmc_patch_geo& geo;
@@ -1176,7 +1173,7 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
         int n = 0;
         if (warp == 0) ws_load<H, HT, D>(base, smem, desc, args, maps, plan, tok0, len, k0, hkv * group, group, lane, n);
       },
-      [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid)); }, desc, args, maps, smem, base, hkv,
+      [&] { return WsLinear<H, HT>(seqt, len, k0, tok0, ws_key_row(tid), b); }, desc, args, maps, smem, base, hkv,
       atomic_dq, tid
 #if CMC_WS_FUSE_POST
       , [&](int t) { ws_post_fused<BF16, D>(desc, args, smem, b, hkv, group, len, tok0, t); }
@@ -1365,7 +1362,7 @@ CMC_DEV void kv_ws_persist(const typename H::desc_t& desc, const cmc_bwd_args& a
       CMC_WS_PERSIST_LAP(ctid == 0, kPrKvWait, pr_top);
       CMC_WS_PERSIST_COUNT(ctid == 0, kPrTiles);
       const typename HT::seq_t seqt = HT::seq(desc, t.z);
-      ws_consume<BF16, D, true>(WsLinear<H, HT>(seqt, seqt.len, t.x, seqt.tok0, ws_key_row(tid)), desc.scale_log2,
+      ws_consume<BF16, D, true>(WsLinear<H, HT>(seqt, seqt.len, t.x, seqt.tok0, ws_key_row(tid), t.z), desc.scale_log2,
                                 smem, base, args, t.y, group, atomic_dq, tid, n, !nx.w);
       if (!nx.w) break;
 #if CMC_WS_PERSIST < 2  // (2: ws_consume arrives before its dK / dV stores, which use no buffer)
