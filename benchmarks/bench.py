@@ -72,7 +72,8 @@ ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 
 def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
                 bwd_kernel: str = "auto", reg_split: str = "auto",
-                patterns: Sequence[str] = (), short_kernels: bool = True) -> None:
+                patterns: Sequence[str] = (), short_kernels: bool = True,
+                dq_layout: str = "token") -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
@@ -84,7 +85,7 @@ def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
         path = compile_file(ROOT / spec.mask, dest / spec.key, archs=["sm_90a"], dtypes=["bf16"],
                             head_dims=[HEAD_DIM], defines=spec.defines, jobs=2, tiling=tiling,
                             bwd_kernel=bwd_kernel, reg_split=reg_split,
-                            short_kernels=short_kernels)
+                            short_kernels=short_kernels, dq_layout=dq_layout)
         print(f"compiled {spec.key} -> {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
@@ -854,6 +855,8 @@ def main() -> None:
     ap.add_argument("--reg-split", choices=("auto", "fixed"), default="auto",
                     help="with --compile: cmc compile --reg-split (fixed: the A/B baseline of "
                          "the sm90 forward's register split)")
+    ap.add_argument("--dq-layout", choices=("token", "block64"), default="token",
+                    help="with --compile: dq_accum's layout (cmc compile --dq-layout)")
     ap.add_argument("--no-short-kernels", action="store_true",
                     help="with --compile: cmc compile --no-short-kernels (the A/B baseline of "
                          "the kernels for short sequences)")
@@ -911,7 +914,7 @@ def main() -> None:
         return
     if args.compile:
         compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split,
-                    args.patterns or (), not args.no_short_kernels)
+                    args.patterns or (), not args.no_short_kernels, args.dq_layout)
         return
     import torch
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the runtime imports this module: no compiler module at run 
     from .ir import Mask
 
 # The manifest's format (cmc/package.py writes it, cmc/runtime/manifest.py reads it).
-SCHEMA_VERSION = 6  # 6: the dsum workspace holds the LSE offsets too ([2, heads_q, T]); 5: kernels for short sequences (below_len); 4: params carry their declared range, kernels their pass, role, params; the backward section
+SCHEMA_VERSION = 7  # 7: dq_accum's workspace names its layout (token or block64; DQ_LAYOUTS); 6: the dsum workspace holds the LSE offsets too ([2, heads_q, T]); 5: kernels for short sequences (below_len); 4: params carry their declared range, kernels their pass, role, params; the backward section
 
 CTYPES = {
     "uint64_t": (8, "Q"),
@@ -94,6 +94,27 @@ TENSOR_MAP_BOX = (64, 1, 128)  # head-dim elements, heads, tokens (innermost fir
 # row (cmc.ir.Tiling.box_rows).
 TENSOR_MAP_BOX_ROWS = (8, 16, 32, 64, 128)
 TENSOR_MAP_SWIZZLE = "128B"
+# dq_accum's layouts (the manifest's backward.workspace.dq_accum.layout; attn_bwd_portable.cuh
+# CMC_DQ_BLOCK64, dq_acc_at): "token", fp32 [T, heads_q, D]; "block64", 64-row blocks, each
+# sequence's rows starting a block (sequence b's from (tok0 + 64 b) / 64 on), block-major then
+# head, each [64 x 64] column half in the sm90 wgmma accumulator order, so that the ws kv adds a
+# warpgroup's dQ partial of an item as one 16 KiB bulk copy (FA3 / FA4's dQaccum). Their shapes
+# and byte rules over T, batch, heads_q and head_dim:
+DQ_LAYOUTS = {
+    "token": (("T", "heads_q", "head_dim"), "4 * T * heads_q * head_dim"),
+    "block64": (("ceil_div(T, 64) + batch", "heads_q", "64", "head_dim"),
+                "256 * (ceil_div(T, 64) + batch) * heads_q * head_dim"),
+}
+
+
+def dq_accum_bytes(layout: str, tokens: int, batch: int, heads_q: int, head_dim: int) -> int:
+    """What the kernels write of dq_accum in `layout`: the floor the runtime holds a manifest's
+    rule to."""
+    if layout == "block64":
+        return 256 * (-(-tokens // 64) + batch) * heads_q * head_dim
+    return 4 * tokens * heads_q * head_dim
+
+
 # Maps of fp32 tensors (the rest are of the kernel's 16-bit dtype) and their box's columns.
 F32_MAP_TENSORS = ("dq_accum",)
 F32_MAP_COLS = 32

@@ -55,6 +55,7 @@ class EmittedSource:
     text: str  # the exact source handed to NVRTC (headers inlined: self-contained)
     variants: tuple[KernelVariant, ...]
     transposed: IntervalTable | None = None  # the backward's table; None: forward only
+    dq_layout: str = "token"  # dq_accum's layout (abi.DQ_LAYOUTS) the backward kinds share
 
     @property
     def backward(self) -> bool:

@@ -387,6 +387,12 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
                    "ws: the warp-specialised dK/dV kernel; lockstep: the dK/dV kernel whose "
                    "warpgroups also load; auto: ws (the faster on every tiling measured). "
                    "portable: the portable kernels on every arch.")
+@click.option("--dq-layout", type=click.Choice(["token", "block64"]), default="token",
+              show_default=True,
+              help="The backward's fp32 dQ workspace (the manifest's backward.workspace.dq_accum): "
+                   "token: [T, heads_q, D]; block64: 64-row blocks in the sm90 accumulator "
+                   "order, added by one bulk copy per warpgroup item (linear tilings, not "
+                   "--bwd-kernel lockstep; not yet measured on a GPU: kernel notes).")
 @click.option("--reg-split", type=click.Choice(["auto", "fixed"]), default="auto",
               show_default=True,
               help="auto: the sm90 forward tries its register splits until one uses no local "
@@ -402,8 +408,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
 @_reports_errors
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
                 defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
-                backward: bool, bwd_kernel: str, reg_split: str, short_kernels: bool,
-                jobs: int, check_only: bool, no_cache: bool) -> None:
+                backward: bool, bwd_kernel: str, dq_layout: str, reg_split: str,
+                short_kernels: bool, jobs: int, check_only: bool, no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
 
@@ -428,7 +434,8 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    tiling=tiling, cache=not no_cache, backward=backward,
-                   bwd_kernel=bwd_kernel, reg_split=reg_split, short_kernels=short_kernels)
+                   bwd_kernel=bwd_kernel, dq_layout=dq_layout, reg_split=reg_split,
+                   short_kernels=short_kernels)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

@@ -73,6 +73,9 @@ class Options:
     # the wgmma kinds on sm_90a, cmc_bwd elsewhere: "ws" (kv bwd_kv_sm90_ws), "lockstep" (kv
     # bwd_kv_sm90), "auto": ws; "portable": cmc_bwd everywhere (kernels.backward_kinds).
     bwd_kernel: str = "auto"
+    # dq_accum's layout (abi.DQ_LAYOUTS): "token", or "block64" (linear backward tilings only;
+    # emit.dq_layout_refusal)
+    dq_layout: str = "token"
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).
     reg_split: str = "auto"
@@ -187,10 +190,15 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     from . import emit
 
     assert p.table is not None and p.tiling is not None
+    if p.bwd_tiling is not None and opts.dq_layout != "token":
+        why = emit.dq_layout_refusal(opts.dq_layout, opts.bwd_kernel, p.bwd_tiling)
+        if why:
+            raise UsageError(f"--dq-layout {opts.dq_layout}: {why}")
     return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
                                        archs=opts.archs, kernel=opts.kernel, tiling=p.tiling,
                                        backward=opts.backward, bwd_kernel=opts.bwd_kernel,
-                                       bwd_tiling=p.bwd_tiling, short_tiling=p.short_tiling))
+                                       bwd_tiling=p.bwd_tiling, short_tiling=p.short_tiling,
+                                       dq_layout=opts.dq_layout))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -272,6 +280,7 @@ def compile_file(
     bwd_kernel: str = "auto",
     reg_split: str = "auto",
     short_kernels: bool = True,
+    dq_layout: str = "token",
 ) -> Path:
     """Every stage; returns OUT/NAME."""
     opts = Options(
@@ -285,6 +294,7 @@ def compile_file(
         tiling=tiling,
         backward=backward,
         bwd_kernel=bwd_kernel,
+        dq_layout=dq_layout,
         reg_split=reg_split,
         short_kernels=short_kernels,
     )

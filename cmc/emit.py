@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 import jinja2
 
 from . import artifacts
-from .abi import DescriptorLayout, check_identifier, descriptor_layout
+from .abi import DQ_LAYOUTS, DescriptorLayout, check_identifier, descriptor_layout
 from .artifacts import EmittedSource, KernelVariant
 from .ir import (
     LINEAR,
@@ -1293,7 +1293,7 @@ def _hook_set(variants: Sequence[KernelVariant], hs: HookSet, struct_name: str,
 
 def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks,
            hooks_t: Hooks | None = None, hooks_b: Hooks | None = None,
-           short: HookSet | None = None) -> str:
+           short: HookSet | None = None, dq_layout: str = "token") -> str:
     """NAME.cu; with `hooks_t` (the transposed table's hooks) also the backward variants, and
     with `hooks_b` the forward table's hooks on the backward's own tiling as cmc_hooks_b (else
     cmc_hooks_b is cmc_hooks). `short`: the hooks of the variants for short sequences
@@ -1337,6 +1337,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
             "header": "\n\n".join(_read_resource(h).rstrip("\n") for h in dict.fromkeys(
                 h for v in bwd for h in SPECS[v.kernel].headers)),
             "variants": [_backward_entry(v) for v in bwd],
+            "dq_block64": dq_layout == "block64",
         } if hooks_t is not None and bwd else None),
         variants=[{
             "symbol": check_identifier(v.symbol),
@@ -1388,6 +1389,19 @@ def render_hooks(hooks: Hooks, struct_name: str, hooks_name: str,
     ).rstrip("\n")
 
 
+def dq_layout_refusal(dq_layout: str, bwd_kernel: str, bwd_tiling: Tiling) -> str:
+    """Why the backward kinds cannot share dq_accum in `dq_layout` ("" where they can):
+    "block64" takes the ws and portable kinds on linear tilings (a patch item's rows are not
+    one block; the lockstep kv adds token-major)."""
+    if dq_layout == "block64":
+        if bwd_kernel == "lockstep":
+            return "the lockstep kv (--bwd-kernel lockstep) adds dQ token-major only"
+        if bwd_tiling.kind != "linear":
+            return (f"the backward's tiling is {bwd_tiling.kind} (patch items' rows are not one "
+                    "64-row block); it needs linear tiles (--tiling linear)")
+    return ""
+
+
 def emit(
     table: IntervalTable,
     dtypes: Sequence[str] = ("bf16",),
@@ -1400,6 +1414,7 @@ def emit(
     bwd_kernel: str = "auto",
     bwd_tiling: Tiling | None = None,
     short_tiling: Tiling | None = None,
+    dq_layout: str = "token",
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
@@ -1412,7 +1427,8 @@ def emit(
     backward tiling's kind): on sm_90a the wgmma kernels, whose headers are inlined only then,
     "portable" cmc_bwd everywhere. `short_tiling` (driver.short_tile: linear tiles) adds, for
     every variant on a patch tiling with a start length (min_len), the same kind on it for
-    sequences shorter than that (below_len; its hooks under SHORT_SET)."""
+    sequences shorter than that (below_len; its hooks under SHORT_SET). `dq_layout` is
+    dq_accum's (abi.DQ_LAYOUTS; dq_layout_refusal says where "block64" is not available)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:
@@ -1449,7 +1465,13 @@ def emit(
         if short_v:
             variants += short_v
             short = HookSet(hooks_s, hooks_t)
-    text = render(table, variants, hooks, hooks_t, hooks_b, short)
+    if dq_layout not in DQ_LAYOUTS:
+        raise ValueError(f"unsupported dq_accum layout {dq_layout!r} (supported: {list(DQ_LAYOUTS)})")
+    if backward and dq_layout != "token":
+        why = dq_layout_refusal(dq_layout, bwd_kernel, b_tiling)
+        if why:
+            raise ValueError(f"dq_accum layout {dq_layout}: {why}")
+    text = render(table, variants, hooks, hooks_t, hooks_b, short, dq_layout if backward else "token")
     return EmittedSource(
         table=table,
         layout=descriptor_layout(table.mask),
@@ -1457,4 +1479,5 @@ def emit(
         text=text,
         variants=variants,
         transposed=transposed,
+        dq_layout=dq_layout if backward else "token",
     )

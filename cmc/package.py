@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .abi import (
     BWD_FLAG_DETERMINISTIC,
+    DQ_LAYOUTS,
     HEADER_FIELDS,
     DescriptorLayout,
     bwd_args_layout,
@@ -231,8 +232,8 @@ def backward_dict(built: BuiltKernels) -> dict[str, Any] | None:
     return {
         "args": bwd_args_dict(),
         "workspace": {
-            "dq_accum": {"dtype": "float32", "shape": ["T", "heads_q", "head_dim"],
-                         "bytes": "4 * T * heads_q * head_dim"},
+            "dq_accum": {"dtype": "float32", "shape": list(DQ_LAYOUTS[src.dq_layout][0]),
+                         "bytes": DQ_LAYOUTS[src.dq_layout][1], "layout": src.dq_layout},
             "dsum": {"dtype": "float32", "shape": ["2", "heads_q", "T"],
                      "bytes": "8 * T * heads_q"},
         },
@@ -354,6 +355,7 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
         bwd_variants=bwd_variants,
         bwd=bwd_args_layout() if src.transposed is not None else None,
         bwd_flag_deterministic=BWD_FLAG_DETERMINISTIC,
+        dq_block64=src.dq_layout == "block64",
     )
 
 

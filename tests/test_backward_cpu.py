@@ -71,7 +71,7 @@ def write_bwd_artifact(root: Path, name: str = "hstu", params=(("n_targets", "ba
             "args": args_section(),
             "workspace": {
                 "dq_accum": {"dtype": "float32", "shape": ["T", "heads_q", "head_dim"],
-                             "bytes": "4 * T * heads_q * head_dim"},
+                             "bytes": "4 * T * heads_q * head_dim", "layout": "token"},
                 "dsum": {"dtype": "float32", "shape": ["2", "heads_q", "T"],
                          "bytes": "8 * T * heads_q"}},
             "sequence": {"atomic": ["pre", "kv", "post"], "deterministic": ["pre", "kv", "dq"]},

@@ -159,10 +159,22 @@ def test_header_names_every_cubin(folder, manifest):
 
 
 @pytest.fixture(scope="module")
-def bwd_folder(tmp_path_factory) -> Path:
-    built: BuiltKernels = build(emitted(VARIANTS + BWD_VARIANTS), archs=["sm_80"], cache=False,
-                                jobs=2)
-    return package(built, tmp_path_factory.mktemp("bwd"), "demo.mask")
+def bwd_built() -> BuiltKernels:
+    return build(emitted(VARIANTS + BWD_VARIANTS), archs=["sm_80"], cache=False, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def bwd_folder(bwd_built, tmp_path_factory) -> Path:
+    return package(bwd_built, tmp_path_factory.mktemp("bwd"), "demo.mask")
+
+
+@pytest.fixture(scope="module", params=["token", "block64"])
+def bwd_folder_layouts(request, bwd_built, tmp_path_factory) -> Path:
+    """The backward folder packaged as each dq_accum layout (the header and the manifest
+    follow the source's dq_layout; these cubins are the token build's, not launched here)."""
+    src = dataclasses.replace(bwd_built.source, dq_layout=request.param)
+    return package(dataclasses.replace(bwd_built, source=src),
+                   tmp_path_factory.mktemp(f"bwd_{request.param}"), "demo.mask")
 
 
 @pytest.mark.parametrize("lang", ["c", "c++"])
@@ -174,7 +186,8 @@ def test_backward_header_compiles(bwd_folder, lang, driver_api):
 
 
 @pytest.mark.parametrize("lang", ["c", "c++"])
-def test_backward_args_grid_and_workspace_match_the_manifest(bwd_folder, tmp_path, lang):
+def test_backward_args_grid_and_workspace_match_the_manifest(bwd_folder_layouts, tmp_path, lang):
+    bwd_folder = bwd_folder_layouts
     m = json.loads((bwd_folder / "manifest.json").read_text())
     b = m["backward"]
     lines = ['#include "demo.h"', "#include <stdio.h>", "#include <string.h>",
@@ -194,7 +207,7 @@ def test_backward_args_grid_and_workspace_match_the_manifest(bwd_folder, tmp_pat
             lines += [f"  cmc_demo_grid_{t}(&d, g);",
                       f'  printf("grid {t} {max_len} {hq} {hkv} {batch} %u %u %u\\n", '
                       "g[0], g[1], g[2]);"]
-    lines += ["  cmc_demo_bwd_workspace(1000u, 6u, 128u, &wa, &wb);",
+    lines += ["  cmc_demo_bwd_workspace(1000u, 3u, 6u, 128u, &wa, &wb);",
               '  printf("ws %llu %llu\\n", (unsigned long long)wa, (unsigned long long)wb);',
               "  return 0;", "}"]
     src = tmp_path / "probe.c"
@@ -214,12 +227,16 @@ def test_backward_args_grid_and_workspace_match_the_manifest(bwd_folder, tmp_pat
             assert g == [eval(e, env) for e in k["grid"]], (tag, max_len)
             grids += 1
         elif p[0] == "ws":
-            env = {"T": 1000, "heads_q": 6, "head_dim": 128, "__builtins__": {}}
+            env = {"ceil_div": lambda a, b: -(-a // b), "T": 1000, "batch": 3, "heads_q": 6,
+                   "head_dim": 128, "__builtins__": {}}
             assert [int(p[1]), int(p[2])] == [eval(b["workspace"][w]["bytes"], env)
                                               for w in ("dq_accum", "dsum")]
         else:
             got[p[0]] = int(p[1])
     assert grids == len(cases) * 4
+    layout = b["workspace"]["dq_accum"]["layout"]
+    assert f"#define CMC_DEMO_DQ_ACCUM_BLOCK64 {int(layout == 'block64')}" in (
+        bwd_folder / "demo.h").read_text()
     assert got.pop("size") == b["args"]["size"] == 120
     assert got == {f["name"]: f["offset"] for f in b["args"]["fields"]}
     kv = next(k for k in bwd if k["role"] == "kv")

@@ -304,7 +304,8 @@ def test_backward_manifest_section_and_entries(bwd_built):
     assert b["args"]["struct"] == "cmc_bwd_args" and b["args"]["size"] == 120
     assert [f["name"] for f in b["args"]["fields"]][-2:] == ["total_tokens", "flags"]
     assert b["sequence"] == {"atomic": ["pre", "kv", "post"], "deterministic": ["pre", "kv", "dq"]}
-    assert b["workspace"]["dq_accum"]["bytes"] == "4 * T * heads_q * head_dim"
+    assert b["workspace"]["dq_accum"] == {"dtype": "float32", "shape": ["T", "heads_q", "head_dim"],
+                                          "bytes": "4 * T * heads_q * head_dim", "layout": "token"}
     assert b["workspace"]["dsum"] == {"dtype": "float32", "shape": ["2", "heads_q", "T"], "bytes": "8 * T * heads_q"}
     assert b["transposed_table"] == table_dict(bwd_built.source.transposed)
     roles = {k["role"]: k for k in m["kernels"]}

@@ -10,6 +10,9 @@ Layout (what tests/gpu/gpu_common.artifact and tests/gpu/test_generality_gpu.py 
   OUT/bwd_portable/NAME         the same with --bwd-kernel portable
   OUT/bwd_ws/NAME               the same with --bwd-kernel ws (samples only; sm_90a)
   OUT/bwd_lockstep/NAME         the same with --bwd-kernel lockstep (samples only; sm_90a)
+  OUT/dq_block64/NAME           the default with --dq-layout block64 (samples on linear
+                                backward tilings only)
+  OUT/bwd_portable_block64/NAME the same with --bwd-kernel portable
   OUT/gen/KEY/NAME              benchmarks/masks.py GENERALITY spec KEY (its -D values)
   OUT/gen/KEY/bwd_portable/NAME the same with --bwd-kernel portable
 Every build is bf16 and fp16, head dims 64 and 128, with the backward. One mask per process
@@ -45,6 +48,11 @@ def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
         for s in GENERALITY:
             jobs.append((f"{s.key} {kind}", str(ROOT / s.mask), dict(s.defines),
                          str(out / "gen" / s.key / sub), kind))
+    for kind, sub in (("block64", "dq_block64"), ("portable_block64", "bwd_portable_block64")):
+        if kind == "portable_block64" and not portable:
+            continue
+        for p in sorted((ROOT / "samples").glob("*.mask")):
+            jobs.append((f"{p.stem} {kind}", str(p), {}, str(out / sub), kind))
     if ws:  # each sm90 kv kind on every sample (tests/gpu's "ws" and "lockstep" choices):
         # last, so a build cut short by device_validate's limit has the default artifacts
         for kind in ("ws", "lockstep"):
@@ -53,13 +61,25 @@ def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
     return jobs
 
 
+# Build names for dq_accum's block layout: (--bwd-kernel, --dq-layout)
+LAYOUT_KINDS = {"block64": ("auto", "block64"), "portable_block64": ("portable", "block64")}
+
+
 def build_one(path: str, defines: dict[str, int], out: str, bwd_kernel: str,
               arch: str) -> float:
+    """Seconds of the build; -1 where --dq-layout block64 refuses the mask (a patch tiling)."""
     from cmc.driver import compile_file
+    from cmc.errors import UsageError
 
+    kind, layout = LAYOUT_KINDS.get(bwd_kernel, (bwd_kernel, "token"))
     t0 = time.perf_counter()
-    compile_file(path, out, archs=[arch], dtypes=["bf16", "fp16"], head_dims=[64, 128],
-                 defines=defines, jobs=1, bwd_kernel=bwd_kernel)
+    try:
+        compile_file(path, out, archs=[arch], dtypes=["bf16", "fp16"], head_dims=[64, 128],
+                     defines=defines, jobs=1, bwd_kernel=kind, dq_layout=layout)
+    except UsageError:
+        if layout == "token":
+            raise
+        return -1.0
     return time.perf_counter() - t0
 
 
@@ -82,7 +102,9 @@ def main() -> int:
                 for label, path, defs, out, kind in jobs}
         for f in as_completed(futs):
             try:
-                print(f"  {futs[f]:32s} {f.result():6.1f} s", flush=True)
+                secs = f.result()
+                print(f"  {futs[f]:32s} " + (f"{secs:6.1f} s" if secs >= 0 else "refused (patch tiling)"),
+                      flush=True)
             except Exception as e:  # report every failure, keep building the rest
                 failed += 1
                 print(f"  {futs[f]:32s} FAILED {type(e).__name__}: {e}", flush=True)

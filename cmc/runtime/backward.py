@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver as cu
 
+from ..abi import dq_accum_bytes
 from ..errors import ArtifactError, ParamError
 from ..kernels import persistent_ctas
 from . import _driver
@@ -194,13 +195,14 @@ def _launch_all(attn: Attention, roles: Mapping[str, _Kernel], num_sms: int, sh:
     values, pending = attn._desc_values(packed_params, uploads, fixed, geo, st,
                                         (qi, ki, vi, oi), info["lse"].ptr, batch, mlen, slog2)
     values["sched"] = 0
-    sizes_env = {"T": geo.tokens, "heads_q": geo.heads_q, "heads_kv": geo.heads_kv,
-                 "head_dim": geo.head_dim}
+    sizes_env = {"T": geo.tokens, "batch": batch, "heads_q": geo.heads_q,
+                 "heads_kv": geo.heads_kv, "head_dim": geo.head_dim}
     try:
         sizes = {n: int(rule(sizes_env)) for n, rule in spec.workspace.items()}
     except KeyError as missing:
         raise ArtifactError(f"backward.workspace rule uses unknown name {missing}") from None
-    floor = {"dq_accum": 4 * geo.tokens * geo.heads_q * geo.head_dim,
+    floor = {"dq_accum": dq_accum_bytes(spec.dq_layout, geo.tokens, batch, geo.heads_q,
+                                        geo.head_dim),
              "dsum": 8 * geo.tokens * geo.heads_q}
     for n, b in sizes.items():
         if b < floor[n]:  # the kernels' contract: never hand them a short buffer

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..abi import (
     CTYPES,
+    DQ_LAYOUTS,
     F32_MAP_COLS,
     F32_MAP_TENSORS,
     HEADER_FIELDS,
@@ -85,11 +86,13 @@ class KernelEntry:
 @dataclass(frozen=True)
 class BackwardSpec:
     """The manifest's "backward" section: how to pack cmc_bwd_args, how big the fp32
-    workspaces are (rules over T, heads_q, head_dim), and which roles run in which order."""
+    workspaces are (rules over T, batch, heads_q, head_dim), and which roles run in which
+    order."""
 
     args: DescriptorLayout
     workspace: Mapping[str, Callable[[Mapping[str, int]], int]]  # name -> bytes rule
     sequence: Mapping[str, tuple[str, ...]]  # "atomic" / "deterministic" -> roles
+    dq_layout: str = "token"  # dq_accum's (abi.DQ_LAYOUTS)
 
 
 @dataclass(frozen=True)
@@ -302,6 +305,10 @@ def _read_backward(raw: Mapping[str, Any], kernels: Sequence[KernelEntry]) -> Ba
             raise ArtifactError(f"manifest: backward.workspace.{name}.bytes: {e}") from None
     if set(ws) != set(WORKSPACES):
         raise ArtifactError(f"manifest: backward.workspace must name exactly {list(WORKSPACES)}")
+    dq_layout = ws["dq_accum"].get("layout")
+    if dq_layout not in DQ_LAYOUTS:
+        raise ArtifactError(f"manifest: backward.workspace.dq_accum.layout {dq_layout!r:.40}: not "
+                            f"one of {list(DQ_LAYOUTS)}")
     seq = _need(bwd, "sequence", "backward", dict)
     sequence = {}
     for mode, roles in SEQUENCES.items():
@@ -319,7 +326,7 @@ def _read_backward(raw: Mapping[str, Any], kernels: Sequence[KernelEntry]) -> Ba
         if need - g:
             raise ArtifactError(f"manifest: backward kernels for {arch} {dtype} d{hd} lack "
                                 f"the roles {sorted(need - g)}")
-    return BackwardSpec(args, workspace, sequence)
+    return BackwardSpec(args, workspace, sequence, dq_layout)
 
 
 MANIFEST = "manifest.json"

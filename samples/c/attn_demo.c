@@ -589,7 +589,7 @@ int main(int argc, char **argv)
     hdo[i] = f32_to_bf16(uniform());
     fdo[i] = bf16_to_f32(hdo[i]);
   }
-  cmc_causal_bwd_workspace(T, H, D, &dq_accum_bytes, &dsum_bytes);
+  cmc_causal_bwd_workspace(T, B, H, D, &dq_accum_bytes, &dsum_bytes);
   printf("backward workspaces: dq_accum %llu bytes, dsum %llu bytes\n",
          (unsigned long long)dq_accum_bytes, (unsigned long long)dsum_bytes);
   CK(p_cuMemAlloc(&grad_o, n_in * 2));

@@ -54,16 +54,24 @@ _out_dir: Path | None = None
 _built: dict[tuple[str, str], Path] = {}
 
 
+# The tier's build names for dq_accum's block layout: (--bwd-kernel, --dq-layout)
+LAYOUT_KINDS = {"block64": ("auto", "block64"), "portable_block64": ("portable", "block64")}
+
+
 def artifact(name: str, bwd_kernel: str = "auto") -> Path:
     """OUT/NAME for samples/NAME.mask, built once per session for this GPU's arch, for every
     dtype and head dim, through the project's own pipeline (or taken from the folder named by
     CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC). bwd_kernel "auto" (the default
     build: the sm_90a dK/dV and dQ kinds there) in OUT/NAME, "portable" in
     OUT/bwd_portable/NAME, "ws" in OUT/bwd_ws/NAME, "lockstep" in OUT/bwd_lockstep/NAME
-    (prebuilt: tools/gpu_artifacts.py)."""
+    (prebuilt: tools/gpu_artifacts.py); "block64" and "portable_block64": the default and the
+    portable build with `--dq-layout block64` in OUT/dq_block64/NAME and
+    OUT/bwd_portable_block64/NAME (samples on linear backward tilings only)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
-    sub = {"portable": "bwd_portable", "ws": "bwd_ws", "lockstep": "bwd_lockstep"}.get(bwd_kernel, "")
+    sub = {"portable": "bwd_portable", "ws": "bwd_ws", "lockstep": "bwd_lockstep",
+           "block64": "dq_block64", "portable_block64": "bwd_portable_block64"}.get(bwd_kernel, "")
+    kind, layout = LAYOUT_KINDS.get(bwd_kernel, (bwd_kernel, "token"))
     if prebuilt:  # built elsewhere, e.g. `cmc compile samples/*.mask -o out/gpu --arch sm_90a`
         path = Path(prebuilt) / sub / name
         if not (path / "manifest.json").is_file():
@@ -78,7 +86,7 @@ def artifact(name: str, bwd_kernel: str = "auto") -> Path:
             _built[(name, bwd_kernel)] = Path(compile_file(
                 ROOT / "samples" / f"{name}.mask", _out_dir / sub, archs=[device_arch()],
                 dtypes=list(DTYPES), head_dims=list(HEAD_DIMS), jobs=min(8, os.cpu_count() or 1),
-                bwd_kernel=bwd_kernel))
+                bwd_kernel=kind, dq_layout=layout))
         return _built[(name, bwd_kernel)]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from .gpu_common import (
+    ROOT,
     SAMPLES,
     artifact,
     cuda_torch,
@@ -42,6 +43,18 @@ _loaded: dict[str, Any] = {}
 def _torch():
     global torch
     torch = cuda_torch()
+
+
+def block64_allowed(name: str) -> bool:
+    """Whether `cmc compile --dq-layout block64` takes samples/NAME.mask (a linear backward
+    tiling for the default build)."""
+    from cmc.driver import Options, backward_tile, front, tile
+    from cmc.emit import dq_layout_refusal
+
+    table = front(ROOT / "samples" / f"{name}.mask")
+    opts = Options(archs=("sm_90a",))
+    bwd = backward_tile(table, tile(table, opts), opts)
+    return bwd is not None and not dq_layout_refusal("block64", "auto", bwd)
 
 
 def load_bwd(name: str, bwd_kernel: str = "auto") -> Any:
@@ -79,20 +92,28 @@ def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:
         assert (flat[0][blind] == 0).all(), f"{what}: rows that see no key must get dQ = 0"
 
 
-@pytest.mark.parametrize("bwd_kernel", ["portable", "auto", "lockstep", "ws"],
-                         ids=["portable", "sm90", "lockstep", "ws"])
+@pytest.mark.parametrize("bwd_kernel", ["portable", "auto", "lockstep", "ws", "block64",
+                                        "portable_block64"],
+                         ids=["portable", "sm90", "lockstep", "ws", "block64", "portable-block64"])
 @pytest.mark.parametrize("case", range(len(CASES)), ids=["packed-bf16-d128", "batch-fp16-d64"])
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
 def test_backward_matches_reference(sample, case, bwd_kernel):
     """bwd_kernel "auto" (id sm90, the default build): on sm_90a the dq role is bwd_dq_sm90
     (the deterministic runs go through it) and the kv role the warp-specialised
     bwd_kv_sm90_ws (its Q and dO tensor maps passed by the runtime) on either tiling;
-    "lockstep" and "ws": that kv kind on every sample; "portable": --bwd-kernel portable."""
+    "lockstep" and "ws": that kv kind on every sample; "portable": --bwd-kernel portable;
+    "block64", "portable-block64": the default and the portable build with dq_accum in 64-row
+    blocks (--dq-layout block64), on the samples whose backward tiling is linear."""
     name = sample.stem
-    if bwd_kernel != "portable" and device_arch() != "sm_90a":
+    portable = bwd_kernel.startswith("portable")
+    if not portable and device_arch() != "sm_90a":
         pytest.skip("the sm90 dK/dV and dQ kinds are built for sm_90a only")
+    if bwd_kernel.endswith("block64") and not block64_allowed(name):
+        pytest.skip(f"{name}: its backward tiling is not linear (--dq-layout block64 refuses it)")
     attn = load_bwd(name, bwd_kernel)
-    if bwd_kernel != "portable":
+    if bwd_kernel.endswith("block64"):
+        assert attn.manifest.backward is not None and attn.manifest.backward.dq_layout == "block64"
+    if not portable:
         kv = "sm90" if bwd_kernel == "lockstep" else "sm90ws"
         assert any(k.role == "kv" and k.symbol.startswith(f"cmc_{name}_bwd_kv_{kv}_")
                    for k in attn.manifest.kernels), f"the artifact's kv is not the {kv} kind"
