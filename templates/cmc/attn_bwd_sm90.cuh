@@ -870,7 +870,7 @@ CMC_DEV void kv_dq_or_wait(bool atomic_dq, unsigned char* sds, const unsigned* p
                            int lr, int wg, int warp, int lane, unsigned dqA, unsigned dqB, int dqCol,
                            const Tok& tok, float* acc, cmc_i64 tok0, int heads_q, int hq,
                            cmc_i64 tile = 0, int par = 0) {
-  static_assert(!CMC_DQ_BLOCK64 || CMC_BWD_KV_WS, "the lockstep kv adds dQ token-major only");
+  static_assert(!CMC_DQ_BLOCK64 || CMC_BWD_KV_WS || sizeof(Tok) == 0, "the lockstep kv adds dQ token-major only");
   constexpr int kDQ = DQ<D>::kRegs;
   if (!atomic_dq) {
     wg_wait<0>();
