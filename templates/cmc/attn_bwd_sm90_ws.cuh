@@ -20,7 +20,7 @@
 //        warps 1, 2 add the dQ partials of consumer warpgroups 0, 1 to dq_accum from a
 //        staging buffer in shared memory: two TMA tensor reduce-adds (dq_accum's map) when
 //        the item's 64 query rows are consecutive tokens, else one cp.reduce.async.bulk per
-//        query row.
+//        query row; with dq_accum in blocks (CMC_DQ_BLOCK64) one 16 KiB bulk add per item.
 //   WG1, WG2 (setmaxnreg 240): kv's item per warpgroup, reordered: S^T, dP^T; P^T; dV;
 //        dS^T; dS^T to shared memory (2 buffers) and one barrier of the 256 consumers; then
 //        dQ before dK, so the dQ partial's trip to the staging runs under the dK GEMM; the
@@ -425,7 +425,8 @@ CMC_DEV void ws_store_ds(unsigned sb, int wg, int warp, int lane, const unsigned
 // are rows[1] = 64 / BOX runs of BOX consecutive tokens (run b from token rows[4 + b]) is added
 // by two TMA reduce-adds of 32 columns per run (dq_accum's map, boxes of BOX rows) from lane 0
 // instead: 2 64 / BOX operations instead of 64 (2 for a linear item, BOX = 64; 8 for a
-// patch item of CLEAR's 8 x 16 patches, BOX = 16).
+// patch item of CLEAR's 8 x 16 patches, BOX = 16). CMC_DQ_BLOCK64: every item is one
+// cp.reduce.async.bulk of 16 KiB into dq_accum's block rows[4].
 template <int D, int BOX>
 CMC_DEV void ws_write_dq(unsigned char* smem, float* acc, const KvMaps* maps, int heads_q, int w, int lane) {
   const int* rows = reinterpret_cast<const int*>(smem + SmemWS<D>::kDqItem + w * SmemWS<D>::kDqRows);
