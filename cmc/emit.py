@@ -1467,11 +1467,11 @@ def emit(
             short = HookSet(hooks_s, hooks_t)
     if dq_layout not in DQ_LAYOUTS:
         raise ValueError(f"unsupported dq_accum layout {dq_layout!r} (supported: {list(DQ_LAYOUTS)})")
-    if backward and dq_layout != "token":
-        why = dq_layout_refusal(dq_layout, bwd_kernel, b_tiling)
-        if why:
-            raise ValueError(f"dq_accum layout {dq_layout}: {why}")
-    text = render(table, variants, hooks, hooks_t, hooks_b, short, dq_layout if backward else "token")
+    if not backward:
+        dq_layout = "token"  # no workspace: the forward-only text and manifest name none
+    elif why := dq_layout_refusal(dq_layout, bwd_kernel, b_tiling):
+        raise ValueError(f"dq_accum layout {dq_layout}: {why}")
+    text = render(table, variants, hooks, hooks_t, hooks_b, short, dq_layout)
     return EmittedSource(
         table=table,
         layout=descriptor_layout(table.mask),
@@ -1479,5 +1479,5 @@ def emit(
         text=text,
         variants=variants,
         transposed=transposed,
-        dq_layout=dq_layout if backward else "token",
+        dq_layout=dq_layout,
     )

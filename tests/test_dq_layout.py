@@ -33,9 +33,11 @@ def _dq_acc_at(q: int, c: int, tok0: int, b: int, heads_q: int, h: int, d: int) 
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_block64_is_a_bijection_inside_the_rule(d):
-    """Every (token, head, column) of a jagged batch gets its own float, inside the manifest's
-    byte rule, and a sequence's item of 64 rows (from a multiple of 64 of its own rows) fills
-    one contiguous 64 x 64 half per column half: what the ws kv's one bulk add needs."""
+    """The layout as specified (dq_acc_at transcribed; the CUDA is checked on the GPU by
+    bwd_ablate wsfrag --check and the tier's block64 cases): every (token, head, column) of a
+    jagged batch gets its own float, inside abi.dq_accum_bytes, and a sequence's item of 64
+    rows fills one contiguous 64 x 64 half per column half, what the ws kv's one bulk add
+    needs."""
     lens, heads_q = [1, 17, 130, 600, 64], 3
     seen: set[int] = set()
     tok0 = 0

@@ -54,8 +54,27 @@ _out_dir: Path | None = None
 _built: dict[tuple[str, str], Path] = {}
 
 
-# The tier's build names for dq_accum's block layout: (--bwd-kernel, --dq-layout)
-LAYOUT_KINDS = {"block64": ("auto", "block64"), "portable_block64": ("portable", "block64")}
+# The tier's builds other than the default: name -> (subfolder, --bwd-kernel, --dq-layout);
+# tools/gpu_artifacts.py builds them into the same folders.
+BUILDS = {
+    "portable": ("bwd_portable", "portable", "token"),
+    "ws": ("bwd_ws", "ws", "token"),
+    "lockstep": ("bwd_lockstep", "lockstep", "token"),
+    "block64": ("dq_block64", "auto", "block64"),
+    "portable_block64": ("bwd_portable_block64", "portable", "block64"),
+}
+
+
+def block64_allowed(name: str) -> bool:
+    """Whether `cmc compile --dq-layout block64` takes samples/NAME.mask (a linear backward
+    tiling for the default sm_90a build; emit.dq_layout_refusal)."""
+    from cmc.driver import Options, backward_tile, front, tile
+    from cmc.emit import dq_layout_refusal
+
+    table = front(ROOT / "samples" / f"{name}.mask")
+    opts = Options(archs=("sm_90a",))
+    bwd = backward_tile(table, tile(table, opts), opts)
+    return bwd is not None and not dq_layout_refusal("block64", "auto", bwd)
 
 
 def artifact(name: str, bwd_kernel: str = "auto") -> Path:
@@ -69,9 +88,7 @@ def artifact(name: str, bwd_kernel: str = "auto") -> Path:
     OUT/bwd_portable_block64/NAME (samples on linear backward tilings only)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
-    sub = {"portable": "bwd_portable", "ws": "bwd_ws", "lockstep": "bwd_lockstep",
-           "block64": "dq_block64", "portable_block64": "bwd_portable_block64"}.get(bwd_kernel, "")
-    kind, layout = LAYOUT_KINDS.get(bwd_kernel, (bwd_kernel, "token"))
+    sub, kind, layout = BUILDS.get(bwd_kernel, ("", bwd_kernel, "token"))
     if prebuilt:  # built elsewhere, e.g. `cmc compile samples/*.mask -o out/gpu --arch sm_90a`
         path = Path(prebuilt) / sub / name
         if not (path / "manifest.json").is_file():

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from .gpu_common import (
-    ROOT,
     SAMPLES,
     artifact,
+    block64_allowed,
     cuda_torch,
     device_arch,
     mask_of,
@@ -43,18 +43,6 @@ _loaded: dict[str, Any] = {}
 def _torch():
     global torch
     torch = cuda_torch()
-
-
-def block64_allowed(name: str) -> bool:
-    """Whether `cmc compile --dq-layout block64` takes samples/NAME.mask (a linear backward
-    tiling for the default build)."""
-    from cmc.driver import Options, backward_tile, front, tile
-    from cmc.emit import dq_layout_refusal
-
-    table = front(ROOT / "samples" / f"{name}.mask")
-    opts = Options(archs=("sm_90a",))
-    bwd = backward_tile(table, tile(table, opts), opts)
-    return bwd is not None and not dq_layout_refusal("block64", "auto", bwd)
 
 
 def load_bwd(name: str, bwd_kernel: str = "auto") -> Any:
