@@ -855,7 +855,7 @@ def main() -> None:
     ap.add_argument("--reg-split", choices=("auto", "fixed"), default="auto",
                     help="with --compile: cmc compile --reg-split (fixed: the A/B baseline of "
                          "the sm90 forward's register split)")
-    ap.add_argument("--dq-layout", choices=("token", "block64"), default="token",
+    ap.add_argument("--dq-layout", choices=("token", "block64", "auto"), default="token",
                     help="with --compile: dq_accum's layout (cmc compile --dq-layout)")
     ap.add_argument("--no-short-kernels", action="store_true",
                     help="with --compile: cmc compile --no-short-kernels (the A/B baseline of "

@@ -387,7 +387,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
                    "ws: the warp-specialised dK/dV kernel; lockstep: the dK/dV kernel whose "
                    "warpgroups also load; auto: ws (the faster on every tiling measured). "
                    "portable: the portable kernels on every arch.")
-@click.option("--dq-layout", type=click.Choice(["token", "block64"]), default="token",
+@click.option("--dq-layout", type=click.Choice(["token", "block64", "auto"]), default="token",
               show_default=True,
               help="The backward's fp32 dQ workspace (the manifest's backward.workspace.dq_accum): "
                    "token: [T, heads_q, D]; block64: 64-row blocks in the sm90 accumulator "

@@ -74,7 +74,8 @@ class Options:
     # bwd_kv_sm90), "auto": ws; "portable": cmc_bwd everywhere (kernels.backward_kinds).
     bwd_kernel: str = "auto"
     # dq_accum's layout (abi.DQ_LAYOUTS): "token", or "block64" (linear backward tilings only;
-    # emit.dq_layout_refusal)
+    # emit.dq_layout_refusal); "auto": block64 where it is not refused, else token (the
+    # manifest's dq_accum names the one chosen)
     dq_layout: str = "token"
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).
@@ -190,15 +191,18 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     from . import emit
 
     assert p.table is not None and p.tiling is not None
-    if p.bwd_tiling is not None and opts.dq_layout != "token":
-        why = emit.dq_layout_refusal(opts.dq_layout, opts.bwd_kernel, p.bwd_tiling)
-        if why:
-            raise UsageError(f"--dq-layout {opts.dq_layout}: {why}")
+    dq_layout = opts.dq_layout
+    if p.bwd_tiling is None:
+        dq_layout = "token"
+    elif dq_layout == "auto":
+        dq_layout = "token" if emit.dq_layout_refusal("block64", opts.bwd_kernel, p.bwd_tiling) else "block64"
+    elif why := emit.dq_layout_refusal(dq_layout, opts.bwd_kernel, p.bwd_tiling):
+        raise UsageError(f"--dq-layout {dq_layout}: {why}")
     return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
                                        archs=opts.archs, kernel=opts.kernel, tiling=p.tiling,
                                        backward=opts.backward, bwd_kernel=opts.bwd_kernel,
                                        bwd_tiling=p.bwd_tiling, short_tiling=p.short_tiling,
-                                       dq_layout=opts.dq_layout))
+                                       dq_layout=dq_layout))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -343,7 +347,8 @@ def compile_many(
         else:
             assert p.built is not None
             secs = sum(c.build_seconds for c in p.built.cubins)
-            echo(f"{f}: {len(p.built.cubins)} cubin(s) in {p.artifact} ({secs:.1f} s of NVRTC)")
+            layout = f", dq_accum {p.built.source.dq_layout}" if opts.dq_layout == "auto" and p.bwd_tiling else ""
+            echo(f"{f}: {len(p.built.cubins)} cubin(s) in {p.artifact} ({secs:.1f} s of NVRTC{layout})")
             for line in spill_warnings(p.built):
                 echo(f"{f}: {line}")
     return []

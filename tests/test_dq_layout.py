@@ -114,3 +114,20 @@ def test_block64_refusals(tmp_path, args, why):
                                  "-o", str(tmp_path), "--arch", "sm_90a", "--dq-layout", "block64"])
     assert r.exit_code != 0 and "--dq-layout block64" in r.output and why in r.output, r.output
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args, layout", [
+    (["samples/causal.mask"], "block64"),
+    (["samples/clear.mask"], "token"),
+    (["samples/causal.mask", "--bwd-kernel", "lockstep"], "token"),
+])
+def test_auto_takes_block64_where_allowed_and_says_which(tmp_path, args, layout):
+    r = CliRunner().invoke(cli, ["compile", *[str(ROOT / a) if a.endswith(".mask") else a
+                                              for a in args],
+                                 "-o", str(tmp_path), "--arch", "sm_90a", "--head-dim", "64",
+                                 "--dq-layout", "auto"])
+    assert r.exit_code == 0, r.output
+    assert f"dq_accum {layout}" in r.output
+    name = Path(args[0]).stem
+    m = json.loads((tmp_path / name / "manifest.json").read_text())
+    assert m["backward"]["workspace"]["dq_accum"]["layout"] == layout

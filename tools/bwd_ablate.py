@@ -579,11 +579,15 @@ ALTERNATIVES["wsstg"] = _ws_macros(
 ALTERNATIVES["wslsefirst"] = _ws_macros(
     "ws loading the item's LSE offsets before issuing its S^T and dP^T (CMC_WS_LSE_FIRST 1)",
     WS_LSE_FIRST=1)
+# Both of run 50's gains together (wsfrag's layout, wslsefirst's load order): do they add?
+ALTERNATIVES["wsfraglse"] = _ws_macros(
+    "wsfrag and wslsefirst together (CMC_DQ_BLOCK64 1, CMC_WS_LSE_FIRST 1)",
+    DQ_BLOCK64=1, WS_LSE_FIRST=1)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslsefirst", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslsefirst", "wsfraglse", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
