@@ -67,7 +67,6 @@ def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
 def build_one(path: str, defines: dict[str, int], out: str, build: str, arch: str) -> float:
     """Seconds of one build (`build`: "auto" or a tests/gpu/gpu_common.BUILDS name)."""
     from cmc.driver import compile_file
-
     from tests.gpu.gpu_common import BUILDS
 
     _, kind, layout = BUILDS.get(build, ("", build, "token"))
