@@ -214,15 +214,14 @@ step patchword patchword.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py
     --check --cases clear_patch grid96 causal --mask clear_patch --lengths 4096x8 16384x2
 step patchword patchword.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wslinafter wsbitlin \
     --mask grid96 --lengths 4096x8
-# 1g2. FA3 / FA4's dQ hand-off and two smaller cuts (kernel notes "FA4's item beside ws's, phase
-#    by phase"): wsfrag (dq_accum in 64-row blocks in accumulator order, one bulk add per
-#    warpgroup item; CMC_DQ_BLOCK64), wsstg (the token-major staging's addresses by XOR
-#    immediates), wslsefirst (the LSE loads before the S^T issue), timed beside ws in both
-#    orders on causal, then checked
-step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsfrag wsstg wslsefirst \
-    ws wsfrag wsstg wslsefirst --lengths 4096x8 16384x2
-step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsfrag wslsefirst --check \
-    --lengths 4096x8
+# 1g2. FA3 / FA4's dQ hand-off (kernel notes "Run 50"): wsfrag (dq_accum in 64-row blocks in
+#    accumulator order, one bulk add per warpgroup item; CMC_DQ_BLOCK64) and wslselate (the LSE
+#    loads under the S^T issue, as before run 50) timed beside ws in both orders, then checked,
+#    with wsplsefirst (patch items' LSE loads first too)
+step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsfrag wslselate \
+    ws wsfrag wslselate --lengths 4096x8 16384x2 2048x16
+step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsfrag wslselate wsplsefirst \
+    --check --lengths 4096x8
 # 1g3. The LSE offsets and Dsum read by ld.shared.v4 (wsstatv4, kernel notes "Run 29"): checked
 #    (both modes, CLEAR's patches too), then timed against ws in both orders
 step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsstatv4 ws wsstatv4 --check \

@@ -43,9 +43,15 @@
 #define CMC_WS_STG_XOR 0
 #endif
 #ifndef CMC_WS_LSE_FIRST
-// 1 (bwd_ablate wslsefirst): the item's LSE offsets read before its S^T and dP^T are issued,
-// not under them (run 29's ncu: the loads had not landed when S^T was done)
-#define CMC_WS_LSE_FIRST 0
+// 1: a linear item's LSE offsets read before its S^T and dP^T are issued, not under them (run
+// 29's ncu: the loads had not landed when S^T was done; run 50: the kv 4.4 % shorter at causal
+// 4K x 8, 8 % at 16K x 2 on an H100). 0: under them (bwd_ablate wslselate)
+#define CMC_WS_LSE_FIRST 1
+#endif
+#ifndef CMC_WS_LSE_FIRST_PATCH
+// the same for patch items: off, since it spills on natten2d's d128 patch kv (20 B, 2026-12-07)
+// and is not timed on patches
+#define CMC_WS_LSE_FIRST_PATCH 0
 #endif
 #ifndef CMC_WS_STSM
 #define CMC_WS_STSM 1  // dS^T to shared memory by stmatrix, FA3 / FA4's way (0: bwd_ablate wsnostsm)
@@ -751,6 +757,7 @@ CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool pr
 // final dK, dV stores.
 template <class H, class HT> struct WsLinear {
   static constexpr int kBox = kBM;
+  static constexpr bool kLseFirst = CMC_WS_LSE_FIRST;
   const typename HT::seq_t& seqt;
   int len, k0;
   cmc_i64 tok0;
@@ -805,6 +812,7 @@ template <class H, class HT> struct WsLinear {
 template <class H, class HT> struct WsPatch {
   static_assert(!CMC_DQ_BLOCK64 || sizeof(H) == 0, "dq_accum's blocks take linear tilings only");
   static constexpr int kBox = cmc_bwd_patch_box<H>();
+  static constexpr bool kLseFirst = CMC_WS_LSE_FIRST_PATCH;
   const typename HT::seq_t& seqt;
   const cmc_patch_geo& geo;
   const cmc_bwd_tile_tokens<H>& keys;
@@ -928,8 +936,9 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 #endif
 
     float s[32], dp[32];
-#if CMC_WS_LSE_REGS && CMC_WS_LSE_FIRST
-    const KvRowRegs lse_r = kv_row_regs(lse_s + st * kBM, cq);
+#if CMC_WS_LSE_REGS
+    KvRowRegs lse_r;
+    if constexpr (T::kLseFirst) lse_r = kv_row_regs(lse_s + st * kBM, cq);
 #endif
 #if CMC_WS_DQ_LAG >= 2
     if (lag) ws_turn_wait(wg);
@@ -946,9 +955,7 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     // FA3 / FA4's order: the item's LSE read while S^T runs (after the mask word, which needs
     // the registers). Its Dsum too, under P^T, spilled on the mask-heavy kinds (grid96: 12 B,
     // CLEAR's patches: 88 B; 2026-12-05, not kept), so Dsum stays read after the dP^T wait.
-#if !CMC_WS_LSE_FIRST
-    const KvRowRegs lse_r = kv_row_regs(lse_s + st * kBM, cq);
-#endif
+    if constexpr (!T::kLseFirst) lse_r = kv_row_regs(lse_s + st * kBM, cq);
 #endif
     wg_wait<1>();
     fence_regs<32>(s);
