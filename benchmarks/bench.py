@@ -73,7 +73,7 @@ ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
                 bwd_kernel: str = "auto", reg_split: str = "auto",
                 patterns: Sequence[str] = (), short_kernels: bool = True,
-                dq_layout: str = "token") -> None:
+                dq_layout: str = "auto") -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
@@ -855,7 +855,7 @@ def main() -> None:
     ap.add_argument("--reg-split", choices=("auto", "fixed"), default="auto",
                     help="with --compile: cmc compile --reg-split (fixed: the A/B baseline of "
                          "the sm90 forward's register split)")
-    ap.add_argument("--dq-layout", choices=("token", "block64", "auto"), default="token",
+    ap.add_argument("--dq-layout", choices=("token", "block64", "auto"), default="auto",
                     help="with --compile: dq_accum's layout (cmc compile --dq-layout)")
     ap.add_argument("--no-short-kernels", action="store_true",
                     help="with --compile: cmc compile --no-short-kernels (the A/B baseline of "

@@ -75,8 +75,8 @@ class Options:
     bwd_kernel: str = "auto"
     # dq_accum's layout (abi.DQ_LAYOUTS): "token", or "block64" (linear backward tilings only;
     # emit.dq_layout_refusal); "auto": block64 where it is not refused, else token (the
-    # manifest's dq_accum names the one chosen)
-    dq_layout: str = "token"
+    # manifest's dq_accum names the one chosen; the default since run 50)
+    dq_layout: str = "auto"
     # "auto": the sm90 forward tries kernels.SM90_REG_SPLITS until one uses no local memory;
     # "fixed": the kind's default split only (the A/B baseline; may spill, and says so).
     reg_split: str = "auto"
@@ -284,7 +284,7 @@ def compile_file(
     bwd_kernel: str = "auto",
     reg_split: str = "auto",
     short_kernels: bool = True,
-    dq_layout: str = "token",
+    dq_layout: str = "auto",
 ) -> Path:
     """Every stage; returns OUT/NAME."""
     opts = Options(

@@ -214,7 +214,7 @@ def test_demo_launches_what_the_manifest_says(artifact, tmp_path):
         assert "backward: not in this artifact" in stdout
         return
     assert "the second run is bitwise equal" in stdout
-    sizes = {"T": L, "heads_q": H, "heads_kv": H, "head_dim": D}
+    sizes = {"T": L, "heads_q": H, "heads_kv": H, "head_dim": D, "batch": 1}
     grid_env = {"max_len": L, "batch": 1, "max_ctas": NUM_SMS, **sizes}
     fields = {f["name"]: f for f in bwd["args"]["fields"]}
     flags = [f for mode, f in modes for _ in bwd["sequence"][mode]]

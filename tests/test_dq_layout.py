@@ -1,8 +1,9 @@
-"""dq_accum's layouts (abi.DQ_LAYOUTS; `cmc compile --dq-layout`): "token" by default, "block64"
-(64-row blocks in the sm90 accumulator order, attn_bwd_portable.cuh dq_acc_at) on linear
-backward tilings. The source, the builds of every kind that touches dq_accum, the manifest,
-the runtime's reader and its floor, and the refusals. Its GPU check is bwd_ablate's `wsfrag`
-(the same macro) and, once it is a default, the GPU tier."""
+"""dq_accum's layouts (abi.DQ_LAYOUTS; `cmc compile --dq-layout`): "block64" (64-row blocks in
+the sm90 accumulator order, attn_bwd_portable.cuh dq_acc_at) on linear backward tilings, else
+"token", by default ("auto"). The source, the builds of every kind that touches dq_accum, the
+manifest, the runtime's reader and its floor, the refusals and auto's choice. Its GPU checks:
+bwd_ablate's `wsfrag` (the same macro) and the GPU tier (the default build, "token",
+"portable-block64")."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_block64_source_and_builds():
     assert src.text.count("#define CMC_DQ_BLOCK64 1") == 1
     assert src.text.index("#define CMC_DQ_BLOCK64 1") < src.text.index("#ifndef CMC_DQ_BLOCK64")
     token = back(front(ROOT / "samples" / "causal.mask"),
-                 Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,)))
+                 Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,), dq_layout="token"))
     assert token.dq_layout == "token" and "#define CMC_DQ_BLOCK64 1" not in token.text
     kinds = {KernelKind.BWD_KV_SM90_WS, KernelKind.BWD_KV, KernelKind.BWD_PRE, KernelKind.BWD_POST}
     built = build(dataclasses.replace(src, variants=tuple(v for v in src.variants if v.kernel in kinds)),
@@ -122,10 +123,10 @@ def test_block64_refusals(tmp_path, args, why):
     (["samples/causal.mask", "--bwd-kernel", "lockstep"], "token"),
 ])
 def test_auto_takes_block64_where_allowed_and_says_which(tmp_path, args, layout):
+    """The default (--dq-layout auto)."""
     r = CliRunner().invoke(cli, ["compile", *[str(ROOT / a) if a.endswith(".mask") else a
                                               for a in args],
-                                 "-o", str(tmp_path), "--arch", "sm_90a", "--head-dim", "64",
-                                 "--dq-layout", "auto"])
+                                 "-o", str(tmp_path), "--arch", "sm_90a", "--head-dim", "64"])
     assert r.exit_code == 0, r.output
     assert f"dq_accum {layout}" in r.output
     name = Path(args[0]).stem

@@ -6,13 +6,14 @@ the tier runs with CMC_GPU_ARTIFACTS=OUT instead of building mask by mask inside
 
 Layout (what tests/gpu/gpu_common.artifact and tests/gpu/test_generality_gpu.py read):
   OUT/NAME                      samples/NAME.mask, the default backward (--bwd-kernel auto:
-                                the wgmma kinds on sm_90a, kv warp-specialised on linear tiles)
+                                the wgmma kinds on sm_90a, kv warp-specialised; --dq-layout
+                                auto: dq_accum in 64-row blocks on linear tilings)
   OUT/bwd_portable/NAME         the same with --bwd-kernel portable
   OUT/bwd_ws/NAME               the same with --bwd-kernel ws (samples only; sm_90a)
   OUT/bwd_lockstep/NAME         the same with --bwd-kernel lockstep (samples only; sm_90a)
-  OUT/dq_block64/NAME           the default with --dq-layout block64 (samples on linear
+  OUT/dq_token/NAME             the default with --dq-layout token (samples only)
+  OUT/bwd_portable_block64/NAME --bwd-kernel portable --dq-layout block64 (samples on linear
                                 backward tilings only)
-  OUT/bwd_portable_block64/NAME the same with --bwd-kernel portable
   OUT/gen/KEY/NAME              benchmarks/masks.py GENERALITY spec KEY (its -D values)
   OUT/gen/KEY/bwd_portable/NAME the same with --bwd-kernel portable
 Every build is bf16 and fp16, head dims 64 and 128, with the backward. One mask per process
@@ -51,11 +52,15 @@ def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
         for s in GENERALITY:
             jobs.append((f"{s.key} {kind}", str(ROOT / s.mask), dict(s.defines),
                          str(out / "gen" / s.key / sub), kind))
-    # dq_accum's block layout, on the samples it takes (tests/gpu's "block64" choices)
-    for kind in ["block64"] + (["portable_block64"] if portable else []):
+    # the default kinds token-major, and the portable ones in blocks where the tiling takes
+    # them (tests/gpu's "token" and "portable_block64" choices)
+    for p in samples:
+        jobs.append((f"{p.stem} token", str(p), {}, str(out / BUILDS["token"][0]), "token"))
+    if portable:
         for p in samples:
             if block64_allowed(p.stem):
-                jobs.append((f"{p.stem} {kind}", str(p), {}, str(out / BUILDS[kind][0]), kind))
+                jobs.append((f"{p.stem} portable_block64", str(p), {},
+                             str(out / BUILDS["portable_block64"][0]), "portable_block64"))
     if ws:  # each sm90 kv kind on every sample (tests/gpu's "ws" and "lockstep" choices):
         # last, so a build cut short by device_validate's limit has the default artifacts
         for kind in ("ws", "lockstep"):
@@ -69,7 +74,7 @@ def build_one(path: str, defines: dict[str, int], out: str, build: str, arch: st
     from cmc.driver import compile_file
     from tests.gpu.gpu_common import BUILDS
 
-    _, kind, layout = BUILDS.get(build, ("", build, "token"))
+    _, kind, layout = BUILDS.get(build, ("", build, "auto"))
     t0 = time.perf_counter()
     compile_file(path, out, archs=[arch], dtypes=["bf16", "fp16"], head_dims=[64, 128],
                  defines=defines, jobs=1, bwd_kernel=kind, dq_layout=layout)

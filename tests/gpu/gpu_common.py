@@ -60,14 +60,14 @@ BUILDS = {
     "portable": ("bwd_portable", "portable", "token"),
     "ws": ("bwd_ws", "ws", "token"),
     "lockstep": ("bwd_lockstep", "lockstep", "token"),
-    "block64": ("dq_block64", "auto", "block64"),
+    "token": ("dq_token", "auto", "token"),
     "portable_block64": ("bwd_portable_block64", "portable", "block64"),
 }
 
 
 def block64_allowed(name: str) -> bool:
     """Whether `cmc compile --dq-layout block64` takes samples/NAME.mask (a linear backward
-    tiling for the default sm_90a build; emit.dq_layout_refusal)."""
+    tiling for the default sm_90a build; emit.dq_layout_refusal), as the default build does."""
     from cmc.driver import Options, backward_tile, front, tile
     from cmc.emit import dq_layout_refusal
 
@@ -81,14 +81,15 @@ def artifact(name: str, bwd_kernel: str = "auto") -> Path:
     """OUT/NAME for samples/NAME.mask, built once per session for this GPU's arch, for every
     dtype and head dim, through the project's own pipeline (or taken from the folder named by
     CMC_GPU_ARTIFACTS, when the GPU machine cannot run NVRTC). bwd_kernel "auto" (the default
-    build: the sm_90a dK/dV and dQ kinds there) in OUT/NAME, "portable" in
-    OUT/bwd_portable/NAME, "ws" in OUT/bwd_ws/NAME, "lockstep" in OUT/bwd_lockstep/NAME
-    (prebuilt: tools/gpu_artifacts.py); "block64" and "portable_block64": the default and the
-    portable build with `--dq-layout block64` in OUT/dq_block64/NAME and
+    build: the sm_90a dK/dV and dQ kinds there, dq_accum in 64-row blocks where the tiling is
+    linear) in OUT/NAME, "portable" in OUT/bwd_portable/NAME, "ws" in OUT/bwd_ws/NAME,
+    "lockstep" in OUT/bwd_lockstep/NAME (all three token-major; prebuilt:
+    tools/gpu_artifacts.py); "token": the default kinds with `--dq-layout token` in
+    OUT/dq_token/NAME; "portable_block64": the portable build with `--dq-layout block64` in
     OUT/bwd_portable_block64/NAME (samples on linear backward tilings only)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
-    sub, kind, layout = BUILDS.get(bwd_kernel, ("", bwd_kernel, "token"))
+    sub, kind, layout = BUILDS.get(bwd_kernel, ("", bwd_kernel, "auto"))
     if prebuilt:  # built elsewhere, e.g. `cmc compile samples/*.mask -o out/gpu --arch sm_90a`
         path = Path(prebuilt) / sub / name
         if not (path / "manifest.json").is_file():

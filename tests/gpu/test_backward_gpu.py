@@ -80,9 +80,9 @@ def check_grads(c: dict[str, Any], grads: tuple[Any, ...], what: str) -> None:
         assert (flat[0][blind] == 0).all(), f"{what}: rows that see no key must get dQ = 0"
 
 
-@pytest.mark.parametrize("bwd_kernel", ["portable", "auto", "lockstep", "ws", "block64",
+@pytest.mark.parametrize("bwd_kernel", ["portable", "auto", "lockstep", "ws", "token",
                                         "portable_block64"],
-                         ids=["portable", "sm90", "lockstep", "ws", "block64", "portable-block64"])
+                         ids=["portable", "sm90", "lockstep", "ws", "token", "portable-block64"])
 @pytest.mark.parametrize("case", range(len(CASES)), ids=["packed-bf16-d128", "batch-fp16-d64"])
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
 def test_backward_matches_reference(sample, case, bwd_kernel):
@@ -90,17 +90,21 @@ def test_backward_matches_reference(sample, case, bwd_kernel):
     (the deterministic runs go through it) and the kv role the warp-specialised
     bwd_kv_sm90_ws (its Q and dO tensor maps passed by the runtime) on either tiling;
     "lockstep" and "ws": that kv kind on every sample; "portable": --bwd-kernel portable;
-    "block64", "portable-block64": the default and the portable build with dq_accum in 64-row
-    blocks (--dq-layout block64), on the samples whose backward tiling is linear."""
+    The default build holds dq_accum in 64-row blocks where the backward tiling is linear
+    (--dq-layout auto), "portable", "ws" and "lockstep" token-major; "token": the default
+    kinds with --dq-layout token; "portable-block64": the portable build with --dq-layout
+    block64, on the samples whose backward tiling is linear."""
     name = sample.stem
     portable = bwd_kernel.startswith("portable")
     if not portable and device_arch() != "sm_90a":
         pytest.skip("the sm90 dK/dV and dQ kinds are built for sm_90a only")
-    if bwd_kernel.endswith("block64") and not block64_allowed(name):
+    blocks = block64_allowed(name)
+    if bwd_kernel == "portable_block64" and not blocks:
         pytest.skip(f"{name}: its backward tiling is not linear (--dq-layout block64 refuses it)")
     attn = load_bwd(name, bwd_kernel)
-    if bwd_kernel.endswith("block64"):
-        assert attn.manifest.backward is not None and attn.manifest.backward.dq_layout == "block64"
+    want = ("block64" if blocks else "token") if bwd_kernel == "auto" else (
+        "block64" if bwd_kernel == "portable_block64" else "token")
+    assert attn.manifest.backward is not None and attn.manifest.backward.dq_layout == want
     if not portable:
         kv = "sm90" if bwd_kernel == "lockstep" else "sm90ws"
         assert any(k.role == "kv" and k.symbol.startswith(f"cmc_{name}_bwd_kv_{kv}_")
