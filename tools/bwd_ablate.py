@@ -580,6 +580,15 @@ ALTERNATIVES["wsstg"] = _ws_macros(
 ALTERNATIVES["wslselate"] = _ws_macros(
     "ws loading the item's LSE offsets under its S^T and dP^T, as before run 50 "
     "(CMC_WS_LSE_FIRST 0)", WS_LSE_FIRST=0)
+# A linear item's Dsum read into registers once P is made, before dV is issued (run 28's ncu:
+# 11 K samples waiting for the Dsum loads after the dP^T wait). Correct, so --check runs it.
+ALTERNATIVES["wsdsumregs"] = _ws_macros(
+    "ws reading a linear item's Dsum into registers before issuing dV, not after the dP^T wait "
+    "(CMC_WS_DSUM_REGS 1)", WS_DSUM_REGS=1)
+# The same on the shipped linear kv since run 50 (wsfrag: dq_accum in 64-row blocks).
+ALTERNATIVES["wsfragdsum"] = _ws_macros(
+    "wsfrag reading a linear item's Dsum into registers before issuing dV (CMC_DQ_BLOCK64 1, "
+    "CMC_WS_DSUM_REGS 1)", DQ_BLOCK64=1, WS_DSUM_REGS=1)
 # Patch items' LSE offsets before the issue too (off in the shipped kernel: it spills 20 B on
 # natten2d's d128 patch kv; CLEAR's does not).
 ALTERNATIVES["wsplsefirst"] = _ws_macros(
@@ -589,7 +598,7 @@ ALTERNATIVES["wsplsefirst"] = _ws_macros(
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslselate", "wsplsefirst", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslselate", "wsplsefirst", "wsdsumregs", "wsfragdsum", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global

@@ -222,6 +222,14 @@ step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsfrag
     ws wsfrag wslselate --lengths 4096x8 16384x2 2048x16
 step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsfrag wslselate wsplsefirst \
     --check --lengths 4096x8
+# 1g2b. The Dsum loads ahead of dV's issue (kernel notes "After run 50"): wsfragdsum against
+#    wsfrag (the shipped linear kv since run 50) in both orders, on causal and grid96, then
+#    checked; wsdsumregs (token-major) spills 8 B on grid96's d128 kv, wsfragdsum does not
+step dsum dsum.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsfrag wsfragdsum \
+    wsfrag wsfragdsum --lengths 4096x8 16384x2 2048x16
+step dsum dsum.log 60 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsfrag wsfragdsum wsfrag \
+    wsfragdsum --mask grid96 --lengths 4096x8
+step dsum dsum.log 90 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py wsfragdsum --check --lengths 4096x8
 # 1g3. The LSE offsets and Dsum read by ld.shared.v4 (wsstatv4, kernel notes "Run 29"): checked
 #    (both modes, CLEAR's patches too), then timed against ws in both orders
 step frag frag.log 150 env CMC_ARCH=sm_90a python3 tools/bwd_ablate.py ws wsstatv4 ws wsstatv4 --check \

@@ -814,7 +814,8 @@ CMC_DEV KvRowRegs kv_row_regs(const float* b, int cq) {
 
 // dS^T = P^T (dP^T - Dsum) in place of dP^T (s: P^T; dsum_b: the item's Dsum, this thread's
 // query columns from cq).
-CMC_DEV void kv_ds(const float* s, float* dp, const float* dsum_b, int cq) {
+template <class Row>
+CMC_DEV void kv_ds(const float* s, float* dp, const Row& dsum_b, int cq) {
 #pragma unroll
   for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
@@ -827,9 +828,10 @@ CMC_DEV void kv_ds(const float* s, float* dp, const float* dsum_b, int cq) {
 }
 // One kv item after P^T (kv, kv_patch, kv_ws): P^T packed as dV's A operand, dV += P^T dO
 // issued; once dP^T lands, dS^T = P^T (dP^T - Dsum) packed into dsa. pa, dsa: the packed
-// operands, live until the caller's last wgmma wait.
-template <bool BF16, int D>
-CMC_DEV void kv_dv_ds(float* s, float* dp, const float* dsum_b, int cq, float* dv, unsigned doB, unsigned* pa,
+// operands, live until the caller's last wgmma wait. dsum_b: the stage's Dsum row, or its
+// KvRowRegs read before the call.
+template <bool BF16, int D, class Row>
+CMC_DEV void kv_dv_ds(float* s, float* dp, const Row& dsum_b, int cq, float* dv, unsigned doB, unsigned* pa,
                       unsigned* dsa) {
 #pragma unroll
   for (int m = 0; m < 16; ++m) pa[m] = pack2<BF16>(s[2 * m], s[2 * m + 1]);

@@ -48,6 +48,12 @@
 // 4K x 8, 8 % at 16K x 2 on an H100). 0: under them (bwd_ablate wslselate)
 #define CMC_WS_LSE_FIRST 1
 #endif
+#ifndef CMC_WS_DSUM_REGS
+// 1 (bwd_ablate wsdsumregs): a linear item's Dsum read into registers once its P is made (the
+// LSE offsets' registers are dead then), before dV is issued, not after the dP^T wait (run
+// 28's ncu: 11 K stall samples on the first use of the loads after that wait)
+#define CMC_WS_DSUM_REGS 0
+#endif
 #ifndef CMC_WS_LSE_FIRST_PATCH
 // the same for patch items: off, since it spills on natten2d's d128 patch kv (20 B, 2026-12-07)
 // and is not timed on patches
@@ -758,6 +764,7 @@ CMC_DEV void ws_item_end_lag2(unsigned char* smem, unsigned base, int n, bool pr
 template <class H, class HT> struct WsLinear {
   static constexpr int kBox = kBM;
   static constexpr bool kLseFirst = CMC_WS_LSE_FIRST;
+  static constexpr bool kDsumRegs = CMC_WS_DSUM_REGS;
   const typename HT::seq_t& seqt;
   int len, k0;
   cmc_i64 tok0;
@@ -813,6 +820,7 @@ template <class H, class HT> struct WsPatch {
   static_assert(!CMC_DQ_BLOCK64 || sizeof(H) == 0, "dq_accum's blocks take linear tilings only");
   static constexpr int kBox = cmc_bwd_patch_box<H>();
   static constexpr bool kLseFirst = CMC_WS_LSE_FIRST_PATCH;
+  static constexpr bool kDsumRegs = false;
   const typename HT::seq_t& seqt;
   const cmc_patch_geo& geo;
   const cmc_bwd_tile_tokens<H>& keys;
@@ -985,7 +993,10 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     }
 #endif
     unsigned pa[16], dsa[16];
-    kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
+    if constexpr (T::kDsumRegs)
+      kv_dv_ds<BF16, D>(s, dp, kv_row_regs(dsum_s + st * kBM, cq), cq, dv, doB, pa, dsa);
+    else
+      kv_dv_ds<BF16, D>(s, dp, dsum_s + st * kBM, cq, dv, doB, pa, dsa);
     CMC_WS_LAP(kPrDvDs);
 #if CMC_WS_DQ_LAG
     if constexpr (DQ<D>::kSplitN) {
