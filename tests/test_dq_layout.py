@@ -105,14 +105,19 @@ def test_block64_manifest_and_runtime_reader(tmp_path):
         read_manifest(out)
 
 
+def _compile(tmp_path, args: list[str], *flags: str):
+    """`cmc compile` of ARGS (a sample path first, relative to the repository) for sm_90a."""
+    return CliRunner().invoke(cli, ["compile", *[str(ROOT / a) if a.endswith(".mask") else a
+                                                 for a in args],
+                                    "-o", str(tmp_path), "--arch", "sm_90a", *flags])
+
+
 @pytest.mark.parametrize("args, why", [
     (["samples/clear.mask"], "tiling is patch"),
     (["samples/causal.mask", "--bwd-kernel", "lockstep"], "lockstep kv"),
 ])
 def test_block64_refusals(tmp_path, args, why):
-    r = CliRunner().invoke(cli, ["compile", *[str(ROOT / a) if a.endswith(".mask") else a
-                                              for a in args],
-                                 "-o", str(tmp_path), "--arch", "sm_90a", "--dq-layout", "block64"])
+    r = _compile(tmp_path, args, "--dq-layout", "block64")
     assert r.exit_code != 0 and "--dq-layout block64" in r.output and why in r.output, r.output
     assert "Traceback" not in r.output
 
@@ -124,9 +129,7 @@ def test_block64_refusals(tmp_path, args, why):
 ])
 def test_auto_takes_block64_where_allowed_and_says_which(tmp_path, args, layout):
     """The default (--dq-layout auto)."""
-    r = CliRunner().invoke(cli, ["compile", *[str(ROOT / a) if a.endswith(".mask") else a
-                                              for a in args],
-                                 "-o", str(tmp_path), "--arch", "sm_90a", "--head-dim", "64"])
+    r = _compile(tmp_path, args, "--head-dim", "64")
     assert r.exit_code == 0, r.output
     assert f"dq_accum {layout}" in r.output
     name = Path(args[0]).stem
