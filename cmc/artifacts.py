@@ -87,6 +87,9 @@ class BuiltCubin:
     log: str = ""
     reg_split: RegSplit | None = None  # setmaxnreg kinds: the split the build chose
     reg_split_reason: str = ""  # "default", or each split tried and what it gave
+    # kinds with spill fallbacks (KernelSpec.spill_fallbacks): "" when the default build was
+    # clean, else each build tried and what it gave
+    fallback_reason: str = ""
 
 
 @dataclass(frozen=True)

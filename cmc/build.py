@@ -445,6 +445,40 @@ def _outcome(split: RegSplit, got: BuiltCubin | _LostPipeline) -> str:
     return f"{split} clean"
 
 
+def _resources_text(r: KernelResources) -> str:
+    if r.spill_stores or r.spill_loads:
+        return f"spilled {r.spill_stores + r.spill_loads} bytes"
+    return f"used {r.local_bytes} bytes of local memory" if r.local_bytes else "clean"
+
+
+def _spill_fallback(source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool,
+                    extra: Sequence[str], built: BuiltCubin) -> BuiltCubin:
+    """`built` if it uses no local memory or its kind has no spill fallbacks; else the
+    kind's fallbacks (KernelSpec.spill_fallbacks) built in turn until one is clean, or the
+    fewest spilled bytes of all; fallback_reason says what each gave."""
+    fallbacks = spec(v.kernel).spill_fallbacks
+    if not fallbacks or not _uses_local(built.resources):
+        return built
+    t0 = time.perf_counter()
+    tried = [built]
+    outcomes = [f"default {_resources_text(built.resources)}"]
+    for defines in fallbacks:
+        try:
+            got = _compile_checked(source, v, arch, use_cache, (*extra, *defines), None)
+        except _LostPipeline as lost:
+            outcomes.append(f"{' '.join(defines)} lost the wgmma pipeline "
+                            f"({lost.notes[0].split(':')[0]})")
+            continue
+        tried.append(got)
+        outcomes.append(f"{' '.join(defines)} {_resources_text(got.resources)}")
+        if not _uses_local(got.resources):
+            break
+    chosen = min(tried, key=lambda c: (c.resources.spill_stores + c.resources.spill_loads,
+                                       c.resources.local_bytes))
+    return dataclasses.replace(chosen, fallback_reason="; ".join(outcomes),
+                               build_seconds=built.build_seconds + time.perf_counter() - t0)
+
+
 def _build_one(
     source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool, extra: Sequence[str],
     reg_split: str = "auto",
@@ -461,9 +495,10 @@ def _build_one(
     where = f"{source.filename} [{arch}, {variant_tag(v)}]"
     if not candidates:
         try:
-            return _compile_checked(source, v, arch, use_cache, extra, None)
+            built = _compile_checked(source, v, arch, use_cache, extra, None)
         except _LostPipeline as lost:
             raise _pipeline_error(where, lost.notes, lost.log) from None
+        return _spill_fallback(source, v, arch, use_cache, extra, built)
     t0 = time.perf_counter()
     tried: list[BuiltCubin | _LostPipeline] = []
     for i, split in enumerate(candidates):

@@ -396,15 +396,21 @@ def check_unique_names(files: Sequence[str], names: Sequence[str]) -> None:
 
 def spill_warnings(built: BuiltKernels) -> list[str]:
     """A line per kernel that uses local memory: spills cost bandwidth the numbers assume.
-    A kernel with a register split names the splits the build tried."""
-    return [
-        f"warning: {c.filename}: {c.resources.local_bytes} bytes of local memory per thread, "
-        f"{c.resources.spill_stores} bytes spill stores, {c.resources.spill_loads} bytes "
-        "spill loads"
-        + (f" (register split {c.reg_split}: {c.reg_split_reason})" if c.reg_split else "")
-        for c in built.cubins
-        if c.resources.spill_stores or c.resources.spill_loads or c.resources.local_bytes
-    ]
+    A kernel with a register split names the splits the build tried; a kernel rebuilt by a
+    spill fallback (KernelSpec.spill_fallbacks) says so, clean or not, since it is not the
+    kind's default code."""
+    lines = []
+    for c in built.cubins:
+        r = c.resources
+        if r.spill_stores or r.spill_loads or r.local_bytes:
+            lines.append(
+                f"warning: {c.filename}: {r.local_bytes} bytes of local memory per thread, "
+                f"{r.spill_stores} bytes spill stores, {r.spill_loads} bytes spill loads"
+                + (f" (register split {c.reg_split}: {c.reg_split_reason})" if c.reg_split else "")
+                + (f" (spill fallbacks: {c.fallback_reason})" if c.fallback_reason else ""))
+        elif c.fallback_reason:
+            lines.append(f"note: {c.filename}: rebuilt without local memory ({c.fallback_reason})")
+    return lines
 
 
 def _safe_dest(out_dir: Path, name: str) -> Path:

@@ -90,6 +90,10 @@ class KernelSpec:
     choices: tuple[str, ...] = ("auto",)
     # tokens per map box at most (None: the tiling's, Tiling.box_rows, whatever it is)
     map_box_cap: int | None = None
+    # NVRTC defines the build tries, in order, when the default build uses local memory: a
+    # faster default that spills on some masks has a slower way back (build.py); the cubin's
+    # options in the manifest name the one kept
+    spill_fallbacks: tuple[tuple[str, ...], ...] = ()
 
     def variant_tag(self, dtype: str, head_dim: int, short: bool = False) -> str:
         """The tag of a variant (SHORT_SUFFIX for a kernel for short sequences)."""
@@ -517,6 +521,9 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90_WS: dataclasses.replace(
     smem_expr=("cmc_bwd_sm90::smem_kv_ws<{head_dim}, cmc_hooks_b::kTerms, cmc_hooks_t::kTerms, "
                "cmc_hooks_b::kTiling>()"),
     choices=("ws",),
+    # a linear item's LSE offsets read under its S^T / dP^T instead of before them: run 50's
+    # 7-8 % on causal, but natten2d's d128 kv spills with the LSE read first (2026-12-07)
+    spill_fallbacks=(("-DCMC_WS_LSE_FIRST=0",),),
 )}
 SPECS = {**SPECS, **BWD_SPECS}
 

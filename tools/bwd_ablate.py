@@ -589,8 +589,8 @@ ALTERNATIVES["wsdsumregs"] = _ws_macros(
 ALTERNATIVES["wsfragdsum"] = _ws_macros(
     "wsfrag reading a linear item's Dsum into registers before issuing dV (CMC_DQ_BLOCK64 1, "
     "CMC_WS_DSUM_REGS 1)", DQ_BLOCK64=1, WS_DSUM_REGS=1)
-# Patch items' LSE offsets before the issue too (off in the shipped kernel: it spills 20 B on
-# natten2d's d128 patch kv; CLEAR's does not).
+# Patch items' LSE offsets before the issue too (off in the shipped kernel: run 50 measured no
+# gain on CLEAR's patches).
 ALTERNATIVES["wsplsefirst"] = _ws_macros(
     "ws loading patch items' LSE offsets before issuing their S^T and dP^T "
     "(CMC_WS_LSE_FIRST_PATCH 1)", WS_LSE_FIRST_PATCH=1)

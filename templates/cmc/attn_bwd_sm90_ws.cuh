@@ -45,7 +45,8 @@
 #ifndef CMC_WS_LSE_FIRST
 // 1: a linear item's LSE offsets read before its S^T and dP^T are issued, not under them (run
 // 29's ncu: the loads had not landed when S^T was done; run 50: the kv 4.4 % shorter at causal
-// 4K x 8, 8 % at 16K x 2 on an H100). 0: under them (bwd_ablate wslselate)
+// 4K x 8, 8 % at 16K x 2 on an H100). 0: under them (bwd_ablate wslselate; the build's spill
+// fallback for this kind, kernels.py: natten2d's d128 kv spills 8 B with the LSE first)
 #define CMC_WS_LSE_FIRST 1
 #endif
 #ifndef CMC_WS_DSUM_REGS
@@ -55,8 +56,7 @@
 #define CMC_WS_DSUM_REGS 0
 #endif
 #ifndef CMC_WS_LSE_FIRST_PATCH
-// the same for patch items: off, since it spills on natten2d's d128 patch kv (20 B, 2026-12-07)
-// and is not timed on patches
+// the same for patch items: off (run 50: no gain on CLEAR's patches)
 #define CMC_WS_LSE_FIRST_PATCH 0
 #endif
 #ifndef CMC_WS_STSM
