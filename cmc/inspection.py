@@ -17,6 +17,7 @@ from typing import Any
 from .abi import descriptor_layout_of, tensor_maps
 from .cubin import KernelInfo
 from .errors import ArtifactError
+from .kernels import KernelKind, spec
 from .manifest_check import schema_problems
 from .package import descriptor_dict
 from .runtime.launch_check import entry_cubin, launch_problems
@@ -51,6 +52,7 @@ class KernelReport:
     toolkit: str  # ptxas version recorded in the cubin
     reg_split: str = ""  # "P/C" (setmaxnreg kinds), "" for none
     reg_split_reason: str = ""
+    fallback: str = ""  # the kind's spill fallback defines it was built with (KernelSpec.spill_fallbacks)
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,7 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
                 size=len(data),
                 reg_split=_split_text(k.get("reg_split")),
                 reg_split_reason=(k.get("reg_split") or {}).get("reason", ""),
+                fallback=_fallback_text(k),
                 toolkit=cub.toolkit,
             )
         )
@@ -220,6 +223,12 @@ def _check(folder: Path, manifest: Manifest, notes: list[str],
         kernels=tuple(kernels),
         notes=tuple(notes),
     )
+
+
+def _fallback_text(k: dict[str, Any]) -> str:
+    """The spill fallback defines among the kernel's NVRTC options ("" for none)."""
+    defines = {d for f in spec(KernelKind(k["kernel"])).spill_fallbacks for d in f}
+    return " ".join(o for o in k.get("options", ()) if o in defines)
 
 
 def _split_text(split: dict[str, object] | None) -> str:
@@ -255,6 +264,8 @@ def report_text(r: InspectReport) -> str:
     lines = [head, ("  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))).rstrip()]
     lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines += [f"note: {n}" for n in r.notes]
+    lines += [f"note: {k.file}: built with its kind's spill fallback {k.fallback}"
+              for k in r.kernels if k.fallback]
     lines += [
         f"warning: {k.file}: {k.local_bytes} bytes of local memory per thread, "
         f"{k.spill_stores} bytes spill stores, {k.spill_loads} bytes spill loads"

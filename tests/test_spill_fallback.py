@@ -16,6 +16,7 @@ from cmc import build as build_mod
 from cmc.artifacts import BuiltCubin, BuiltKernels, KernelResources
 from cmc.build import build
 from cmc.driver import Options, back, compile_file, front, spill_warnings
+from cmc.inspection import inspect, report_text
 from cmc.kernels import KernelKind, spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +54,8 @@ def test_the_manifest_names_the_fallback(tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     (kv,) = [k for k in m["kernels"] if k["role"] == "kv" and not k.get("below_len")]
     assert LSE_LATE in kv["options"]
+    text = report_text(inspect(out))
+    assert f"note: {kv['file']}: built with its kind's spill fallback {LSE_LATE}" in text
 
 
 def _fake(local: int, st: int, ld: int, options: tuple[str, ...]) -> BuiltCubin:
