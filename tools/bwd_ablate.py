@@ -585,6 +585,10 @@ ALTERNATIVES["wslselate"] = _ws_macros(
 ALTERNATIVES["wsdsumregs"] = _ws_macros(
     "ws reading a linear item's Dsum into registers before issuing dV, not after the dP^T wait "
     "(CMC_WS_DSUM_REGS 1)", WS_DSUM_REGS=1)
+# The spill fallback's kv on the block layout (what natten's d128 kv ships since 5a25061).
+ALTERNATIVES["wsfraglselate"] = _ws_macros(
+    "wsfrag with the LSE offsets read under S^T and dP^T (CMC_DQ_BLOCK64 1, CMC_WS_LSE_FIRST 0)",
+    DQ_BLOCK64=1, WS_LSE_FIRST=0)
 # The same on the shipped linear kv since run 50 (wsfrag: dq_accum in 64-row blocks).
 ALTERNATIVES["wsfragdsum"] = _ws_macros(
     "wsfrag reading a linear item's Dsum into registers before issuing dV (CMC_DQ_BLOCK64 1, "
@@ -598,7 +602,7 @@ ALTERNATIVES["wsplsefirst"] = _ws_macros(
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslselate", "wsplsefirst", "wsdsumregs", "wsfragdsum", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
+WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslselate", "wsplsefirst", "wsdsumregs", "wsfragdsum", "wsfraglselate", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
             "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
             *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
