@@ -393,8 +393,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
                    "token: [T, heads_q, D]; block64: 64-row blocks in the sm90 accumulator "
                    "order, added by one bulk copy per warpgroup item (linear tilings, not "
                    "--bwd-kernel lockstep); auto: block64 where it is taken, else token (the "
-                   "compile line and the manifest say which; the backward 4-11 % shorter on causal, "
-                   "kernel notes \"Run 50\").")
+                   "compile line and the manifest say which; block64's backward measured 0-12 % "
+                   "faster, docs/benchmarks.md \"Run 50\").")
 @click.option("--reg-split", type=click.Choice(["auto", "fixed"]), default="auto",
               show_default=True,
               help="auto: the sm90 forward tries its register splits until one uses no local "
