@@ -232,10 +232,15 @@ def _ws_without(edits: list[tuple[str, str, int]]) -> Callable[[str], str]:
     return lambda text: apply(_ws(text), edits)
 
 
-def _ws_macros(what: str, **macros: int) -> tuple[str, Callable[[str], str], Callable[[int], int]]:
-    """An alternative: ws with these attn_bwd_sm90_ws.cuh macros defined (CMC_WS_... = value)."""
+# The alternatives _ws_alt registers: ws with macros defined (all of them in WS_BASED).
+WS_MACRO_ALTS: set[str] = set()
+
+
+def _ws_alt(name: str, what: str, **macros: int) -> None:
+    """Alternative `name`: ws with these template macros defined (CMC_... = value)."""
     head = "".join(f"#define CMC_{k} {v}\n" for k, v in macros.items())
-    return what, lambda text: head + _ws(text), lambda d: WS_SMEM_GROWTH
+    ALTERNATIVES[name] = (what, lambda text: head + _ws(text), lambda d: WS_SMEM_GROWTH)
+    WS_MACRO_ALTS.add(name)
 
 
 # The ws kernel's atomic dQ path taken apart (timing only: wrong gradients). Where its 1.3 ms
@@ -362,7 +367,7 @@ ALTERNATIVES["wsplain"] = (
 # consumer warpgroup, lane 0 of each dQ writer and of the loader; correct gradients, so --check
 # runs it). The 1.1 ms between ws's atomic and deterministic kv (run 15) is read off as the
 # phases that grow between the two modes (ws_probe below).
-ALTERNATIVES["wsprobe"] = _ws_macros(
+_ws_alt("wsprobe",
     "ws with clock cycle counters per phase of an item (CMC_WS_PROBE; correct, a little "
     "slower), read back and printed per mode after the timings", WS_PROBE=1)
 # attn_bwd_sm90_ws.cuh enum WsProbe: consumer phases of an item, in their order
@@ -441,7 +446,7 @@ def ws_probe(bkc, bwd, layout, table, L: int, B: int, calls: int = 5, name: str 
 # ws before its patch loaders took whole-row items as TMA boxes (run 21, 2026-12-06: the kv on
 # clear_patch 4K x 8 4.34 -> 3.40 ms; kernel notes, "A TMA patch loader for the ws kv"): every
 # item's Q and dO rows by cp.async chunks. Correct, so --check runs it.
-ALTERNATIVES["wspcp"] = _ws_macros(
+_ws_alt("wspcp",
     "ws whose patch loaders bring every item by cp.async chunks, not TMA boxes of one patch row "
     "(CMC_WS_PATCH_TMA 0)", WS_PATCH_TMA=0)
 
@@ -453,7 +458,7 @@ PERSIST_SMEM = 32 + 32
 # converts its dQ, and the atomic sequence launches no post (FUSED_POST). Linear tilings only
 # (kv_patch_ws does not convert). Predicted: causal +8 % at 1K x 32, +6 % at 2K x 16, +4 % at
 # 4K x 8. Correct if the counting is, so --check runs it.
-ALTERNATIVES["wsfuse"] = _ws_macros(
+_ws_alt("wsfuse",
     "ws converting dQ itself, post's work, in the last kv CTA of each sequence and kv head "
     "(CMC_WS_FUSE_POST 1; linear tilings; the atomic sequence is pre, kv)", WS_FUSE_POST=1)
 FUSED_POST = {"wsfuse"}
@@ -536,75 +541,74 @@ KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma", "wspersl", "wspersl
 # by stmatrix.x4 (4 per warp instead of 16 st.shared.b32) and an item's LSE read into registers
 # while the S^T GEMM runs. Each variant below is ws without one or both. Correct, so --check
 # runs them.
-ALTERNATIVES["wsnostsm"] = _ws_macros(
+_ws_alt("wsnostsm",
     "ws storing dS^T to shared memory by st.shared.b32, not stmatrix (CMC_WS_STSM 0)", WS_STSM=0)
-ALTERNATIVES["wsnolse"] = _ws_macros(
+_ws_alt("wsnolse",
     "ws reading an item's LSE from shared memory after the S^T wait (CMC_WS_LSE_REGS 0)",
     WS_LSE_REGS=0)
-ALTERNATIVES["wsnofa"] = _ws_macros(
+_ws_alt("wsnofa",
     "ws before run 16: neither of FA3 / FA4's differences (CMC_WS_LSE_REGS 0, CMC_WS_STSM 0)",
     WS_LSE_REGS=0, WS_STSM=0)
 # Item n - 1's dQ inside item n (attn_bwd_sm90_ws.cuh CMC_WS_DQ_LAG): the two consumer
 # warpgroups wait for each other's dS^T of the item before, not at a barrier of both per item.
-ALTERNATIVES["wslag"] = _ws_macros(
+_ws_alt("wslag",
     "ws with item n - 1's dQ computed in item n after its dS, no per-item barrier of both consumer "
     "warpgroups (CMC_WS_DQ_LAG 1)", WS_DQ_LAG=1)
-ALTERNATIVES["wslagpp"] = _ws_macros(
+_ws_alt("wslagpp",
     "wslag with the consumer warpgroups taking turns to issue their GEMMs, two blocks an item "
     "(S^T, dP^T; dQ(n - 1), dV, dK after dS), the forward's ping-pong (CMC_WS_DQ_LAG 2)", WS_DQ_LAG=2)
-ALTERNATIVES["wslagppprobe"] = _ws_macros("wslagpp with wsprobe's clock laps (CMC_WS_DQ_LAG 2, CMC_WS_PROBE 1)",
-                                          WS_DQ_LAG=2, WS_PROBE=1)
-ALTERNATIVES["wslagprobe"] = _ws_macros("wslag with wsprobe's clock laps (CMC_WS_DQ_LAG 1, CMC_WS_PROBE 1)",
-                                        WS_DQ_LAG=1, WS_PROBE=1)
+_ws_alt("wslagppprobe", "wslagpp with wsprobe's clock laps (CMC_WS_DQ_LAG 2, CMC_WS_PROBE 1)",
+        WS_DQ_LAG=2, WS_PROBE=1)
+_ws_alt("wslagprobe", "wslag with wsprobe's clock laps (CMC_WS_DQ_LAG 1, CMC_WS_PROBE 1)",
+        WS_DQ_LAG=1, WS_PROBE=1)
 # FA3 / FA4's dQ hand-off (run 28's ncu: FA4 stages dQ by 8 st.shared.v4 and adds 16 KiB a
 # warpgroup item in one bulk copy, its dQaccum in accumulator order): dq_accum in 64-row blocks
 # in that order (CMC_DQ_BLOCK64; pre, post and the portable kinds follow), so it is checked.
-ALTERNATIVES["wsfrag"] = _ws_macros(
+_ws_alt("wsfrag",
     "ws with dq_accum in 64-row blocks in accumulator order: dQ staged by 8 st.shared.v4 and "
     "added by one 16 KiB bulk copy per warpgroup item (CMC_DQ_BLOCK64 1)", DQ_BLOCK64=1)
 # The item's LSE offsets and Dsum stored so that each consumer thread's 16 values are
 # contiguous, read by 4 ld.shared.v4 instead of 8 ld.shared.v2 (run 29's ncu: the LSE loads
 # outlast the S^T wgmmas they are issued under). Correct, so --check runs it.
-ALTERNATIVES["wsstatv4"] = _ws_macros(
+_ws_alt("wsstatv4",
     "ws reading an item's LSE offsets and Dsum by 4 ld.shared.v4 each, its loader storing them "
     "per thread (CMC_BWD_STAT_V4 1)", BWD_STAT_V4=1)
 # The token-major staging's addresses from one per-thread base and XOR immediates (run 28's
 # ncu: about 35 integer instructions rebuilt the 16 swizzled addresses every item): what of
 # wsfrag's gain the addresses alone give, with the layout unchanged. Correct, so --check runs it.
-ALTERNATIVES["wsstg"] = _ws_macros(
+_ws_alt("wsstg",
     "ws staging dQ at one per-thread base plus XOR immediates, the same swizzled layout "
     "(CMC_WS_STG_XOR 1)", WS_STG_XOR=1)
 # The item's LSE offsets loaded under its S^T and dP^T wgmmas, as before run 50 (the shipped
 # kernel loads a linear item's before issuing them: CMC_WS_LSE_FIRST 1, 4.4 % / 8 % shorter kv
 # at causal 4K / 16K on an H100). Correct, so --check runs it.
-ALTERNATIVES["wslselate"] = _ws_macros(
+_ws_alt("wslselate",
     "ws loading the item's LSE offsets under its S^T and dP^T, as before run 50 "
     "(CMC_WS_LSE_FIRST 0)", WS_LSE_FIRST=0)
 # A linear item's Dsum read into registers once P is made, before dV is issued (run 28's ncu:
 # 11 K samples waiting for the Dsum loads after the dP^T wait). Correct, so --check runs it.
-ALTERNATIVES["wsdsumregs"] = _ws_macros(
+_ws_alt("wsdsumregs",
     "ws reading a linear item's Dsum into registers before issuing dV, not after the dP^T wait "
     "(CMC_WS_DSUM_REGS 1)", WS_DSUM_REGS=1)
 # The spill fallback's kv on the block layout (what natten's d128 kv ships since 5a25061).
-ALTERNATIVES["wsfraglselate"] = _ws_macros(
+_ws_alt("wsfraglselate",
     "wsfrag with the LSE offsets read under S^T and dP^T (CMC_DQ_BLOCK64 1, CMC_WS_LSE_FIRST 0)",
     DQ_BLOCK64=1, WS_LSE_FIRST=0)
 # The same on the shipped linear kv since run 50 (wsfrag: dq_accum in 64-row blocks).
-ALTERNATIVES["wsfragdsum"] = _ws_macros(
+_ws_alt("wsfragdsum",
     "wsfrag reading a linear item's Dsum into registers before issuing dV (CMC_DQ_BLOCK64 1, "
     "CMC_WS_DSUM_REGS 1)", DQ_BLOCK64=1, WS_DSUM_REGS=1)
 # Patch items' LSE offsets before the issue too (off in the shipped kernel: run 50 measured no
 # gain on CLEAR's patches).
-ALTERNATIVES["wsplsefirst"] = _ws_macros(
+_ws_alt("wsplsefirst",
     "ws loading patch items' LSE offsets before issuing their S^T and dP^T "
     "(CMC_WS_LSE_FIRST_PATCH 1)", WS_LSE_FIRST_PATCH=1)
 # Alternatives whose gradients are not checkable (their workspace layout is not post's, or
 # they leave out part of the work).
 UNCHECKED = {"tiledq", "wsperskv0", *WS_ABLATIONS}
 # The alternatives built on the ws kernel (_ws): 384 threads, the Q, dO and dq_accum maps.
-WS_BASED = {"ws", "wsred", "wsfrag", "wsstatv4", "wsstg", "wslselate", "wsplsefirst", "wsdsumregs", "wsfragdsum", "wsfraglselate", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter", "wsprobe", "wsnostsm", "wsnolse", "wsnofa",
-            "wspcp", "wslag", "wslagprobe", "wslagpp", "wslagppprobe", *FUSED_POST, *PERSISTENT, *KV_MAPS,
-            *WS_ABLATIONS}
+WS_BASED = {"ws", "wsred", "wsrows", "wsplain", "wsvis", "wsbitpatch", "wsbitlin", "wslinafter",
+            *WS_MACRO_ALTS, *FUSED_POST, *PERSISTENT, *KV_MAPS, *WS_ABLATIONS}
 # Alternatives whose kv launches pass the Q, dO and dq_accum tensor maps (module global
 # cmc_kv_maps).
 TMA = {"tmaload", *WS_BASED}
