@@ -434,21 +434,22 @@ def _uses_local(r: KernelResources) -> bool:
     return bool(r.local_bytes or r.spill_stores or r.spill_loads)
 
 
-def _outcome(split: RegSplit, got: BuiltCubin | _LostPipeline) -> str:
+def _outcome(label: object, got: BuiltCubin | _LostPipeline) -> str:
+    """What one build tried (a register split, a fallback's defines) gave, for a reason."""
     if isinstance(got, _LostPipeline):
-        return f"{split} lost the wgmma pipeline ({got.notes[0].split(':')[0]})"
+        return f"{label} lost the wgmma pipeline ({got.notes[0].split(':')[0]})"
     r = got.resources
     if r.spill_stores or r.spill_loads:
-        return f"{split} spilled {r.spill_stores + r.spill_loads} bytes"
+        return f"{label} spilled {r.spill_stores + r.spill_loads} bytes"
     if r.local_bytes:
-        return f"{split} used {r.local_bytes} bytes of local memory"
-    return f"{split} clean"
+        return f"{label} used {r.local_bytes} bytes of local memory"
+    return f"{label} clean"
 
 
-def _resources_text(r: KernelResources) -> str:
-    if r.spill_stores or r.spill_loads:
-        return f"spilled {r.spill_stores + r.spill_loads} bytes"
-    return f"used {r.local_bytes} bytes of local memory" if r.local_bytes else "clean"
+def _least_spilling(built: Sequence[BuiltCubin]) -> BuiltCubin:
+    """The first of those with the fewest spilled bytes, then the least local memory."""
+    return min(built, key=lambda c: (c.resources.spill_stores + c.resources.spill_loads,
+                                     c.resources.local_bytes))
 
 
 def _spill_fallback(source: EmittedSource, v: KernelVariant, arch: str, use_cache: bool,
@@ -461,20 +462,18 @@ def _spill_fallback(source: EmittedSource, v: KernelVariant, arch: str, use_cach
         return built
     t0 = time.perf_counter()
     tried = [built]
-    outcomes = [f"default {_resources_text(built.resources)}"]
+    outcomes = [_outcome("default", built)]
     for defines in fallbacks:
         try:
             got = _compile_checked(source, v, arch, use_cache, (*extra, *defines), None)
         except _LostPipeline as lost:
-            outcomes.append(f"{' '.join(defines)} lost the wgmma pipeline "
-                            f"({lost.notes[0].split(':')[0]})")
+            outcomes.append(_outcome(" ".join(defines), lost))
             continue
         tried.append(got)
-        outcomes.append(f"{' '.join(defines)} {_resources_text(got.resources)}")
+        outcomes.append(_outcome(" ".join(defines), got))
         if not _uses_local(got.resources):
             break
-    chosen = min(tried, key=lambda c: (c.resources.spill_stores + c.resources.spill_loads,
-                                       c.resources.local_bytes))
+    chosen = _least_spilling(tried)
     return dataclasses.replace(chosen, fallback_reason="; ".join(outcomes),
                                build_seconds=built.build_seconds + time.perf_counter() - t0)
 
@@ -517,8 +516,7 @@ def _build_one(
         assert isinstance(first, _LostPipeline)
         raise _pipeline_error(where, first.notes, first.log,
                               f"; register splits tried: {'; '.join(outcomes)}")
-    chosen = min(kept, key=lambda c: (c.resources.spill_stores + c.resources.spill_loads,
-                                      c.resources.local_bytes))
+    chosen = _least_spilling(kept)
     if len(tried) == 1 and not _uses_local(chosen.resources):
         reason = "default"
     elif reg_split == "fixed":
