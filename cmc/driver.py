@@ -191,18 +191,14 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     from . import emit
 
     assert p.table is not None and p.tiling is not None
-    dq_layout = opts.dq_layout
-    if p.bwd_tiling is None:
-        dq_layout = "token"
-    elif dq_layout == "auto":
-        dq_layout = "token" if emit.dq_layout_refusal("block64", opts.bwd_kernel, p.bwd_tiling) else "block64"
-    elif why := emit.dq_layout_refusal(dq_layout, opts.bwd_kernel, p.bwd_tiling):
-        raise UsageError(f"--dq-layout {dq_layout}: {why}")
+    if p.bwd_tiling is not None and opts.dq_layout not in ("token", "auto") and (
+            why := emit.dq_layout_refusal(opts.dq_layout, opts.bwd_kernel, p.bwd_tiling)):
+        raise UsageError(f"--dq-layout {opts.dq_layout}: {why}")
     return replace(p, source=emit.emit(p.table, dtypes=opts.dtypes, head_dims=opts.head_dims,
                                        archs=opts.archs, kernel=opts.kernel, tiling=p.tiling,
                                        backward=opts.backward, bwd_kernel=opts.bwd_kernel,
                                        bwd_tiling=p.bwd_tiling, short_tiling=p.short_tiling,
-                                       dq_layout=dq_layout))
+                                       dq_layout=opts.dq_layout))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:

@@ -1428,7 +1428,8 @@ def emit(
     "portable" cmc_bwd everywhere. `short_tiling` (driver.short_tile: linear tiles) adds, for
     every variant on a patch tiling with a start length (min_len), the same kind on it for
     sequences shorter than that (below_len; its hooks under SHORT_SET). `dq_layout` is
-    dq_accum's (abi.DQ_LAYOUTS; dq_layout_refusal says where "block64" is not available)."""
+    dq_accum's (abi.DQ_LAYOUTS; dq_layout_refusal says where "block64" is not available), or
+    "auto": block64 where it is available, else token; the result names the one chosen."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:
@@ -1465,10 +1466,13 @@ def emit(
         if short_v:
             variants += short_v
             short = HookSet(hooks_s, hooks_t)
-    if dq_layout not in DQ_LAYOUTS:
-        raise ValueError(f"unsupported dq_accum layout {dq_layout!r} (supported: {list(DQ_LAYOUTS)})")
+    if dq_layout not in (*DQ_LAYOUTS, "auto"):
+        raise ValueError(f"unsupported dq_accum layout {dq_layout!r} (supported: "
+                         f"{[*DQ_LAYOUTS, 'auto']})")
     if not backward:
         dq_layout = "token"  # no workspace: the forward-only text and manifest name none
+    elif dq_layout == "auto":
+        dq_layout = "token" if dq_layout_refusal("block64", bwd_kernel, b_tiling) else "block64"
     elif why := dq_layout_refusal(dq_layout, bwd_kernel, b_tiling):
         raise ValueError(f"dq_accum layout {dq_layout}: {why}")
     text = render(table, variants, hooks, hooks_t, hooks_b, short, dq_layout)
