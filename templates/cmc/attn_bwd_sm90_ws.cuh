@@ -44,8 +44,8 @@
 #endif
 #ifndef CMC_WS_LSE_FIRST
 // 1: a linear item's LSE offsets read before its S^T and dP^T are issued, not under them (run
-// 29's ncu: the loads had not landed when S^T was done; run 50: the kv 4.4 % shorter at causal
-// 4K x 8, 8 % at 16K x 2 on an H100). 0: under them (bwd_ablate wslselate; the build's spill
+// 29's ncu: the loads had not landed when S^T was done; run 50 on an H100: the old order's
+// atomic causal backward 7.6 % longer at 4K x 8, 8.4 % at 16K x 2). 0: under them (bwd_ablate wslselate; the build's spill
 // fallback for this kind, kernels.py: natten2d's d128 kv spills 8 B with the LSE first)
 #define CMC_WS_LSE_FIRST 1
 #endif
@@ -962,7 +962,8 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
 #if CMC_WS_LSE_REGS
     // FA3 / FA4's order: the item's LSE read while S^T runs (after the mask word, which needs
     // the registers). Its Dsum too, under P^T, spilled on the mask-heavy kinds (grid96: 12 B,
-    // CLEAR's patches: 88 B; 2026-12-05, not kept), so Dsum stays read after the dP^T wait.
+    // CLEAR's patches: 88 B; 2026-12-05, not kept), so Dsum stays read after the dP^T wait
+    // (CMC_WS_DSUM_REGS: before dV's issue instead, on linear items; not yet timed).
     if constexpr (!T::kLseFirst) lse_r = kv_row_regs(lse_s + st * kBM, cq);
 #endif
     wg_wait<1>();

@@ -89,7 +89,7 @@ def test_backward_matches_reference(sample, case, bwd_kernel):
     """bwd_kernel "auto" (id sm90, the default build): on sm_90a the dq role is bwd_dq_sm90
     (the deterministic runs go through it) and the kv role the warp-specialised
     bwd_kv_sm90_ws (its Q and dO tensor maps passed by the runtime) on either tiling;
-    "lockstep" and "ws": that kv kind on every sample; "portable": --bwd-kernel portable;
+    "lockstep" and "ws": that kv kind on every sample; "portable": --bwd-kernel portable.
     The default build holds dq_accum in 64-row blocks where the backward tiling is linear
     (--dq-layout auto), "portable", "ws" and "lockstep" token-major; "token": the default
     kinds with --dq-layout token; "portable-block64": the portable build with --dq-layout
