@@ -4,8 +4,9 @@
 # Needs .whl (lark) and out/bench (python benchmarks/bench.py --compile out/bench; built here
 # when not carried); uses FA4
 # when an earlier call on this machine copied .fa4a/part_aa to /tmp and .fa4c, .fa4b are
-# carried, and cuDNN flex (cudnn.flex_attention) when .cudnnfe is carried too (it needs the
-# FA4 bundle's cutlass-dsl and tvm-ffi, so it is installed after them).
+# carried, and cuDNN flex (cudnn.flex_attention) when .cudnnfe is carried too or an earlier call
+# copied it to /tmp/cudnnfe (it needs the FA4 bundle's cutlass-dsl and tvm-ffi, so it is
+# installed after them).
 # LEN... are the public suite's lengths; BENCH_ARGS adds knobs (--suite, --gen-lengths,
 # --patterns, --rounds, --no-bwd); bench.py rewrites $OUT/bench/bench.json after every case.
 set -u
@@ -21,8 +22,12 @@ if [ -d /tmp/fa4site ] && [ -d .fa4b ] && [ ! -e /tmp/site/.fa4 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fa4b/*.whl >/dev/null 2>&1 \
     && cp -r /tmp/fa4site/* /tmp/site/ && touch /tmp/site/.fa4
 fi
-if [ -e /tmp/site/.fa4 ] && [ -d .cudnnfe ] && [ ! -e /tmp/site/.cudnnfe ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .cudnnfe/*.whl >/dev/null 2>&1 \
+# the cuDNN wheel: carried in .cudnnfe, or copied to /tmp/cudnnfe by an earlier call (a call
+# that carries the FA4 parts and the artifacts has no room left for it under 64 MiB)
+cudnn_whl=""
+for d in .cudnnfe /tmp/cudnnfe; do [ -d "$d" ] && [ -z "$cudnn_whl" ] && cudnn_whl=$d; done
+if [ -e /tmp/site/.fa4 ] && [ -n "$cudnn_whl" ] && [ ! -e /tmp/site/.cudnnfe ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$cudnn_whl"/*.whl >/dev/null 2>&1 \
     && touch /tmp/site/.cudnnfe
 fi
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
@@ -31,7 +36,7 @@ export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
 # table came back), so their absence stops the call unless ALLOW_MISSING_PEERS=1.
 missing=""
 [ -e /tmp/site/.fa4 ] || missing="FA4 and Flex-FA4 (no /tmp/fa4_part_aa on this machine, or .fa4c/.fa4b not carried)"
-[ -e /tmp/site/.cudnnfe ] || missing="${missing:+$missing; }cuDNN flex (.cudnnfe not carried, or no FA4 bundle)"
+[ -e /tmp/site/.cudnnfe ] || missing="${missing:+$missing; }cuDNN flex (neither .cudnnfe carried nor /tmp/cudnnfe, or no FA4 bundle)"
 if [ -n "$missing" ] && [ $# -gt 0 ]; then
   echo "device_bench: PEERS MISSING: $missing. On a fresh machine run first: cp .fa4a/part_aa /tmp/fa4_part_aa && cp -r .cudnnfe /tmp/cudnnfe (carry .fa4a, .cudnnfe), or set ALLOW_MISSING_PEERS=1."
   [ "${ALLOW_MISSING_PEERS:-0}" = 1 ] || exit 3
