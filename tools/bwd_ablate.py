@@ -530,11 +530,17 @@ ALTERNATIVES["wspersl"] = _persist_alt(
 ALTERNATIVES["wspersl2"] = _persist_alt(
     "wsperst2 with units costliest first in L2 groups (CMC_WS_PERSIST_LPT 1)", 2,
     WS_PERSIST_LPT=1, WS_PERSIST_KVTMA=1)
+# wsperst on the shipped linear kv's layout since run 50 (dq_accum in 64-row blocks): for masks
+# whose key tiles hold few items (run 51: g_doc_window, about 14 an item at 4K against causal's
+# 33), where a CTA's start and first items' waits weigh most
+ALTERNATIVES["wsperstfrag"] = _persist_alt(
+    "wsperst with dq_accum in 64-row blocks (CMC_WS_PERSIST_KVTMA 1, CMC_DQ_BLOCK64 1)",
+    WS_PERSIST_KVTMA=1, DQ_BLOCK64=1)
 PERSISTENT = {"wspers", "wspers2", "wspersprobe", "wsperskv0", "wsperst", "wsperst2", "wsperstprobe",
-              "wspersl", "wspersl2"}
+              "wspersl", "wspersl2", "wsperstfrag"}
 # (wskvtma is not persistent: run 23 launched it on the persistent grid by mistake, one CTA per
 # SM of a one-tile kernel, and read its missing tiles as a fault of the kernel)
-KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma", "wspersl", "wspersl2"}
+KV_MAPS = {"wsperst", "wsperst2", "wsperstprobe", "wskvtma", "wspersl", "wspersl2", "wsperstfrag"}
 
 # FA3 / FA4's two small differences, in ws by default since run 16 (2026-12-06: causal 4K x 8
 # kv atomic 2.95 -> 2.82 ms, grid96 8.39 -> 7.79; docs/kernel-notes.md, "Run 16"): dS^T stored
@@ -598,6 +604,15 @@ _ws_alt("wsfraglselate",
 _ws_alt("wsfragdsum",
     "wsfrag reading a linear item's Dsum into registers before issuing dV (CMC_DQ_BLOCK64 1, "
     "CMC_WS_DSUM_REGS 1)", DQ_BLOCK64=1, WS_DSUM_REGS=1)
+# pre and post with every load of a thread issued before its first use (run 51: at causal 4K x
+# 8 they take 0.41 ms, 13 % of the backward, against FA4's 0.31 for the same bytes). Correct,
+# so --check runs both layouts' pre and post.
+_ws_alt("wsfragpp",
+    "wsfrag with pre and post issuing all of a thread's loads first (CMC_DQ_BLOCK64 1, "
+    "CMC_PREPOST_BATCH 1)", DQ_BLOCK64=1, PREPOST_BATCH=1)
+_ws_alt("wspp",
+    "ws (token-major dq_accum) with pre and post issuing all of a thread's loads first "
+    "(CMC_PREPOST_BATCH 1)", PREPOST_BATCH=1)
 # Patch items' LSE offsets before the issue too (off in the shipped kernel: run 50 measured no
 # gain on CLEAR's patches).
 _ws_alt("wsplsefirst",

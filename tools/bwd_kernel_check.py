@@ -78,6 +78,9 @@ MASKS = {  # name -> (sample path or mask text, defines)
     # 8x16): the patch kinds on linear tiles below len 6222, on patches above (run 21: 0.90 x
     # grid96's linear kinds at 4K, 1.08 x at 16K through the runtime)
     "grid96p": ("benchmarks/generality/grid_text.mask", {"TEXT": 77, "W": 96, "R": 40}),
+    # bwd_ablate --mask: packed documents under a causal window of 1000 (run 51: backward 0.84 /
+    # 0.86 x cuDNN flex, per visible pair 0.66 of causal's rate); the harness's segment starts
+    "doc_window": ("benchmarks/generality/doc_window.mask", {}),
 }
 # (mask, dtype, head dim) variants to build; every case runs GQA 4/2 on a jagged batch.
 VARIANTS = [
