@@ -613,6 +613,12 @@ _ws_alt("wsfragpp",
 _ws_alt("wspp",
     "ws (token-major dq_accum) with pre and post issuing all of a thread's loads first "
     "(CMC_PREPOST_BATCH 1)", PREPOST_BATCH=1)
+# A linear tile's dK and dV staged by stmatrix (run 51's ncu: 9 % of the consumers' stall
+# samples outside the item loop against FA4's 2 %; the epilogue about 900 instructions a warp).
+# Correct, so --check runs it.
+_ws_alt("wsfragepi",
+    "wsfrag staging a linear tile's dK and dV by stmatrix, not 4-byte stores (CMC_DQ_BLOCK64 1, "
+    "CMC_WS_EPI_STSM 1)", DQ_BLOCK64=1, WS_EPI_STSM=1)
 # Patch items' LSE offsets before the issue too (off in the shipped kernel: run 50 measured no
 # gain on CLEAR's patches).
 _ws_alt("wsplsefirst",

@@ -269,6 +269,14 @@ CMC_DEV void cmc_bwd_plan_step(int step, const typename HH::seq_t& s, const cmc_
 // Ints of a patch plan (kernels.py _bwd_patch_plan_ints).
 template <int NT> constexpr int cmc_bwd_patch_plan_ints() { return 4 * NT + 2 * kBwdPatchWords; }
 
+#ifndef CMC_WS_EPI_STSM
+// 1 (bwd_ablate wsfragepi): the ws kv stages a linear tile's dK and dV by stmatrix (8 a thread
+// and accumulator at D 128), not by 4-byte stores (32, each with its swizzled address), and
+// store_staged copies them out from one shared and one global address a thread. Run 51's ncu:
+// the consumers spend 9 % of their stall samples outside the item loop (set-up and these
+// stores), FA4's about 2 %; the epilogue alone is about 900 instructions a warp
+#define CMC_WS_EPI_STSM 0
+#endif
 #ifndef CMC_BWD_KV_TMA
 #define CMC_BWD_KV_TMA 0
 #endif
@@ -661,6 +669,39 @@ CMC_DEV void issue_s_dp(float* s, float* dp, unsigned a, unsigned b, unsigned a2
   wg_commit();
 }
 
+// store_acc's second half: once the warpgroup's rows r0 .. r0 + 63 are staged, out to global
+// memory (16 bytes a thread and row chunk, rows at or past len left out).
+template <int D>
+CMC_DEV void store_staged(const unsigned char* stage, int r0, unsigned short* g, cmc_i64 stride, int grow0, int len,
+                          int wtid, int wg) {
+  if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+#if CMC_WS_EPI_STSM
+  // The same copies from one shared and one global address a thread: its chunk is wtid % (D / 8)
+  // in every pass and its rows step by kPass, a multiple of 8, which keeps the swizzle (rr & 7).
+  constexpr int kCh = D / 8, kPass = 128 / kCh;
+  static_assert(kPass % 8 == 0, "rows a pass: a multiple of the swizzle's 8");
+  const int ch = wtid % kCh, rr0 = r0 + wtid / kCh, left = len - (grow0 + rr0);
+  const unsigned char* src = stage + swz<kBN>(rr0, ch);
+  uint4 v[64 / kPass];
+#pragma unroll
+  for (int i = 0; i < 64 / kPass; ++i) v[i] = *reinterpret_cast<const uint4*>(src + kPass * 128 * i);
+  unsigned short* dst = g + (cmc_i64)(grow0 + rr0) * stride + ch * 8;
+  const cmc_i64 step = (cmc_i64)kPass * stride;
+#pragma unroll
+  for (int i = 0; i < 64 / kPass; ++i, dst += step)
+    if (kPass * i < left) st_global_v4(dst, v[i]);
+#else
+#pragma unroll
+  for (int c = wtid; c < 64 * (D / 8); c += 128) {
+    const int rr = r0 + c / (D / 8), ch = c % (D / 8);
+    const int row = grow0 + rr;
+    if (row < len)
+      *reinterpret_cast<uint4*>(g + (cmc_i64)row * stride + ch * 8) =
+          *reinterpret_cast<const uint4*>(stage + swz<kBN>(rr, ch));
+  }
+#endif
+}
 // Writes a warpgroup's [64 x D] fp32 accumulator (wgmma layout, rows r0 .. r0 + 63 of the
 // [kBN][D] staging tile at `stage`) times mul as rows of the dtype to global memory.
 template <bool BF16, int D>
@@ -675,16 +716,7 @@ CMC_DEV void store_acc(unsigned char* stage, const float* acc, float mul, int r0
     *reinterpret_cast<unsigned*>(stage + swz<kBN>(r + 8, j) + off) =
         pack2<BF16>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul);
   }
-  if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-#pragma unroll
-  for (int c = wtid; c < 64 * (D / 8); c += 128) {
-    const int rr = r0 + c / (D / 8), ch = c % (D / 8);
-    const int row = grow0 + rr;
-    if (row < len)
-      *reinterpret_cast<uint4*>(g + (cmc_i64)row * stride + ch * 8) =
-          *reinterpret_cast<const uint4*>(stage + swz<kBN>(rr, ch));
-  }
+  store_staged<D>(stage, r0, g, stride, grow0, len, wtid, wg);
 }
 
 // store_acc without the staging: each thread's pairs straight to global memory (4-byte stores;

@@ -419,6 +419,23 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
 #endif
 }
 
+// A warpgroup's [64 x D] fp32 accumulator times mul, as the dtype, into rows r0 .. r0 + 63 of
+// the [kBN][D] staging tile at stage (store_acc's layout) by stmatrix: matrices (chunk j, rows
+// 0-7 of the warp's 16), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows 8-15), as ws_store_ds.
+template <bool BF16, int D>
+CMC_DEV void ws_stage_acc(unsigned char* stage, const float* acc, float mul, int r0, int wtid) {
+  const int warp = wtid >> 5, lane = wtid & 31, mi = lane >> 3;
+  const int mr = r0 + 16 * warp + 8 * (mi & 1) + (lane & 7);
+  const unsigned sb = smem_u32(stage);
+#pragma unroll
+  for (int j = 0; j < D / 8; j += 2)
+    ws_stmatrix_x4(sb + swz<kBN>(mr, j + (mi >> 1)),
+                   pack2<BF16>(acc[4 * j] * mul, acc[4 * j + 1] * mul),
+                   pack2<BF16>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul),
+                   pack2<BF16>(acc[4 * j + 4] * mul, acc[4 * j + 5] * mul),
+                   pack2<BF16>(acc[4 * j + 6] * mul, acc[4 * j + 7] * mul));
+}
+
 // dS^T rows of consumer warpgroup wg (dsa: its packed accumulator) into the dS^T buffer at sb
 // ([kBN keys][kBM queries]) by stmatrix: query chunks jj, jj + 1 of the warp's 16 key rows are
 // matrices (jj, rows 0-7), (jj, rows 8-15), (jj + 1, rows 0-7), (jj + 1, rows 8-15); 4
@@ -808,12 +825,19 @@ template <class H, class HT> struct WsLinear {
   template <bool BF16, int D>
   CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
                      const cmc_bwd_args& args, int hkv) const {
-    store_acc<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg,
-                       reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
-                           (cmc_i64)hkv * args.dk_stride_head, args.dk_stride_tok, k0, len, wtid, wg);
-    store_acc<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg,
-                       reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
-                           (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid, wg);
+    unsigned short* gk = reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
+                         (cmc_i64)hkv * args.dk_stride_head;
+    unsigned short* gv = reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
+                         (cmc_i64)hkv * args.dv_stride_head;
+#if CMC_WS_EPI_STSM
+    ws_stage_acc<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg, wtid);
+    ws_stage_acc<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg, wtid);
+    store_staged<D>(smem + SmemWS<D>::kK, 64 * wg, gk, args.dk_stride_tok, k0, len, wtid, wg);
+    store_staged<D>(smem + SmemWS<D>::kV, 64 * wg, gv, args.dv_stride_tok, k0, len, wtid, wg);
+#else
+    store_acc<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg, gk, args.dk_stride_tok, k0, len, wtid, wg);
+    store_acc<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg, gv, args.dv_stride_tok, k0, len, wtid, wg);
+#endif
   }
 };
 template <class H, class HT> struct WsPatch {

@@ -99,11 +99,6 @@ CMC_DEV void mbar_wait(unsigned bar, unsigned parity) {
   }
 #endif
 }
-// 16-byte global store; plain C++ here was split into four 4-byte stores by ptxas.
-CMC_DEV void st_global_v4(void* p, uint4 v) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w) : "memory");
-}
 CMC_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Named barrier of one consumer warpgroup (ids 1, 2; 0 is __syncthreads).
 CMC_DEV void wg_bar_sync(int cw) {

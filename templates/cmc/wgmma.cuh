@@ -1,4 +1,4 @@
-// cmc sm90a: the wgmma asm building blocks shared by the sm90 forward and backward kernels
+// cmc sm90a: the asm building blocks shared by the sm90 forward and backward kernels (wgmma)
 // (each kind lists this part in cmc/kernels.py KernelSpec.headers; the guard keeps it once
 // in a .cu that holds both).
 #if !defined(CMC_WGMMA_MACROS)
@@ -27,4 +27,12 @@
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" "}"
+#if !defined(CMC_HOST)
+// 16-byte global store (the forward's O rows, the backward's dK / dV rows): plain C++ there was
+// split into four 4-byte stores by ptxas.
+CMC_DEV void st_global_v4(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w) : "memory");
+}
+#endif
 #endif  // CMC_WGMMA_MACROS
