@@ -272,6 +272,20 @@ CMC_DEV void build_plan(int* plan, const typename HH::seq_t& s, int a, int b, in
 }
 
 // ----------------------------------------------------------------------------------- pre
+// The dot product of eight dtype values o and d (16 bytes each), in pre's summation order.
+template <bool BF16> CMC_DEV float dot8(const uint4 o, const uint4 d) {
+  const unsigned ow[4] = {o.x, o.y, o.z, o.w}, dw[4] = {d.x, d.y, d.z, d.w};
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float o0, o1, d0, d1;
+    unpack2<BF16>(ow[i], o0, o1);
+    unpack2<BF16>(dw[i], d0, d1);
+    s = fmaf(o0, d0, fmaf(o1, d1, s));
+  }
+  return s;
+}
+
 template <class H, bool BF16, int D>
 CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   constexpr int kCh = D / 8;  // 16-byte chunks per row: lanes per row (8 or 16, in one warp)
@@ -321,15 +335,7 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
         z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
-    const unsigned ow[4] = {ov[i].x, ov[i].y, ov[i].z, ov[i].w}, dw[4] = {dv[i].x, dv[i].y, dv[i].z, dv[i].w};
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float o0, o1, d0, d1;
-      unpack2<BF16>(ow[j], o0, o1);
-      unpack2<BF16>(dw[j], d0, d1);
-      s = fmaf(o0, d0, fmaf(o1, d1, s));
-    }
+    float s = dot8<BF16>(ov[i], dv[i]);
 #pragma unroll
     for (int m = 1; m < kCh; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
     if (in && ch == 0) dsum[tok0 + q] = s;
@@ -342,16 +348,8 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
     const bool in = q < len;
     if (in) {
       const cmc_i64 t = tok0 + q;
-      const uint4 o = *reinterpret_cast<const uint4*>(og + t * desc.o_stride_tok + ch * 8);
-      const uint4 d = *reinterpret_cast<const uint4*>(dg + t * args.dout_stride_tok + ch * 8);
-      const unsigned ow[4] = {o.x, o.y, o.z, o.w}, dw[4] = {d.x, d.y, d.z, d.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float o0, o1, d0, d1;
-        unpack2<BF16>(ow[i], o0, o1);
-        unpack2<BF16>(dw[i], d0, d1);
-        s = fmaf(o0, d0, fmaf(o1, d1, s));
-      }
+      s = dot8<BF16>(*reinterpret_cast<const uint4*>(og + t * desc.o_stride_tok + ch * 8),
+                     *reinterpret_cast<const uint4*>(dg + t * args.dout_stride_tok + ch * 8));
 #if !CMC_DQ_BLOCK64
       if (zero_acc) {
         float4* z = reinterpret_cast<float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);

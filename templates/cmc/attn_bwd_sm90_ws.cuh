@@ -822,21 +822,27 @@ template <class H, class HT> struct WsLinear {
                                   (cmc_i64)hkv * args.dv_stride_head, args.dv_stride_tok, k0, len, wtid);
   }
 #endif
+  // This sequence's rows of kv head hkv in a [T, heads_kv, D] output (dK, dV).
+  CMC_DEV unsigned short* rows_of(uint64_t out, cmc_i64 stride_tok, cmc_i64 stride_head, int hkv) const {
+    return reinterpret_cast<unsigned short*>(out) + tok0 * stride_tok + (cmc_i64)hkv * stride_head;
+  }
   template <bool BF16, int D>
   CMC_DEV void store(unsigned char* smem, const float* dk, const float* dv, float scale, int wg, int wtid,
                      const cmc_bwd_args& args, int hkv) const {
-    unsigned short* gk = reinterpret_cast<unsigned short*>(args.dk) + tok0 * args.dk_stride_tok +
-                         (cmc_i64)hkv * args.dk_stride_head;
-    unsigned short* gv = reinterpret_cast<unsigned short*>(args.dv) + tok0 * args.dv_stride_tok +
-                         (cmc_i64)hkv * args.dv_stride_head;
 #if CMC_WS_EPI_STSM
     ws_stage_acc<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg, wtid);
     ws_stage_acc<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg, wtid);
-    store_staged<D>(smem + SmemWS<D>::kK, 64 * wg, gk, args.dk_stride_tok, k0, len, wtid, wg);
-    store_staged<D>(smem + SmemWS<D>::kV, 64 * wg, gv, args.dv_stride_tok, k0, len, wtid, wg);
+    store_staged<D>(smem + SmemWS<D>::kK, 64 * wg, rows_of(args.dk, args.dk_stride_tok, args.dk_stride_head, hkv),
+                    args.dk_stride_tok, k0, len, wtid, wg);
+    store_staged<D>(smem + SmemWS<D>::kV, 64 * wg, rows_of(args.dv, args.dv_stride_tok, args.dv_stride_head, hkv),
+                    args.dv_stride_tok, k0, len, wtid, wg);
 #else
-    store_acc<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg, gk, args.dk_stride_tok, k0, len, wtid, wg);
-    store_acc<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg, gv, args.dv_stride_tok, k0, len, wtid, wg);
+    store_acc<BF16, D>(smem + SmemWS<D>::kK, dk, scale, 64 * wg,
+                       rows_of(args.dk, args.dk_stride_tok, args.dk_stride_head, hkv), args.dk_stride_tok, k0,
+                       len, wtid, wg);
+    store_acc<BF16, D>(smem + SmemWS<D>::kV, dv, 1.f, 64 * wg,
+                       rows_of(args.dv, args.dv_stride_tok, args.dv_stride_head, hkv), args.dv_stride_tok, k0,
+                       len, wtid, wg);
 #endif
   }
 };
