@@ -519,6 +519,33 @@ def test_ab_build_compiles_another_commit_from_its_own_tree(tmp_path):
     assert not list(dest.rglob("*.cu")) and list(dest.rglob("*.cubin"))
 
 
+def test_ab_build_samples_compare_their_cubins(tmp_path):
+    """--samples builds the tree's own samples; --compare passes against a build of the same
+    tree (NVRTC is deterministic) and names a cubin that differs or is missing, exiting 1."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    tool = [sys.executable, str(root / "tools" / "ab_build.py"), "HEAD"]
+    first, second = tmp_path / "a", tmp_path / "b"
+    r = subprocess.run([*tool, str(first), "--samples", "causal"], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cubins = sorted(first.rglob("*.cubin"))
+    assert cubins and all(p.parent.name == "causal" for p in cubins)
+    r = subprocess.run([*tool, str(second), "--samples", "causal", "--compare", str(first)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and f"{len(cubins)} cubins, all equal" in r.stdout, r.stdout + r.stderr
+    spec = importlib.util.spec_from_file_location("ab_build", root / "tools" / "ab_build.py")
+    assert spec is not None and spec.loader is not None
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    cubins[0].write_bytes(cubins[0].read_bytes() + b"\0")
+    cubins[1].unlink()
+    bad = ab.compare(second, first)
+    assert bad == sorted([f"{cubins[0].relative_to(first)}: differs",
+                          f"{cubins[1].relative_to(first)}: not under {first}"])
+
+
 def test_ab_build_refuses_when_the_checkouts_templates_win(tmp_path):
     """The child drops the editable install's finder, so cmc and its templates come from the
     exported tree; kept (the filter disabled), the finder maps cmc.templates to this
