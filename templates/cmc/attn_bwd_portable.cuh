@@ -302,6 +302,21 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   const float* lse = reinterpret_cast<const float*>(desc.lse) + (cmc_i64)h * desc.lse_stride_head;
   float* acc = reinterpret_cast<float*>(args.dq_accum);
   const bool zero_acc = (args.flags & 1) == 0;
+  // dq_accum's 8 floats of pass chunk c (row c / kCh of the CTA's 64, chunk ch, token t) to
+  // zero: token-major, or in the CTA's 64-row block, whose rows past len are zeroed too (the
+  // ws kv adds them: zeros)
+  auto zero8 = [&](int c, int ch, cmc_i64 t) {
+#if CMC_DQ_BLOCK64
+    (void)ch;
+    (void)t;
+    float4* z = reinterpret_cast<float4*>(acc + (dq_block(tok0, b, q0) * desc.heads_q + h) * (64 * D) + c * 8);
+#else
+    (void)c;
+    float4* z = reinterpret_cast<float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);
+#endif
+    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  };
 #if CMC_PREPOST_BATCH
   constexpr int kIters = kPreRows * kCh / kThreads;
   static_assert(kPreRows * kCh % kThreads == 0 && kThreads % kCh == 0, "whole rows per pass");
@@ -323,18 +338,7 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
   for (int i = 0; i < kIters; ++i) {
     const int c = tid + i * kThreads, ch = c % kCh, q = q0 + c / kCh;
     const bool in = q < len;
-    if (zero_acc) {
-#if CMC_DQ_BLOCK64
-      float4* z = reinterpret_cast<float4*>(acc + (dq_block(tok0, b, q0) * desc.heads_q + h) * (64 * D) + c * 8);
-#else
-      float4* z = reinterpret_cast<float4*>(acc + ((tok0 + q) * desc.heads_q + h) * D + ch * 8);
-      if (in)
-#endif
-      {
-        z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-        z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    }
+    if (zero_acc && (CMC_DQ_BLOCK64 || in)) zero8(c, ch, tok0 + q);
     float s = dot8<BF16>(ov[i], dv[i]);
 #pragma unroll
     for (int m = 1; m < kCh; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
@@ -351,19 +355,11 @@ CMC_DEV void pre(const typename H::desc_t& desc, const cmc_bwd_args& args) {
       s = dot8<BF16>(*reinterpret_cast<const uint4*>(og + t * desc.o_stride_tok + ch * 8),
                      *reinterpret_cast<const uint4*>(dg + t * args.dout_stride_tok + ch * 8));
 #if !CMC_DQ_BLOCK64
-      if (zero_acc) {
-        float4* z = reinterpret_cast<float4*>(acc + (t * desc.heads_q + h) * D + ch * 8);
-        z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-        z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+      if (zero_acc) zero8(c, ch, t);
 #endif
     }
 #if CMC_DQ_BLOCK64
-    if (zero_acc) {  // the whole block, rows past len too (the ws kv adds them: zeros)
-      float4* z = reinterpret_cast<float4*>(acc + (dq_block(tok0, b, q0) * desc.heads_q + h) * (64 * D) + c * 8);
-      z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-      z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    if (zero_acc) zero8(c, ch, 0);
 #endif
 #pragma unroll
     for (int m = 1; m < kCh; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);

@@ -52,7 +52,9 @@
 #ifndef CMC_WS_DSUM_REGS
 // 1 (bwd_ablate wsdsumregs): a linear item's Dsum read into registers once its P is made (the
 // LSE offsets' registers are dead then), before dV is issued, not after the dP^T wait (run
-// 28's ncu: 11 K stall samples on the first use of the loads after that wait)
+// 28's ncu: 11 K stall samples on the first use of the loads after that wait; run 51 on an
+// H100, with the block layout: the kv 2.4 % shorter at causal 4K x 8 in one pair, 0.7-5.1 % at
+// 16K x 2; its --check not run yet, so off)
 #define CMC_WS_DSUM_REGS 0
 #endif
 #ifndef CMC_WS_LSE_FIRST_PATCH
@@ -419,32 +421,35 @@ CMC_DEV void ws_load_patch(unsigned base, unsigned char* smem, const typename H:
 #endif
 }
 
+// A warp's 16 rows r0 + 16 warp .. of a [kBN][...] tile at sb (128-byte swizzle) from a packed
+// accumulator fragment (p[2 j], p[2 j + 1]: 16-byte chunk j's rows 0-7 and 8-15), CHUNKS
+// chunks, by stmatrix: matrices (j, rows 0-7), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows
+// 8-15) per instruction, lane 8 i + k giving matrix i's row k.
+template <int CHUNKS>
+CMC_DEV void ws_stmatrix_rows(unsigned sb, int r0, int warp, int lane, const unsigned* p) {
+  const int mi = lane >> 3, mr = r0 + 16 * warp + 8 * (mi & 1) + (lane & 7);
+#pragma unroll
+  for (int j = 0; j < CHUNKS; j += 2)
+    ws_stmatrix_x4(sb + swz<kBN>(mr, j + (mi >> 1)), p[2 * j], p[2 * j + 1], p[2 * j + 2], p[2 * j + 3]);
+}
+
 // A warpgroup's [64 x D] fp32 accumulator times mul, as the dtype, into rows r0 .. r0 + 63 of
-// the [kBN][D] staging tile at stage (store_acc's layout) by stmatrix: matrices (chunk j, rows
-// 0-7 of the warp's 16), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows 8-15), as ws_store_ds.
+// the [kBN][D] staging tile at stage (store_acc's layout).
 template <bool BF16, int D>
 CMC_DEV void ws_stage_acc(unsigned char* stage, const float* acc, float mul, int r0, int wtid) {
-  const int warp = wtid >> 5, lane = wtid & 31, mi = lane >> 3;
-  const int mr = r0 + 16 * warp + 8 * (mi & 1) + (lane & 7);
-  const unsigned sb = smem_u32(stage);
+  unsigned p[D / 4];
 #pragma unroll
-  for (int j = 0; j < D / 8; j += 2)
-    ws_stmatrix_x4(sb + swz<kBN>(mr, j + (mi >> 1)),
-                   pack2<BF16>(acc[4 * j] * mul, acc[4 * j + 1] * mul),
-                   pack2<BF16>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul),
-                   pack2<BF16>(acc[4 * j + 4] * mul, acc[4 * j + 5] * mul),
-                   pack2<BF16>(acc[4 * j + 6] * mul, acc[4 * j + 7] * mul));
+  for (int j = 0; j < D / 8; ++j) {
+    p[2 * j] = pack2<BF16>(acc[4 * j] * mul, acc[4 * j + 1] * mul);
+    p[2 * j + 1] = pack2<BF16>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul);
+  }
+  ws_stmatrix_rows<D / 8>(smem_u32(stage), r0, wtid >> 5, wtid & 31, p);
 }
 
 // dS^T rows of consumer warpgroup wg (dsa: its packed accumulator) into the dS^T buffer at sb
-// ([kBN keys][kBM queries]) by stmatrix: query chunks jj, jj + 1 of the warp's 16 key rows are
-// matrices (jj, rows 0-7), (jj, rows 8-15), (jj + 1, rows 0-7), (jj + 1, rows 8-15); 4
-// instructions instead of 16 stores.
+// ([kBN keys][kBM queries]): 4 stmatrix instead of 16 stores.
 CMC_DEV void ws_store_ds(unsigned sb, int wg, int warp, int lane, const unsigned* dsa) {
-  const int mi = lane >> 3, mr = 64 * wg + 16 * warp + 8 * (mi & 1) + (lane & 7);
-#pragma unroll
-  for (int jj = 0; jj < 8; jj += 2)
-    ws_stmatrix_x4(sb + swz<kBN>(mr, jj + (mi >> 1)), dsa[2 * jj], dsa[2 * jj + 1], dsa[2 * jj + 2], dsa[2 * jj + 3]);
+  ws_stmatrix_rows<kBM / 8>(sb, 64 * wg, warp, lane, dsa);
 }
 
 // A dQ writer (warps 1, 2 of WG0, for consumer warpgroup w): per item, once the staging is
@@ -993,7 +998,8 @@ CMC_DEV void ws_consume(const T& tiling, float sl2, unsigned char* smem, unsigne
     // FA3 / FA4's order: the item's LSE read while S^T runs (after the mask word, which needs
     // the registers). Its Dsum too, under P^T, spilled on the mask-heavy kinds (grid96: 12 B,
     // CLEAR's patches: 88 B; 2026-12-05, not kept), so Dsum stays read after the dP^T wait
-    // (CMC_WS_DSUM_REGS: before dV's issue instead, on linear items; not yet timed).
+    // (CMC_WS_DSUM_REGS: before dV's issue instead, on linear items; off: run 51's timing,
+    // -0.7 to -5 %, is not yet checked).
     if constexpr (!T::kLseFirst) lse_r = kv_row_regs(lse_s + st * kBM, cq);
 #endif
     wg_wait<1>();
