@@ -32,13 +32,14 @@ def _ws_kv(stem: str):
 
 def test_the_ws_kv_falls_back_to_the_late_lse_order():
     assert spec(KernelKind.BWD_KV_SM90_WS).spill_fallbacks == ((LSE_LATE,),)
-    (c,) = build(_ws_kv("natten2d"), cache=False).cubins
+    src = _ws_kv("natten2d")
+    (c,) = build(src, cache=False).cubins
     r = c.resources
     assert (r.local_bytes, r.spill_stores, r.spill_loads) == (0, 0, 0)
     assert LSE_LATE in c.options
     assert c.fallback_reason.startswith("default spilled ") and c.fallback_reason.endswith(
         f"{LSE_LATE} clean")
-    (line,) = spill_warnings(BuiltKernels(source=_ws_kv("natten2d"), cubins=(c,)))
+    (line,) = spill_warnings(BuiltKernels(source=src, cubins=(c,)))
     assert line.startswith("note: ") and "rebuilt without local memory" in line
 
 

@@ -81,6 +81,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.samples is None and args.compare:
         ap.error("--compare goes with --samples")
+    if args.samples is not None and args.runtime:
+        ap.error("--runtime goes with --patterns (--samples keeps every artifact file)")
     dest = args.dest.resolve()
     with tempfile.TemporaryDirectory(prefix="cmc-ab-") as d:
         tree = Path(d) / "tree"

@@ -46,7 +46,7 @@ def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
     samples = sorted((ROOT / "samples").glob("*.mask"))
     jobs: list[Job] = []
     for kind in kinds:
-        sub = BUILDS[kind][0] if kind in BUILDS else ""
+        sub = BUILDS[kind][0]
         for p in samples:
             jobs.append((f"{p.stem} {kind}", str(p), {}, str(out / sub), kind))
         for s in GENERALITY:
@@ -70,11 +70,11 @@ def jobs_for(out: Path, portable: bool, ws: bool = False) -> list[Job]:
 
 
 def build_one(path: str, defines: dict[str, int], out: str, build: str, arch: str) -> float:
-    """Seconds of one build (`build`: "auto" or a tests/gpu/gpu_common.BUILDS name)."""
+    """Seconds of one build (`build`: a tests/gpu/gpu_common.BUILDS name)."""
     from cmc.driver import compile_file
     from tests.gpu.gpu_common import BUILDS
 
-    _, kind, layout = BUILDS.get(build, ("", build, "auto"))
+    _, kind, layout = BUILDS[build]
     t0 = time.perf_counter()
     compile_file(path, out, archs=[arch], dtypes=["bf16", "fp16"], head_dims=[64, 128],
                  defines=defines, jobs=1, bwd_kernel=kind, dq_layout=layout)

@@ -55,9 +55,11 @@ _out_dir: Path | None = None
 _built: dict[tuple[str, str], Path] = {}
 
 
-# The tier's builds other than the default: name -> (subfolder, --bwd-kernel, --dq-layout);
-# tools/gpu_artifacts.py builds them into the same folders.
+# The tier's builds: name -> (subfolder, --bwd-kernel, --dq-layout); "auto" is the default
+# build. tools/gpu_artifacts.py builds them into the same folders, the samples' and the
+# generality masks' (test_generality_gpu.gen_artifact) alike.
 BUILDS = {
+    "auto": ("", "auto", "auto"),
     "portable": ("bwd_portable", "portable", "token"),
     "ws": ("bwd_ws", "ws", "token"),
     "lockstep": ("bwd_lockstep", "lockstep", "token"),
@@ -88,7 +90,7 @@ def artifact(name: str, bwd_kernel: str = "auto") -> Path:
     OUT/bwd_portable_block64/NAME (samples on linear backward tilings only)."""
     global _out_dir
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
-    sub, kind, layout = BUILDS.get(bwd_kernel, ("", bwd_kernel, "auto"))
+    sub, kind, layout = BUILDS[bwd_kernel]
     if prebuilt:  # built elsewhere, e.g. `cmc compile samples/*.mask -o out/gpu --arch sm_90a`
         path = Path(prebuilt) / sub / name
         if not (path / "manifest.json").is_file():

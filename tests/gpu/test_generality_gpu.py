@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
+from .gpu_common import BUILDS, ROOT, cuda_torch, device_arch, requires_gpu
 from .harness import (
     call_params,
     compare,
@@ -65,7 +65,7 @@ def gen_artifact(spec: Any, bwd_kernel: str) -> Path:
     global _tmp
     from cmc.driver import compile_file, load_mask
 
-    sub = "bwd_portable" if bwd_kernel == "portable" else ""
+    sub, kind, layout = BUILDS[bwd_kernel]  # as tools/gpu_artifacts.py prebuilds it
     prebuilt = os.environ.get("CMC_GPU_ARTIFACTS")
     if prebuilt:
         name = load_mask(ROOT / spec.mask, spec.defines).name
@@ -81,7 +81,7 @@ def gen_artifact(spec: Any, bwd_kernel: str) -> Path:
             _built[(spec.key, bwd_kernel)] = Path(compile_file(
                 ROOT / spec.mask, _tmp / spec.key / sub, archs=[device_arch()],
                 dtypes=["bf16", "fp16"], head_dims=[64, 128], defines=spec.defines,
-                jobs=min(8, os.cpu_count() or 1), bwd_kernel=bwd_kernel))
+                jobs=min(8, os.cpu_count() or 1), bwd_kernel=kind, dq_layout=layout))
         return _built[(spec.key, bwd_kernel)]
 
 
