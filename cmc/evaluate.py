@@ -50,13 +50,23 @@ class Env:
         return Env(self.length, self.params, {**self.vars, **vs}, self.tables)
 
 
+def _nonzero_scalar(b: np.ndarray) -> bool:
+    """A divisor that is one nonzero value (a grid width, a block size: the common case),
+    which needs none of the zero guards below."""
+    return np.ndim(b) == 0 and int(b) != 0
+
+
 def _floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if _nonzero_scalar(b):
+        return np.asarray(np.asarray(a, dtype=np.int64) // np.int64(b))
     a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
     safe = np.where(b == 0, 1, b)
     return np.where(b == 0, 0, a // safe)
 
 
 def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if _nonzero_scalar(b):
+        return np.asarray(np.asarray(a, dtype=np.int64) % np.int64(b))
     a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
     safe = np.where(b == 0, 1, b)
     return np.where(b == 0, a, a % safe)

@@ -841,7 +841,6 @@ def units_for(table: IntervalTable) -> str:
     return "tiles" if table.mask.params else "pairs"
 
 
-@functools.lru_cache(maxsize=128)
 def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None,
                   linear: bool = False) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc); and
@@ -850,7 +849,14 @@ def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None,
     asks for linear tiles (--tiling linear), with the tile masks proved for them as when
     they are chosen. Cached (a pure function of frozen values): the counts take seconds on
     a grid mask (CLEAR about 3 s), and a process that compiles and shows the same table
-    asks more than once."""
+    asks more than once. The cache keys the three values, not how they were passed
+    (lru_cache keys `f(t)` and `f(t, None, linear=False)` apart: cmc check chose CLEAR's
+    tiling twice that way)."""
+    return _choose_tiling(table, patch, linear)
+
+
+@functools.lru_cache(maxsize=128)
+def _choose_tiling(table: IntervalTable, patch: tuple[int, int] | None, linear: bool) -> Tiling:
     if linear:
         shape = Tiling("linear", reason="asked for (--tiling linear)")
     else:
