@@ -207,6 +207,8 @@ def test_patch_order_is_a_permutation_of_patches():
     # 64-token tiles: the same pair is one of 16 tiles of 64 x 64, and 8 x 8 patches exist
     vis[:64, :64] = True
     assert pc.tile_counts(vis, ident, ident, 64) == (2, 1)
+    # 64 query x 32 key tokens: the full block is 2 tiles, the far pair a third, none of them empty
+    assert pc.tile_counts(vis, ident, ident, 64, 32) == (3, 2)
     assert pc.patch_order(4096, 0, 64, 8, 8, tile=64) is not None
     assert pc.patch_order(4096 + 100, 100, 64, 8, 8, tile=64) is None  # text not tile-aligned
 

@@ -1,6 +1,7 @@
 """Computed pairs per visible pair of 2D-patch tilings of a grid mask (the 2D-tiling design input).
 
-A tiling puts 128 query tokens and 128 key tokens in one tile (--tile N: N and N). The sm90 kernel today takes
+A tiling puts 128 query tokens and 128 key tokens in one tile (--tile N: N query tokens, and N
+key tokens unless --key-tile says otherwise). The sm90 kernel today takes
 128 consecutive tokens; a patch tiling takes a py x px patch of the token grid (width W,
 starting at token OFF). The kernel computes every pair of every tile that holds a visible
 pair, so the ratio computed / visible is the work a tiling wastes. Counted exactly from
@@ -9,6 +10,10 @@ the dense mask of the interval table (cmc.tiles.dense_from_table), on one sequen
     python tools/patch_cost.py samples/clear.mask -D TEXT=0 --width 128 --length 8192
     python tools/patch_cost.py samples/natten2d.mask --width 64 --length 8192
     python tools/patch_cost.py samples/clear.mask -D TEXT=0 --width 128 --length 32768 --tile 64
+    python tools/patch_cost.py benchmarks/generality/video3d.mask --width 40 --length 15360 --tile 64 --key-tile 32
+
+"linear" is the token order (what a block-sparse kernel of 128-token tiles computes); a
+patch order needs the grid to split into whole patches (else "-").
 """
 
 from __future__ import annotations
@@ -38,11 +43,16 @@ def patch_order(length: int, offset: int, width: int, py: int, px: int,
 
 
 def tile_counts(vis: np.ndarray, q_order: np.ndarray, k_order: np.ndarray,
-                tile: int = TILE) -> tuple[int, int]:
-    """(tiles holding a visible pair, tiles with every pair visible)."""
-    n = vis.shape[0]
-    v = vis[q_order][:, k_order].reshape(n // tile, tile, n // tile, tile)
+                tile: int = TILE, key_tile: int | None = None) -> tuple[int, int]:
+    """(tiles holding a visible pair, tiles with every pair visible): tile query tokens by
+    key_tile (default tile) key tokens."""
+    n, kt = vis.shape[0], key_tile or tile
+    v = vis[q_order][:, k_order].reshape(n // tile, tile, n // kt, kt)
     return int(v.any(axis=(1, 3)).sum()), int(v.all(axis=(1, 3)).sum())
+
+
+def _name(shape: tuple[int, int] | None) -> str:
+    return "linear" if shape is None else f"{shape[0]}x{shape[1]}"
 
 
 def main() -> None:
@@ -55,30 +65,36 @@ def main() -> None:
     ap.add_argument("--width", type=int, required=True, help="grid width W in tokens")
     ap.add_argument("--offset", type=int, default=0, help="first grid token (text before it)")
     ap.add_argument("--length", type=int, default=8192)
-    ap.add_argument("--tile", type=int, default=TILE, help="tokens per query and key tile")
+    ap.add_argument("--tile", type=int, default=TILE, help="tokens per query tile (and key tile)")
+    ap.add_argument("--key-tile", type=int, default=None, help="tokens per key tile (default --tile)")
     a = ap.parse_args()
     defines = {k: int(v) for k, v in (d.split("=", 1) for d in a.D)}
     table = front(a.mask, defines)
     vis = dense_from_table(table, a.length, {})
     visible = int(vis.sum())
-    tile = a.tile
-    shapes = [(tile // px, px) for px in (128, 64, 32, 16, 8, 4) if px <= tile and tile % px == 0]
-    orders = {s: patch_order(a.length, a.offset, a.width, *s, tile=tile) for s in shapes}
+    tile, key_tile = a.tile, a.key_tile or a.tile
+
+    def shapes(n: int) -> list[tuple[int, int] | None]:
+        """None (linear: the token order, a 1 x n patch) and the py x px patches of n tokens."""
+        return [None, *((n // px, px) for px in (64, 32, 16, 8, 4) if px < n and n % px == 0)]
+
+    def order(s: tuple[int, int] | None, n: int) -> np.ndarray | None:
+        return np.arange(a.length) if s is None else patch_order(a.length, a.offset, a.width, *s, tile=n)
+
     print(f"{Path(a.mask).name} {defines} L={a.length} W={a.width}: {visible} visible pairs "
-          f"({visible / a.length:.1f} per row)")
+          f"({visible / a.length:.1f} per row); tiles of {tile} query x {key_tile} key tokens")
     print("computed / visible pairs (full tiles among the computed ones)")
-    print("query patch \\ key patch  " + "".join(f"{f'{py}x{px}':>16}" for py, px in shapes))
-    for qs in shapes:
+    print("query patch \\ key patch  " + "".join(f"{_name(s):>16}" for s in shapes(key_tile)))
+    for qs in shapes(tile):
         cells = []
-        for ks in shapes:
-            qo, ko = orders[qs], orders[ks]
+        for ks in shapes(key_tile):
+            qo, ko = order(qs, tile), order(ks, key_tile)
             if qo is None or ko is None:
                 cells.append(f"{'-':>16}")
                 continue
-            touched, full = tile_counts(vis, qo, ko, tile)
-            cells.append(f"{touched * tile * tile / visible:9.2f} ({full / touched:3.0%})")
-        print(f"{f'{qs[0]}x{qs[1]}':>22}  " + "".join(cells))
-
+            touched, full = tile_counts(vis, qo, ko, tile, key_tile)
+            cells.append(f"{touched * tile * key_tile / visible:9.2f} ({full / touched:3.0%})")
+        print(f"{_name(qs):>22}  " + "".join(cells))
 
 if __name__ == "__main__":
     main()
