@@ -574,3 +574,10 @@ def test_ab_build_refuses_when_the_checkouts_templates_win(tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert (r.returncode != 0) == refuses, r.stderr[-2000:]
         assert ("not the tree at" in r.stderr) == refuses, r.stderr[-2000:]
+
+
+def test_compile_edited_refuses_an_unknown_artifact(tmp_path):
+    ab = _tool("sm90_ablate")
+    with pytest.raises(SystemExit, match="unknown artifact nope"):
+        ab.compile_edited(tmp_path, lambda text: text, keys=["nope"])
+    assert not any(tmp_path.iterdir())

@@ -52,17 +52,25 @@ def apply(text: str, edits: list[tuple[str, str]]) -> str:
 
 
 def compile_edited(dest: Path, edit: Callable[[str], str],
-                   extra_options: Sequence[str] = ()) -> None:
-    """The bench artifacts into dest/KEY, each .cu edited by `edit` in memory and built by
-    cmc.build.build (with extra_options) and cmc.package."""
+                   extra_options: Sequence[str] = (), keys: Sequence[str] = (),
+                   tiling: str = "auto") -> None:
+    """The bench artifacts (those named in keys, default all) into dest/KEY, each .cu edited
+    by `edit` in memory and built by cmc.build.build (with extra_options; the tile stage
+    told `tiling`) and cmc.package."""
     import bench
 
     from cmc.build import build
     from cmc.driver import Options, back, front
     from cmc.package import package
 
-    opts = Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(bench.HEAD_DIM,), jobs=2, backward=False)
+    unknown = sorted(set(keys) - set(bench.ARTIFACTS))
+    if unknown:
+        raise SystemExit(f"unknown artifact {', '.join(unknown)}; known: {', '.join(bench.ARTIFACTS)}")
+    opts = Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(bench.HEAD_DIM,), jobs=2, backward=False,
+                   tiling=tiling)
     for key, (mask, defines) in bench.ARTIFACTS.items():
+        if keys and key not in keys:
+            continue
         table = front(ROOT / mask, defines)
         source = back(table, opts)
         source = dataclasses.replace(source, text=edit(source.text))

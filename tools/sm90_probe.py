@@ -7,6 +7,7 @@ cuModuleGetGlobal and prints per key tile (consumers) and per item (producer) wh
 cycles went:
 
     python tools/sm90_probe.py build                      # CPU
+    python tools/sm90_probe.py build --patterns g_natten_clamped --tiling linear --out out/ab/probel
     python3 tools/sm90_probe.py run causal/32768 clear/32768   # device
     python3 tools/sm90_probe.py run g_video3d/4096 --artifacts out/abrun/probe  # a runtime copy
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,10 +37,10 @@ PRODUCER = {"slot": 0, "plan": 1, "kempty": 2, "vempty": 3, "issue": 4, "walk": 
             "bslot": 6, "build": 7, "bitems": 8, "tiles": 9, "items": 10, "total": 11}
 
 
-def build(dest: Path) -> None:
+def build(dest: Path, keys: Sequence[str] = (), tiling: str = "auto") -> None:
     from sm90_ablate import compile_edited
 
-    compile_edited(dest, lambda text: text, extra_options=("-DCMC_PROBE=1",))
+    compile_edited(dest, lambda text: text, extra_options=("-DCMC_PROBE=1",), keys=keys, tiling=tiling)
 
 
 def run(artifacts: Path, names: list[str], calls: int) -> None:
@@ -134,13 +136,15 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--out", type=Path, default=ROOT / "out" / "ab" / "probe")
+    b.add_argument("--patterns", nargs="*", default=[], help="only these artifacts (default all)")
+    b.add_argument("--tiling", default="auto", help="the tile stage's choice (cmc compile --tiling)")
     r = sub.add_parser("run")
     r.add_argument("cases", nargs="+")
     r.add_argument("--artifacts", type=Path, default=ROOT / "out" / "ab" / "probe")
     r.add_argument("--calls", type=int, default=20)
     args = ap.parse_args()
     if args.cmd == "build":
-        build(args.out)
+        build(args.out, args.patterns, args.tiling)
     else:
         run(args.artifacts, args.cases, args.calls)
 
