@@ -403,6 +403,11 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
               help="Where a patch tiling starts at a length (below it every tile is linear), "
                    "also build its kernels on linear tiles, which the runtime launches when "
                    "every sequence is shorter (the manifest's below_len).")
+@click.option("--heavy-first/--no-heavy-first", default=False, show_default=True,
+              help="The sm90 forward's work units: where a mask's leading query tiles see "
+                   "every key (text or global tokens), single tiles with those taken first "
+                   "instead of pairs (built and simulated, not yet timed on a GPU: "
+                   "docs/kernel-notes.md, \"Heavy tiles first\").")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
@@ -411,7 +416,8 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
                 defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
                 backward: bool, bwd_kernel: str, dq_layout: str, reg_split: str,
-                short_kernels: bool, jobs: int, check_only: bool, no_cache: bool) -> None:
+                short_kernels: bool, heavy_first: bool, jobs: int, check_only: bool,
+                no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
 
@@ -437,7 +443,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    tiling=tiling, cache=not no_cache, backward=backward,
                    bwd_kernel=bwd_kernel, dq_layout=dq_layout, reg_split=reg_split,
-                   short_kernels=short_kernels)
+                   short_kernels=short_kernels, heavy_first=heavy_first)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

@@ -424,6 +424,7 @@ class Tiling:
     masks: PatchMasks | None = None  # per-offset tile masks (patch tilings that allow them)
     min_len: int = 0  # patch tilings: shorter sequences are cut into linear tiles only
     units: str = "pairs"  # the work counter's unit: "pairs" of query tiles | single "tiles"
+    heavy_tiles: int = 0  # single tiles: the leading query tiles taken first (tiling.with_heavy_first)
     offset_masks: OffsetMasks | None = None  # per-offset tile masks (linear, q - k masks)
 
     def origin_for(self, length: int) -> int:
@@ -460,6 +461,7 @@ class Tiling:
         return {"kind": self.kind, "origin": self.origin, "width": self.width,
                 "patch_rows": self.patch_rows, "patch_cols": self.patch_cols,
                 "reason": self.reason, "min_len": self.min_len, "units": self.units,
+                **({} if self.heavy_tiles == 0 else {"heavy_tiles": self.heavy_tiles}),
                 "masks": None if self.masks is None else self.masks.to_dict(),
                 "offset_masks": None if self.offset_masks is None else {
                     "classes": self.offset_masks.classes,

@@ -841,6 +841,48 @@ def units_for(table: IntervalTable) -> str:
     return "tiles" if table.mask.params else "pairs"
 
 
+HEAVY_REF_LEN = 8192  # heavy_tiles counts touched key tiles at this length and twice it
+
+
+@functools.lru_cache(maxsize=128)
+def heavy_tiles(table: IntervalTable) -> int:
+    """The leading query tiles (of 128 tokens) whose rows see keys without bound: text or
+    global tokens that every key is visible to, whose touched key tiles grow with len while
+    the tiles after them do not. Counted on linear tiles at HEAVY_REF_LEN and twice it, the
+    later tiles compared over the first half of the shorter sequence (its end clips them).
+    0 where tile costs depend on run-time parameters (the compiler cannot see them), where
+    no tile or more than half of them grow (a dense mask: nothing to take first), or where a
+    tile after the prefix grows too."""
+    from .tiles import FULL, PARTIAL, classify
+
+    if table.mask.params:
+        return 0
+    a, b = (((c == FULL) | (c == PARTIAL)).sum(1)
+            for c in (classify(table, n, {}) for n in (HEAVY_REF_LEN, 2 * HEAVY_REF_LEN)))
+    half = len(a) // 2
+    n = 0
+    while n < half and b[n] > a[n]:
+        n += 1
+    if n == half or (b[n:half] != a[n:half]).any():
+        return 0
+    return n
+
+
+def with_heavy_first(table: IntervalTable, tiling: Tiling) -> Tiling:
+    """`tiling` with single-tile units whose heavy prefix (heavy_tiles) is taken first
+    (cmc compile --heavy-first; struct Sched), or unchanged where the mask has none. Pairs
+    put a heavy tile with a short one of the same (sequence, head), and single tiles put it
+    last in its L2 group: either way the CTAs that hold them end last (tools/sched_sim.py
+    --heavy: grid77_w48_r6 at 16K balances 0.72 -> 0.985). For a patch tiling at most its
+    linear tiles before the grid origin, the same tiles in both orders."""
+    n = heavy_tiles(table)
+    if tiling.kind == "patch":
+        n = min(n, -(-tiling.origin // TILE))
+    if n == 0:
+        return tiling
+    return replace(tiling, units="tiles", heavy_tiles=n)
+
+
 def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None,
                   linear: bool = False) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc); and

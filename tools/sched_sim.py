@@ -13,6 +13,7 @@ Units as struct Sched in templates/cmc/attn_fwd_sm90.cuh: "pairs" of query tiles
 
     python tools/sched_sim.py 1024 4096 8192
     python tools/sched_sim.py --bwd 4096 16384 32768
+    python tools/sched_sim.py --heavy 4096 16384 32768   # masks whose leading tiles see every key
 """
 
 from __future__ import annotations
@@ -136,9 +137,59 @@ def main_bwd(lengths: list[int]) -> None:
               f"  ({a / b:.3f} of the time)")
 
 
+def static_makespan(costs: list[float]) -> float:
+    """Without the counter: CTA c takes units c, c + SMS, ... (pairs' schedule)."""
+    loads = [0.0] * SMS
+    for u, c in enumerate(costs):
+        loads[u % SMS] += c
+    return max(loads)
+
+
+def heavy_first(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int,
+                heavy: int) -> list[float]:
+    """Units "tiles" with a heavy prefix (struct Sched, H::kHeavyTiles): query tiles
+    0 .. heavy - 1 of every (sequence, head) first, tile by tile, then grouped_tiles' order
+    over the rest."""
+    bh = [tc for tc in seqs for _ in range(heads)]
+    units = [float(tc[qt]) if qt < len(tc) else 0.05 for qt in range(heavy) for tc in bh]
+    group = max(1, (24 << 20) // (max_len * 512))
+    for g0 in range(0, len(bh), group):
+        for qt in range(nqt - 1, heavy - 1, -1):
+            units += [float(tc[qt]) if qt < len(tc) else 0.05 for tc in bh[g0:g0 + group]]
+    return units
+
+
+def main_heavy(lengths: list[int]) -> None:
+    """The forward's balance on the masks with a heavy prefix (cmc/tiling.py heavy_tiles):
+    pairs as shipped (no counter), single tiles in L2 groups, heavy tiles first; equal-length
+    batches of 32K tokens, 16 heads."""
+    import bench
+
+    from cmc.driver import front
+    from cmc.tiling import heavy_tiles
+
+    print("balance = ideal makespan / simulated makespan (1.0: every SM ends together)")
+    for key, (mask, defines) in bench.ARTIFACTS.items():
+        table = front(ROOT / mask, defines)
+        heavy = heavy_tiles(table)
+        if heavy == 0:
+            continue
+        for n in lengths:
+            seqs = [tile_costs(table, n, {})] * max(1, 32768 // n)
+            nqt = len(seqs[0])
+            pairs = pair_units(seqs, nqt, bench.HEADS)
+            ideal = sum(pairs) / SMS
+            tiles = grouped_tiles(seqs, nqt, bench.HEADS, n)
+            first = heavy_first(seqs, nqt, bench.HEADS, n, min(heavy, nqt))
+            print(f"{key:20s} heavy {heavy} L={n:6d}  pairs {ideal / static_makespan(pairs):.3f}"
+                  f"  tiles {ideal / makespan(tiles):.3f}  heavy first {ideal / makespan(first):.3f}")
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["--bwd"]:
         main_bwd([int(a) for a in args[1:]] or [4096, 16384, 32768])
+    elif args[:1] == ["--heavy"]:
+        main_heavy([int(a) for a in args[1:]] or [4096, 16384, 32768])
     else:
         main([int(a) for a in args] or [1024, 4096, 32768])

@@ -90,7 +90,7 @@ CMC_DEV void run_builders(const typename H::desc_t& desc, Sched& sc, const int& 
         fresh = desc.sched != 0;
       }
       if (u >= units) break;
-      it.qt = sc.tile(u, half++, it.h, it.b);
+      it.qt = sc.tile<H::kHeavyTiles>(u, half++, it.h, it.b);
       if (it.qt < 0) continue;
       seq = H::seq(desc, it.b);
       g = geo(seq.len);
@@ -470,7 +470,7 @@ CMC_DEV void fwd(const typename H::desc_t& desc, const TensorMaps& maps) {
   auto first_item = [&](Item& f) {
     const int u = blockIdx.x;
     for (int half = 0; half < 2 && u < units; ++half) {
-      f.qt = sc.tile(u, half, f.h, f.b);
+      f.qt = sc.tile<H::kHeavyTiles>(u, half, f.h, f.b);
       if (f.qt < 0) continue;
       const typename H::seq_t fs = H::seq(desc, f.b);
       int fa, fb;

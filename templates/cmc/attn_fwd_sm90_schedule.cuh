@@ -131,6 +131,11 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
 //   costliest first within groups of (sequence, head)s whose K/V fit in L2 together
 //   (kL2Budget): group by group, tile index descending, then (sequence, head). The units
 //   left at the end are short, so the CTAs finish together (tools/sched_sim.py).
+// - single tiles with a heavy prefix (H::kHeavyTiles = N > 0, cmc compile --heavy-first):
+//   the first N query tiles of every (sequence, head) first, tile by tile, then the rest as
+//   above. Their rows see every key (text or global tokens): such a tile costs about nqt
+//   key tiles, and taken last within its L2 group the last groups' ones made the tail
+//   (tools/sched_sim.py --heavy).
 // Only the plan builders pick items; the loader and the consumers read each from its plan's
 // item header.
 struct Item {
@@ -188,12 +193,26 @@ struct Sched {
     }
   }
   // query tile `half` of unit u (pairs: 0 the long one, 1 the short one; single tiles: 0),
-  // or -1 if it has none
+  // or -1 if it has none; HEAVY: H::kHeavyTiles (single tiles only)
+  template <int HEAVY>
   CMC_DEV int tile(int u, int half, int& h, int& b) const {
     int bh, qt;
     if (dyn) {
       if (half == 1) return -1;
-      const int g = u / (group * nqt), r = u - g * group * nqt;
+      int first = 0, rest = nqt;  // the grouped units' tiles: [first, nqt)
+      if constexpr (HEAVY > 0) {
+        first = HEAVY < nqt ? HEAVY : nqt;
+        rest = nqt - first;
+        if (u < first * nbh) {
+          qt = u / nbh;
+          bh = u - qt * nbh;
+          h = bh % heads;
+          b = bh / heads;
+          return qt;
+        }
+        u -= first * nbh;
+      }
+      const int g = u / (group * rest), r = u - g * group * rest;
       const int left = nbh - g * group, gsz = left < group ? left : group;
       qt = nqt - 1 - r / gsz;
       bh = g * group + r % gsz;

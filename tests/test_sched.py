@@ -1,0 +1,112 @@
+"""The sm90 forward's work units (struct Sched, templates/cmc/attn_fwd_sm90_schedule.cuh): its
+source compiled for the host, every unit mapped, and the heavy-first prefix
+(cmc/tiling.py heavy_tiles, with_heavy_first) chosen where the mask has one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from cmc.driver import Options, front, tile
+from cmc.tiling import choose_tiling, heavy_tiles, with_heavy_first
+
+from .conftest import GXX, ROOT, needs_gxx
+
+STUBS = """#include <cstdio>
+#include <initializer_list>
+#define CMC_DEV inline
+static struct { int x; } gridDim = {132};
+static unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p += v; return o; }
+static void __threadfence() {}
+static unsigned atomicExch(unsigned* p, unsigned v) { unsigned o = *p; *p = v; return o; }
+static void producer_bar() {}
+"""
+
+# Every unit of each (nqt, heads, batch, max_len, heavy) maps to a distinct (qt, h, b) of the
+# grid, and the first heavy * heads * batch units are the heavy tiles; exit 1 naming a case.
+MAIN = """
+template <int HEAVY> int check(int nqt, int heads, int batch, int max_len) {
+  Sched sc;
+  sc.init(nqt, heads, batch, 1, max_len, 128, true);
+  const int units = sc.units(batch), first = HEAVY < nqt ? HEAVY : nqt;
+  static unsigned char seen[1 << 20];
+  if (units != nqt * heads * batch || units > (1 << 20)) return 1;
+  for (int i = 0; i < units; ++i) seen[i] = 0;
+  for (int u = 0; u < units; ++u) {
+    int h = -1, b = -1;
+    const int qt = sc.tile<HEAVY>(u, 0, h, b);
+    if (sc.tile<HEAVY>(u, 1, h, b) != -1) return 2;
+    if (qt < 0 || qt >= nqt || h < 0 || h >= heads || b < 0 || b >= batch) return 3;
+    if ((u < first * heads * batch) != (qt < first)) return 4;
+    const int i = (b * heads + h) * nqt + qt;
+    if (seen[i]++) return 5;
+  }
+  return 0;
+}
+int main() {
+  const int nqts[] = {1, 2, 3, 7, 32, 128};
+  const int lens[] = {128, 4096, 16384, 65536};
+  for (int nqt : nqts)
+    for (int heads : {1, 3, 16})
+      for (int batch : {1, 2, 5})
+        for (int len : lens) {
+          int r = check<0>(nqt, heads, batch, len) | check<1>(nqt, heads, batch, len) << 4 |
+                  check<4>(nqt, heads, batch, len) << 8;
+          if (r) { std::printf("nqt %d heads %d batch %d len %d: %x\\n", nqt, heads, batch, len, r); return 1; }
+        }
+  std::puts("ok");
+  return 0;
+}
+"""
+
+
+def _sched_source() -> str:
+    text = (ROOT / "templates" / "cmc" / "attn_fwd_sm90_schedule.cuh").read_text()
+    m = re.search(r"^struct Sched \{.*?^\};\n", text, re.M | re.S)
+    assert m, "struct Sched not found in the schedule header"
+    return m.group(0)
+
+
+@needs_gxx
+def test_every_unit_is_one_tile_and_heavy_tiles_come_first(tmp_path):
+    cpp = tmp_path / "sched.cpp"
+    cpp.write_text(STUBS + _sched_source() + MAIN)
+    exe = tmp_path / "sched"
+    r = subprocess.run([str(GXX), "-std=c++17", "-O1", "-Wall", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(("path", "defines", "heavy"), [
+    ("samples/longformer.mask", {}, 1),  # 16 global rows in tile 0
+    ("samples/clear.mask", {}, 4),  # 512 text rows
+    ("samples/clear.mask", {"TEXT": 0}, 0),
+    ("samples/causal.mask", {}, 0),  # tile t sees t + 1 key tiles at any length
+    ("samples/hstu.mask", {}, 0),  # run-time parameters: costs unseen
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 333, "W": 80, "R": 24}, 3),
+])
+def test_heavy_tiles_are_the_leading_tiles_that_see_every_key(path, defines, heavy):
+    assert heavy_tiles(front(ROOT / path, defines)) == heavy
+
+
+def test_a_dense_mask_has_no_heavy_prefix(tmp_path):
+    m = tmp_path / "dense.mask"
+    m.write_text("mask dense\nallow true\n")
+    assert heavy_tiles(front(m)) == 0  # every tile grows: nothing to take first
+
+
+def test_heavy_first_is_asked_for_and_changes_only_the_units():
+    table = front(ROOT / "samples" / "longformer.mask")
+    base = choose_tiling(table)
+    assert (base.units, base.heavy_tiles) == ("pairs", 0)
+    assert tile(table, Options(archs=("sm_90a",))) == base  # off by default
+    t = tile(table, Options(archs=("sm_90a",), heavy_first=True))
+    assert (t.units, t.heavy_tiles) == ("tiles", 1)
+    assert t.to_dict() == {**base.to_dict(), "units": "tiles", "heavy_tiles": 1}
+    causal = front(ROOT / "samples" / "causal.mask")
+    assert with_heavy_first(causal, choose_tiling(causal)) == choose_tiling(causal)
