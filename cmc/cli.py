@@ -301,7 +301,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
     from .driver import Options, backward_tile, tiling_for
     from .ir import TILE
-    from .tiling import backward_count, computed_pairs, tails_note
+    from .tiling import backward_count, computed_pairs, tails_note, with_heavy_first
 
     t = tiling_for(table, tiling)
     if t.kind == "patch":
@@ -313,6 +313,10 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     else:
         shape = f"linear ({TILE}-token tiles)"
     out = [f"  sm90 tiling: {shape}", f"    reason: {t.reason}"]
+    heavy = with_heavy_first(table, t).heavy_tiles
+    if heavy:
+        out.append(f"    work units: {t.units}; the first {heavy} query tile(s) see every key "
+                   "(cmc compile --heavy-first takes them first: single tiles)")
     if t.kind == "patch" and t.min_len:
         out.append(f"    short sequences: batches whose max_len is below {t.min_len} run kernels "
                    "built on linear tiles (cmc compile --no-short-kernels: the patch kernels' "

@@ -846,26 +846,29 @@ HEAVY_REF_LEN = 8192  # heavy_tiles counts touched key tiles at this length and 
 
 @functools.lru_cache(maxsize=128)
 def heavy_tiles(table: IntervalTable) -> int:
-    """The leading query tiles (of 128 tokens) whose rows see keys without bound: text or
-    global tokens that every key is visible to, whose touched key tiles grow with len while
-    the tiles after them do not. Counted on linear tiles at HEAVY_REF_LEN and twice it, the
-    later tiles compared over the first half of the shorter sequence (its end clips them).
-    0 where tile costs depend on run-time parameters (the compiler cannot see them), where
-    no tile or more than half of them grow (a dense mask: nothing to take first), or where a
-    tile after the prefix grows too."""
-    from .tiles import FULL, PARTIAL, classify
+    """The leading query tiles (of 128 tokens) holding a row that reaches the last key at
+    HEAVY_REF_LEN and at twice it (text or global tokens that see every key: such a tile's
+    key tiles grow with len), when no later tile of the first half holds one. 0 where tile
+    costs depend on run-time parameters (the compiler cannot see them), where no tile or
+    every tile of the first half grows (a dense or anti-causal mask: nothing to take first),
+    or where a later tile grows too. From the row intervals alone (a residual term's hull
+    counts), so it costs milliseconds where classify's tiles take a second."""
+    from .tiles import iter_row_intervals
 
     if table.mask.params:
         return 0
-    a, b = (((c == FULL) | (c == PARTIAL)).sum(1)
-            for c in (classify(table, n, {}) for n in (HEAVY_REF_LEN, 2 * HEAVY_REF_LEN)))
-    half = len(a) // 2
-    n = 0
-    while n < half and b[n] > a[n]:
-        n += 1
-    if n == half or (b[n:half] != a[n:half]).any():
+    heavy = None
+    for n in (HEAVY_REF_LEN, 2 * HEAVY_REF_LEN):
+        ends = np.zeros(n, dtype=bool)
+        for ri in iter_row_intervals(table, n, {}):
+            ends |= ri.guard & (ri.hi >= n) & (ri.lo < ri.hi)
+        tiles = ends[:HEAVY_REF_LEN // 2].reshape(-1, TILE).any(axis=1)
+        heavy = tiles if heavy is None else heavy & tiles
+    assert heavy is not None
+    count = int(np.argmin(heavy)) if not heavy.all() else len(heavy)
+    if count == len(heavy) or heavy[count:].any():
         return 0
-    return n
+    return count
 
 
 def with_heavy_first(table: IntervalTable, tiling: Tiling) -> Tiling:

@@ -110,3 +110,22 @@ def test_heavy_first_is_asked_for_and_changes_only_the_units():
     assert t.to_dict() == {**base.to_dict(), "units": "tiles", "heavy_tiles": 1}
     causal = front(ROOT / "samples" / "causal.mask")
     assert with_heavy_first(causal, choose_tiling(causal)) == choose_tiling(causal)
+
+
+def test_show_names_the_heavy_prefix_and_compile_takes_it(tmp_path):
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    def run(*args: str) -> str:
+        r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    longformer = str(ROOT / "samples" / "longformer.mask")
+    assert "work units: pairs; the first 1 query tile(s) see every key" in run(
+        "show", longformer, "--len", "1024")
+    assert "work units" not in run("show", str(ROOT / "samples" / "causal.mask"), "--len", "1024")
+    run("compile", longformer, "-o", str(tmp_path), "--arch", "sm_90a", "--emit", "cu",
+        "--heavy-first")
+    assert "kHeavyTiles = 1," in (tmp_path / "longformer" / "longformer.cu").read_text()
