@@ -857,14 +857,12 @@ def heavy_tiles(table: IntervalTable) -> int:
 
     if table.mask.params:
         return 0
-    heavy = None
+    heavy = np.ones(HEAVY_REF_LEN // 2 // TILE, dtype=bool)  # tiles of the first half
     for n in (HEAVY_REF_LEN, 2 * HEAVY_REF_LEN):
         ends = np.zeros(n, dtype=bool)
         for ri in iter_row_intervals(table, n, {}):
             ends |= ri.guard & (ri.hi >= n) & (ri.lo < ri.hi)
-        tiles = ends[:HEAVY_REF_LEN // 2].reshape(-1, TILE).any(axis=1)
-        heavy = tiles if heavy is None else heavy & tiles
-    assert heavy is not None
+        heavy &= ends[:HEAVY_REF_LEN // 2].reshape(-1, TILE).any(axis=1)
     count = int(np.argmin(heavy)) if not heavy.all() else len(heavy)
     if count == len(heavy) or heavy[count:].any():
         return 0
