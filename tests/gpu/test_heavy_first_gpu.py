@@ -1,0 +1,70 @@
+"""GPU correctness of `cmc compile --heavy-first` (cmc/tiling.py with_heavy_first): the sm90
+forward's units are single tiles from the work counter with the heavy prefix (query tiles
+whose rows see every key) taken first for every (sequence, head) (struct Sched,
+H::kHeavyTiles). The order must change no output: longformer (1 heavy tile), clear (4), and
+the generality grids with text (77 tokens at width 48, linear; 333 at width 80, patches),
+forward against the float64 reference at lengths shorter than the prefix, inside it, just
+past it and long, in batches and packed.
+
+Run on a GPU machine: `pytest -m gpu tests/gpu/test_heavy_first_gpu.py -q` (builds with NVRTC
+for the device's arch; skips cleanly without a CUDA device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from .gpu_common import ROOT, cuda_torch, device_arch, requires_gpu
+from .test_gpu_correctness import Case, run_cases
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+# (mask file, defines, heavy tiles the compiler must find; the CPU tier checks the counts:
+# tests/test_sched.py)
+MASKS = [
+    ("samples/longformer.mask", {}, 1),
+    ("samples/clear.mask", {}, 4),
+    ("benchmarks/generality/grid_text.mask", {}, 1),
+    ("benchmarks/generality/grid_text.mask", {"TEXT": 333, "W": 80, "R": 24}, 3),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    import tests.gpu.test_gpu_correctness as corr
+
+    corr.torch = cuda_torch()
+
+
+@pytest.mark.parametrize("path,defines,heavy", MASKS,
+                         ids=[f"{Path(p).stem}-{d.get('TEXT', '')}" for p, d, _ in MASKS])
+def test_heavy_first_matches_reference(path: str, defines: dict[str, int], heavy: int):
+    from cmc.driver import compile_file, load_mask
+    from cmc.runtime import load
+
+    with tempfile.TemporaryDirectory(prefix="cmc-heavy-") as d:
+        art = Path(compile_file(ROOT / path, d, archs=[device_arch()], dtypes=["bf16", "fp16"],
+                                head_dims=[64, 128], defines=defines, backward=False,
+                                heavy_first=True, jobs=min(8, os.cpu_count() or 1)))
+        man = json.loads((art / "manifest.json").read_text())
+        if device_arch() == "sm_90a":
+            tilings = [k["tiling"] for k in man["kernels"] if k["arch"] == "sm_90a"]
+            assert tilings and all((t["units"], t.get("heavy_tiles")) == ("tiles", heavy)
+                                   for t in tilings), tilings
+        attn = load(art)
+        mask = load_mask(ROOT / path, defines)
+        edge = heavy * 128
+        lengths = sorted({1, 100, edge - 1, edge, edge + 1, edge + 300, 4096, 9000})
+        cases: list[Case] = []
+        for i, n in enumerate(lengths):
+            dt, hd = [("bf16", 128), ("fp16", 64), ("bf16", 64), ("fp16", 128)][i % 4]
+            cases.append(Case([n, n, n], False, dt, hd, 4, 2 if i % 2 else 4, variant=i))
+        cases.append(Case([edge - 1, 9000, 130, edge + 5, 3000], True, "bf16", 128,
+                          variant=99, note="packed"))
+        failures = run_cases(attn, mask, cases, lambda i: 11 * i + 3)
+        assert not failures, "\n".join(failures)
