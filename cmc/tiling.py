@@ -841,7 +841,7 @@ def units_for(table: IntervalTable) -> str:
     return "tiles" if table.mask.params else "pairs"
 
 
-HEAVY_REF_LEN = 8192  # heavy_tiles counts touched key tiles at this length and twice it
+HEAVY_REF_LEN = 8192  # heavy_tiles reads the rows at this length and twice it
 
 
 @functools.lru_cache(maxsize=128)
