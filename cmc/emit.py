@@ -1338,6 +1338,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
                 h for v in bwd for h in SPECS[v.kernel].headers)),
             "variants": [_backward_entry(v) for v in bwd],
             "dq_block64": dq_layout == "block64",
+            "heavy_keys": hooks_t.tiling.heavy_tiles if hooks_t is not None else 0,
         } if hooks_t is not None and bwd else None),
         variants=[{
             "symbol": check_identifier(v.symbol),
@@ -1402,6 +1403,22 @@ def dq_layout_refusal(dq_layout: str, bwd_kernel: str, bwd_tiling: Tiling) -> st
     return ""
 
 
+def _heavy_keys(transposed: IntervalTable, tiling: Tiling, bwd_tiling: Tiling | None) -> Tiling:
+    """The transposed hooks' tiling: linear, naming the heavy key tiles (key tiles every
+    query sees, tiling.heavy_tiles of the transposed table; for a patch backward tiling at
+    most its linear tiles before the grid origin) where the forward takes its heavy query
+    tiles first (--heavy-first), so that the ws kv kinds launch them first too."""
+    if tiling.heavy_tiles == 0:
+        return LINEAR
+    from .tiling import heavy_tiles
+
+    n = heavy_tiles(transposed)
+    bt = bwd_tiling or tiling
+    if bt.kind == "patch":
+        n = min(n, -(-bt.origin // TILE))
+    return replace(LINEAR, heavy_tiles=n) if n else LINEAR
+
+
 def emit(
     table: IntervalTable,
     dtypes: Sequence[str] = ("bf16",),
@@ -1448,7 +1465,8 @@ def emit(
         from .transpose import transpose
 
         transposed = transpose(table)
-        hooks_t = build_hooks(transposed, LINEAR, prefix="cmc_tabT")
+        hooks_t = build_hooks(transposed, _heavy_keys(transposed, tiling, bwd_tiling),
+                              prefix="cmc_tabT")
         if bwd_tiling is not None and _kernel_facts(bwd_tiling) != _kernel_facts(tiling):
             hooks_b = build_hooks(table, bwd_tiling, prefix="cmc_tabB")
         b_tiling = (hooks_b.tiling if hooks_b is not None

@@ -129,3 +129,78 @@ def test_show_names_the_heavy_prefix_and_compile_takes_it(tmp_path):
     run("compile", longformer, "-o", str(tmp_path), "--arch", "sm_90a", "--emit", "cu",
         "--heavy-first")
     assert "kHeavyTiles = 1," in (tmp_path / "longformer" / "longformer.cu").read_text()
+
+
+KV_STUBS = """#include <cstdio>
+#include <initializer_list>
+#define CMC_DEV inline
+struct D3 { int x, y, z; };
+static D3 blockIdx, gridDim;
+"""
+
+# Every CTA of (nkt, heads_kv, batch) grids maps to a distinct (key tile, kv head, sequence),
+# and in launch order (x fastest) the first HEAVY x heads_kv x batch CTAs take the heavy key
+# tiles; exit 1 naming a grid.
+KV_MAIN = """
+template <int HEAVY> int check(int nkt, int hk, int batch) {
+  static unsigned char seen[1 << 16];
+  gridDim = {nkt, hk, batch};
+  const int n = nkt * hk * batch, first = HEAVY < nkt ? HEAVY : nkt;
+  for (int i = 0; i < n; ++i) seen[i] = 0;
+  for (int z = 0; z < batch; ++z)
+    for (int y = 0; y < hk; ++y)
+      for (int x = 0; x < nkt; ++x) {
+        blockIdx = {x, y, z};
+        int kt = -1, h = -1, b = -1;
+        ws_kv_cta<HEAVY>(kt, h, b);
+        if (kt < 0 || kt >= nkt || h < 0 || h >= hk || b < 0 || b >= batch) return 1;
+        const int id = x + nkt * (y + hk * z);
+        if (HEAVY == 0 && (kt != x || h != y || b != z)) return 2;
+        if ((id < first * hk * batch) != (kt < first)) return 3;
+        if (seen[(b * hk + h) * nkt + kt]++) return 4;
+      }
+  return 0;
+}
+int main() {
+  for (int nkt : {1, 2, 3, 7, 32, 128})
+    for (int hk : {1, 2, 8})
+      for (int batch : {1, 3, 5}) {
+        const int r = check<0>(nkt, hk, batch) | check<1>(nkt, hk, batch) << 4 |
+                      check<4>(nkt, hk, batch) << 8;
+        if (r) { std::printf("nkt %d hk %d batch %d: %x\\n", nkt, hk, batch, r); return 1; }
+      }
+  std::puts("ok");
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_every_kv_cta_is_one_key_tile_and_heavy_key_tiles_launch_first(tmp_path):
+    text = (ROOT / "templates" / "cmc" / "attn_bwd_sm90_ws.cuh").read_text()
+    m = re.search(r"^template <int HEAVY> CMC_DEV void ws_kv_cta\(.*?^\}\n", text, re.M | re.S)
+    assert m, "ws_kv_cta not found in the ws header"
+    cpp = tmp_path / "kv.cpp"
+    cpp.write_text(KV_STUBS + m.group(0) + KV_MAIN)
+    exe = tmp_path / "kv"
+    r = subprocess.run([str(GXX), "-std=c++17", "-O1", "-Wall", "-fsanitize=undefined",
+                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stdout + run.stderr
+
+
+def test_heavy_first_names_the_heavy_key_tiles_for_the_kv_grid(tmp_path):
+    from click.testing import CliRunner
+
+    from cmc.cli import cli
+
+    longformer = str(ROOT / "samples" / "longformer.mask")
+    for flag, want in (("--heavy-first", True), ("--no-heavy-first", False)):
+        out = tmp_path / flag
+        r = CliRunner().invoke(cli, ["compile", longformer, "-o", str(out), "--arch", "sm_90a",
+                                     "--emit", "cu", flag], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        assert ("#define CMC_WS_HEAVY_FIRST 1" in (out / "longformer" / "longformer.cu")
+                .read_text()) is want

@@ -76,6 +76,11 @@
 // causal 1K x 32)
 #define CMC_WS_FUSE_POST 0
 #endif
+#ifndef CMC_WS_HEAVY_FIRST
+// 1 (emit defines it where the transposed hooks name heavy key tiles, HT::kHeavyTiles > 0:
+// cmc compile --heavy-first): the ws kv kinds take their tile from ws_kv_cta; 0: blockIdx
+#define CMC_WS_HEAVY_FIRST 0
+#endif
 #ifndef CMC_WS_PERSIST
 // 1 (prototype, bwd_ablate wspers): the linear ws kv is persistent, a CTA per SM taking key
 // tiles from a counter (kv_ws_persist; kernel notes "A persistent kv"); 2: dK, dV stored from
@@ -1181,6 +1186,34 @@ CMC_DEV void ws_kv_tma(unsigned base, const KvMaps* maps, unsigned bar, int hkv,
 }
 #endif
 
+// The CTA's key tile, kv head and sequence: the grid's own (key tile fastest), or with
+// HEAVY > 0 (HT::kHeavyTiles: key tiles every query sees, cmc compile --heavy-first) the
+// first HEAVY key tiles of every (sequence, kv head) in the first CTAs launched, then the
+// rest in the grid's order. Such a tile takes every query item, and last in its (sequence,
+// kv head) the last heads' ones made the tail (tools/sched_sim.py --heavy).
+template <int HEAVY> CMC_DEV void ws_kv_cta(int& kt, int& hkv, int& b) {
+  if constexpr (HEAVY == 0) {
+    hkv = blockIdx.y;
+    b = blockIdx.z;
+    kt = blockIdx.x;
+  } else {
+    const int nkt = gridDim.x, nbh = gridDim.y * gridDim.z;
+    const int first = HEAVY < nkt ? HEAVY : nkt;
+    int id = blockIdx.x + nkt * (blockIdx.y + gridDim.y * blockIdx.z), bh;
+    if (id < first * nbh) {
+      kt = id / nbh;
+      bh = id - kt * nbh;
+    } else {
+      id -= first * nbh;
+      const int rest = nkt - first;
+      bh = id / rest;
+      kt = first + (id - bh * rest);
+    }
+    hkv = bh % gridDim.y;
+    b = bh / gridDim.y;
+  }
+}
+
 template <class H, class HT, bool BF16, int D>
 CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, const KvMaps* maps) {
   using L = SmemWS<D>;
@@ -1189,8 +1222,15 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   const unsigned base = smem_u32(smem);
   const int tid = threadIdx.x;
   CMC_WS_MARK(pr_start);
+#if CMC_WS_HEAVY_FIRST
+  int kt_, hkv_, b_;
+  ws_kv_cta<HT::kHeavyTiles>(kt_, hkv_, b_);
+  const int hkv = hkv_, b = b_;
+  const int k0 = kt_ * kBN;
+#else
   const int hkv = blockIdx.y, b = blockIdx.z;
   const int k0 = blockIdx.x * kBN;
+#endif
   const typename HT::seq_t seqt = HT::seq(desc, b);
   const int len = seqt.len;
   if (k0 >= len) return;
@@ -1442,7 +1482,13 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   const unsigned base = smem_u32(smem);
   const int tid = threadIdx.x;
   CMC_WS_MARK(pr_start);
+#if CMC_WS_HEAVY_FIRST
+  int kt_, hkv_, b_;
+  ws_kv_cta<HT::kHeavyTiles>(kt_, hkv_, b_);
+  const int hkv = hkv_, b = b_, kt = kt_;
+#else
   const int hkv = blockIdx.y, b = blockIdx.z, kt = blockIdx.x;
+#endif
   const typename HT::seq_t seqt = HT::seq(desc, b);
   const int len = seqt.len;
   const cmc_patch_geo geo = cmc_bwd_geo<H>(len);

@@ -4,7 +4,9 @@ whose rows see every key) taken first for every (sequence, head) (struct Sched,
 H::kHeavyTiles). The order must change no output: longformer (1 heavy tile), clear (4), and
 the generality grids with text (77 tokens at width 48, linear; 333 at width 80, patches),
 forward against the float64 reference at lengths shorter than the prefix, inside it, just
-past it and long, in batches and packed.
+past it and long, in batches and packed; and the backward of longformer and clear, whose ws
+kv kinds launch the key tiles every query sees first (ws_kv_cta, CMC_WS_HEAVY_FIRST),
+against the float64 autograd reference in both dQ modes.
 
 Run on a GPU machine: `pytest -m gpu tests/gpu/test_heavy_first_gpu.py -q` (builds with NVRTC
 for the device's arch; skips cleanly without a CUDA device).
@@ -36,9 +38,10 @@ MASKS = [
 
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
+    import tests.gpu.test_backward_gpu as bwd
     import tests.gpu.test_gpu_correctness as corr
 
-    corr.torch = cuda_torch()
+    corr.torch = bwd.torch = cuda_torch()
 
 
 @pytest.mark.parametrize("path,defines,heavy", MASKS,
@@ -68,3 +71,36 @@ def test_heavy_first_matches_reference(path: str, defines: dict[str, int], heavy
                           variant=99, note="packed"))
         failures = run_cases(attn, mask, cases, lambda i: 11 * i + 3)
         assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name,heavy", [("longformer", 1), ("clear", 4)])
+def test_heavy_first_backward_matches_reference(name: str, heavy: int):
+    from cmc.driver import compile_file
+    from cmc.runtime import load
+
+    from .gpu_common import mask_of
+    from .harness import backward_case
+    from .test_backward_gpu import check_grads
+
+    torch = cuda_torch()
+    if device_arch() != "sm_90a":
+        pytest.skip("the ws kv kinds are built for sm_90a only")
+    with tempfile.TemporaryDirectory(prefix="cmc-heavy-bwd-") as d:
+        art = Path(compile_file(ROOT / "samples" / f"{name}.mask", d, archs=["sm_90a"],
+                                dtypes=["bf16", "fp16"], head_dims=[64, 128], heavy_first=True,
+                                jobs=min(8, os.cpu_count() or 1)))
+        assert "#define CMC_WS_HEAVY_FIRST 1" in (art / f"{name}.cu").read_text()
+        attn = load(art)
+        edge = heavy * 128
+        for i, (packed, lengths, dtype, dd, hq, hkv) in enumerate([
+                (True, [1, edge + 300, 77, edge - 1, 2000], "bf16", 128, 4, 2),
+                (False, [edge + 129, edge + 129], "fp16", 64, 2, 1)]):
+            c = backward_case(torch, mask_of(name), packed, lengths, dtype, dd, hq, hkv, 5 + i)
+            q, k, v, do = c["shaped"]
+            out, lse = attn(q, k, v, return_lse=True, **c["kw"])
+            for det in (False, True):
+                dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+                attn.backward(do, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, deterministic=det,
+                              **c["kw"])
+                torch.cuda.synchronize()
+                check_grads(c, (dq, dk, dv), f"{name} heavy-first {'det' if det else 'atomic'}")
