@@ -581,3 +581,15 @@ def test_compile_edited_refuses_an_unknown_artifact(tmp_path):
     with pytest.raises(SystemExit, match="unknown artifact nope"):
         ab.compile_edited(tmp_path, lambda text: text, keys=["nope"])
     assert not any(tmp_path.iterdir())
+
+
+def test_sched_sim_heavy_orders_hold_every_unit_once():
+    ss = _tool("sched_sim")
+    seqs = [np.array([40.0, 3.0, 3.0, 2.5]), np.array([30.0, 2.0, 2.0])]
+    first = ss.heavy_first(seqs, 4, 2, 4096, 1)
+    assert first[:4] == [40.0, 40.0, 30.0, 30.0]  # the heavy tile of every (sequence, head)
+    assert sorted(first) == sorted(ss.grouped_tiles(seqs, 4, 2, 4096))
+    kv = ss.kv_heavy_first(seqs, 4, 2, 1)
+    assert kv[:4] == [ss.KV_SETUP + 40.0] * 2 + [ss.KV_SETUP + 30.0] * 2
+    assert sorted(kv) == sorted(ss.kv_grid(seqs, 4, 2, 4096, False))
+    assert ss.static_makespan([1.0] * (ss.SMS + 1)) == 2.0

@@ -159,14 +159,24 @@ def heavy_first(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int,
     return units
 
 
+def kv_heavy_first(seqs: list[np.ndarray], nkt: int, heads: int, heavy: int) -> list[float]:
+    """The kv grid with --heavy-first (ws_kv_cta): key tiles 0 .. heavy - 1 of every
+    (sequence, head) launched first, then the grid's order over the rest."""
+    bh = [tc for tc in seqs for _ in range(heads)]
+    cost = [[KV_SETUP + float(tc[kt]) if kt < len(tc) else 0.05 for kt in range(nkt)] for tc in bh]
+    return [c[kt] for kt in range(heavy) for c in cost] + [x for c in cost for x in c[heavy:]]
+
+
 def main_heavy(lengths: list[int]) -> None:
-    """The forward's balance on the masks with a heavy prefix (cmc/tiling.py heavy_tiles):
-    pairs as shipped (no counter), single tiles in L2 groups, heavy tiles first; equal-length
+    """The balance on the masks with a heavy prefix (cmc/tiling.py heavy_tiles): the forward's
+    pairs as shipped (no counter), single tiles in L2 groups, heavy tiles first; the kv grid
+    in its order and with the heavy key tiles first (the transposed table's); equal-length
     batches of 32K tokens, 16 heads."""
     import bench
 
     from cmc.driver import front
     from cmc.tiling import heavy_tiles
+    from cmc.transpose import transpose
 
     print("balance = ideal makespan / simulated makespan (1.0: every SM ends together)")
     for key, (mask, defines) in bench.ARTIFACTS.items():
@@ -181,8 +191,15 @@ def main_heavy(lengths: list[int]) -> None:
             ideal = sum(pairs) / SMS
             tiles = grouped_tiles(seqs, nqt, bench.HEADS, n)
             first = heavy_first(seqs, nqt, bench.HEADS, n, min(heavy, nqt))
+            tt = transpose(table)
+            hk = min(heavy_tiles(tt), nqt)
+            kseqs = [2 * (tile_costs(tt, n, {}) - ITEM)] * len(seqs)
+            grid = kv_grid(kseqs, nqt, bench.HEADS, n, False)
+            kideal = sum(grid) / SMS
             print(f"{key:20s} heavy {heavy} L={n:6d}  pairs {ideal / static_makespan(pairs):.3f}"
-                  f"  tiles {ideal / makespan(tiles):.3f}  heavy first {ideal / makespan(first):.3f}")
+                  f"  tiles {ideal / makespan(tiles):.3f}  heavy first {ideal / makespan(first):.3f}"
+                  f"  | kv (heavy keys {hk}) grid {kideal / makespan(grid):.3f}  heavy first "
+                  f"{kideal / makespan(kv_heavy_first(kseqs, nqt, bench.HEADS, hk)):.3f}")
 
 
 if __name__ == "__main__":
