@@ -69,17 +69,21 @@ def _sched_source() -> str:
     return m.group(0)
 
 
-@needs_gxx
-def test_every_unit_is_one_tile_and_heavy_tiles_come_first(tmp_path):
-    cpp = tmp_path / "sched.cpp"
-    cpp.write_text(STUBS + _sched_source() + MAIN)
-    exe = tmp_path / "sched"
+def _host_run(exe, source: str) -> None:
+    """Builds source (g++, UBSan) into exe and runs it: it must print "ok"."""
+    cpp = exe.with_suffix(".cpp")
+    cpp.write_text(source)
     r = subprocess.run([str(GXX), "-std=c++17", "-O1", "-Wall", "-fsanitize=undefined",
                         "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stdout + run.stderr
+
+
+@needs_gxx
+def test_every_unit_is_one_tile_and_heavy_tiles_come_first(tmp_path):
+    _host_run(tmp_path / "sched", STUBS + _sched_source() + MAIN)
 
 
 @pytest.mark.parametrize(("path", "defines", "heavy"), [
@@ -180,15 +184,7 @@ def test_every_kv_cta_is_one_key_tile_and_heavy_key_tiles_launch_first(tmp_path)
     text = (ROOT / "templates" / "cmc" / "attn_bwd_sm90_ws.cuh").read_text()
     m = re.search(r"^template <int HEAVY> CMC_DEV void ws_kv_cta\(.*?^\}\n", text, re.M | re.S)
     assert m, "ws_kv_cta not found in the ws header"
-    cpp = tmp_path / "kv.cpp"
-    cpp.write_text(KV_STUBS + m.group(0) + KV_MAIN)
-    exe = tmp_path / "kv"
-    r = subprocess.run([str(GXX), "-std=c++17", "-O1", "-Wall", "-fsanitize=undefined",
-                        "-fno-sanitize-recover=all", "-o", str(exe), str(cpp)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stdout + run.stderr
+    _host_run(tmp_path / "kv", KV_STUBS + m.group(0) + KV_MAIN)
 
 
 def test_heavy_first_names_the_heavy_key_tiles_for_the_kv_grid(tmp_path):
