@@ -301,7 +301,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     of 64 queries on a linear tiling, against query tiles on a patch tiling)."""
     from .driver import Options, backward_tile, tiling_for
     from .ir import TILE
-    from .tiling import backward_count, computed_pairs, tails_note, with_heavy_first
+    from .tiling import backward_count, computed_pairs, tails_note
 
     t = tiling_for(table, tiling)
     if t.kind == "patch":
@@ -313,10 +313,9 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
     else:
         shape = f"linear ({TILE}-token tiles)"
     out = [f"  sm90 tiling: {shape}", f"    reason: {t.reason}"]
-    heavy = with_heavy_first(table, t).heavy_tiles
-    if heavy:
-        out.append(f"    work units: {t.units}; the first {heavy} query tile(s) see every key "
-                   "(cmc compile --heavy-first takes them first: single tiles)")
+    if t.heavy_tiles:
+        out.append(f"    work units: single tiles, the first {t.heavy_tiles} query tile(s) "
+                   "first (their rows see every key)")
     if t.kind == "patch" and t.min_len:
         out.append(f"    short sequences: batches whose max_len is below {t.min_len} run kernels "
                    "built on linear tiles (cmc compile --no-short-kernels: the patch kernels' "
@@ -407,11 +406,11 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
               help="Where a patch tiling starts at a length (below it every tile is linear), "
                    "also build its kernels on linear tiles, which the runtime launches when "
                    "every sequence is shorter (the manifest's below_len).")
-@click.option("--heavy-first/--no-heavy-first", default=False, show_default=True,
-              help="The sm90 forward's work units: where a mask's leading query tiles see "
-                   "every key (text or global tokens), single tiles with those taken first "
-                   "instead of pairs (built and simulated, not yet timed on a GPU: "
-                   "docs/kernel-notes.md, \"Heavy tiles first\").")
+@click.option("--kv-heavy-first/--no-kv-heavy-first", default=False, show_default=True,
+              help="The sm90 backward's ws kv kinds launch the key tiles every query sees (text "
+                   "or global tokens) first, as the forward takes such query tiles first; off: "
+                   "measured 3-10 % slower at 4K and up to 41 % faster at 32K "
+                   "(docs/kernel-notes.md, \"Run 52\").")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
@@ -420,7 +419,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
                 defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
                 backward: bool, bwd_kernel: str, dq_layout: str, reg_split: str,
-                short_kernels: bool, heavy_first: bool, jobs: int, check_only: bool,
+                short_kernels: bool, kv_heavy_first: bool, jobs: int, check_only: bool,
                 no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
@@ -447,7 +446,7 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    tiling=tiling, cache=not no_cache, backward=backward,
                    bwd_kernel=bwd_kernel, dq_layout=dq_layout, reg_split=reg_split,
-                   short_kernels=short_kernels, heavy_first=heavy_first)
+                   short_kernels=short_kernels, kv_heavy_first=kv_heavy_first)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

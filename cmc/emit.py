@@ -1403,12 +1403,13 @@ def dq_layout_refusal(dq_layout: str, bwd_kernel: str, bwd_tiling: Tiling) -> st
     return ""
 
 
-def _heavy_keys(transposed: IntervalTable, tiling: Tiling, bwd_tiling: Tiling | None) -> Tiling:
+def _heavy_keys(transposed: IntervalTable, tiling: Tiling, bwd_tiling: Tiling | None,
+                asked: bool) -> Tiling:
     """The transposed hooks' tiling: linear, naming the heavy key tiles (key tiles every
     query sees, tiling.heavy_tiles of the transposed table; for a patch backward tiling at
-    most its linear tiles before the grid origin) where the forward takes its heavy query
-    tiles first (--heavy-first), so that the ws kv kinds launch them first too."""
-    if tiling.heavy_tiles == 0:
+    most its linear tiles before the grid origin) where --kv-heavy-first asks the ws kv
+    kinds to launch them first."""
+    if not asked:
         return LINEAR
     from .tiling import heavy_tiles
 
@@ -1432,6 +1433,7 @@ def emit(
     bwd_tiling: Tiling | None = None,
     short_tiling: Tiling | None = None,
     dq_layout: str = "token",
+    kv_heavy_first: bool = False,
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
@@ -1446,7 +1448,9 @@ def emit(
     every variant on a patch tiling with a start length (min_len), the same kind on it for
     sequences shorter than that (below_len; its hooks under SHORT_SET). `dq_layout` is
     dq_accum's (abi.DQ_LAYOUTS; dq_layout_refusal says where "block64" is not available), or
-    "auto": block64 where it is available, else token; the result names the one chosen."""
+    "auto": block64 where it is available, else token; the result names the one chosen.
+    `kv_heavy_first`: the ws kv kinds launch the key tiles every query sees first
+    (_heavy_keys, CMC_WS_HEAVY_FIRST)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:
@@ -1465,8 +1469,8 @@ def emit(
         from .transpose import transpose
 
         transposed = transpose(table)
-        hooks_t = build_hooks(transposed, _heavy_keys(transposed, tiling, bwd_tiling),
-                              prefix="cmc_tabT")
+        hooks_t = build_hooks(transposed, _heavy_keys(transposed, tiling, bwd_tiling,
+                                                      kv_heavy_first), prefix="cmc_tabT")
         if bwd_tiling is not None and _kernel_facts(bwd_tiling) != _kernel_facts(tiling):
             hooks_b = build_hooks(table, bwd_tiling, prefix="cmc_tabB")
         b_tiling = (hooks_b.tiling if hooks_b is not None

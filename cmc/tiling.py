@@ -871,10 +871,11 @@ def heavy_tiles(table: IntervalTable) -> int:
 
 def with_heavy_first(table: IntervalTable, tiling: Tiling) -> Tiling:
     """`tiling` with single-tile units whose heavy prefix (heavy_tiles) is taken first
-    (cmc compile --heavy-first; struct Sched), or unchanged where the mask has none. Pairs
-    put a heavy tile with a short one of the same (sequence, head), and single tiles put it
-    last in its L2 group: either way the CTAs that hold them end last (tools/sched_sim.py
-    --heavy: grid77_w48_r6 at 16K balances 0.72 -> 0.985). For a patch tiling at most its
+    (struct Sched; choose_tiling's units), or unchanged where the mask has none. Pairs put a
+    heavy tile with a short one of the same (sequence, head), and single tiles put it last in
+    its L2 group: either way the CTAs that hold them end last (tools/sched_sim.py --heavy:
+    grid77_w48_r6 at 16K balances 0.72 -> 0.985; measured +18-20 % / +60 % / +114 % at 4K /
+    16K / 32K on an H100, docs/kernel-notes.md "Run 52"). For a patch tiling at most its
     linear tiles before the grid origin, the same tiles in both orders."""
     n = heavy_tiles(table)
     if tiling.kind == "patch":
@@ -887,7 +888,7 @@ def with_heavy_first(table: IntervalTable, tiling: Tiling) -> Tiling:
 def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None,
                   linear: bool = False) -> Tiling:
     """Linear, or the patch shape with the fewest computed pairs (see the module doc); and
-    the schedule's work unit (units_for). `patch` (rows, cols) asks for that shape instead
+    the schedule's work unit (units_for; with_heavy_first where the mask has a heavy prefix). `patch` (rows, cols) asks for that shape instead
     (cmc compile --tiling RxC): a UsageError says why the mask cannot have it; `linear`
     asks for linear tiles (--tiling linear), with the tile masks proved for them as when
     they are chosen. Cached (a pure function of frozen values): the counts take seconds on
@@ -910,7 +911,7 @@ def _choose_tiling(table: IntervalTable, patch: tuple[int, int] | None, linear: 
         shape = _with_band_masks(table, shape)
     elif shape.kind == "patch" and shape.min_len > 0:
         shape = _with_linear_band_masks(table, shape)
-    return replace(shape, units=units_for(table))
+    return with_heavy_first(table, replace(shape, units=units_for(table)))
 
 
 @functools.lru_cache(maxsize=128)

@@ -1,6 +1,6 @@
-"""The sm90 forward's work units (struct Sched, templates/cmc/attn_fwd_sm90_schedule.cuh): its
-source compiled for the host, every unit mapped, and the heavy-first prefix
-(cmc/tiling.py heavy_tiles, with_heavy_first) chosen where the mask has one."""
+"""The sm90 forward's work units (struct Sched, templates/cmc/attn_fwd_sm90_schedule.cuh) and
+the ws kv's CTA order (ws_kv_cta): their source compiled for the host, every unit mapped, and
+the heavy prefix (cmc/tiling.py heavy_tiles, with_heavy_first) found where the mask has one."""
 
 from __future__ import annotations
 
@@ -104,16 +104,18 @@ def test_a_dense_mask_has_no_heavy_prefix(tmp_path):
     assert heavy_tiles(front(m)) == 0  # every tile grows: nothing to take first
 
 
-def test_heavy_first_is_asked_for_and_changes_only_the_units():
+def test_the_tile_stage_takes_heavy_tiles_first_and_changes_only_the_units():
+    from dataclasses import replace
+
     table = front(ROOT / "samples" / "longformer.mask")
-    base = choose_tiling(table)
-    assert (base.units, base.heavy_tiles) == ("pairs", 0)
-    assert tile(table, Options(archs=("sm_90a",))) == base  # off by default
-    t = tile(table, Options(archs=("sm_90a",), heavy_first=True))
-    assert (t.units, t.heavy_tiles) == ("tiles", 1)
-    assert t.to_dict() == {**base.to_dict(), "units": "tiles", "heavy_tiles": 1}
+    t = tile(table, Options(archs=("sm_90a",)))
+    assert t == choose_tiling(table) and (t.units, t.heavy_tiles) == ("tiles", 1)
+    pairs = replace(t, units="pairs", heavy_tiles=0)
+    assert with_heavy_first(table, pairs) == t
+    assert t.to_dict() == {**pairs.to_dict(), "units": "tiles", "heavy_tiles": 1}
     causal = front(ROOT / "samples" / "causal.mask")
     assert with_heavy_first(causal, choose_tiling(causal)) == choose_tiling(causal)
+    assert choose_tiling(causal).units == "pairs"
 
 
 def test_show_names_the_heavy_prefix_and_compile_takes_it(tmp_path):
@@ -127,12 +129,12 @@ def test_show_names_the_heavy_prefix_and_compile_takes_it(tmp_path):
         return r.output
 
     longformer = str(ROOT / "samples" / "longformer.mask")
-    assert "work units: pairs; the first 1 query tile(s) see every key" in run(
+    assert "work units: single tiles, the first 1 query tile(s) first" in run(
         "show", longformer, "--len", "1024")
     assert "work units" not in run("show", str(ROOT / "samples" / "causal.mask"), "--len", "1024")
-    run("compile", longformer, "-o", str(tmp_path), "--arch", "sm_90a", "--emit", "cu",
-        "--heavy-first")
-    assert "kHeavyTiles = 1," in (tmp_path / "longformer" / "longformer.cu").read_text()
+    run("compile", longformer, "-o", str(tmp_path), "--arch", "sm_90a", "--emit", "cu")
+    text = (tmp_path / "longformer" / "longformer.cu").read_text()
+    assert "kTileUnits = 1," in text and "kHeavyTiles = 1," in text
 
 
 KV_STUBS = """#include <cstdio>
@@ -187,13 +189,13 @@ def test_every_kv_cta_is_one_key_tile_and_heavy_key_tiles_launch_first(tmp_path)
     _host_run(tmp_path / "kv", KV_STUBS + m.group(0) + KV_MAIN)
 
 
-def test_heavy_first_names_the_heavy_key_tiles_for_the_kv_grid(tmp_path):
+def test_kv_heavy_first_names_the_heavy_key_tiles_for_the_kv_grid(tmp_path):
     from click.testing import CliRunner
 
     from cmc.cli import cli
 
     longformer = str(ROOT / "samples" / "longformer.mask")
-    for flag, want in (("--heavy-first", True), ("--no-heavy-first", False)):
+    for flag, want in (("--kv-heavy-first", True), ("--no-kv-heavy-first", False)):
         out = tmp_path / flag
         r = CliRunner().invoke(cli, ["compile", longformer, "-o", str(out), "--arch", "sm_90a",
                                      "--emit", "cu", flag], catch_exceptions=False)

@@ -80,7 +80,10 @@ def test_units_are_pairs_unless_tile_costs_depend_on_run_time_parameters():
     # causal-like pairs (nqt - 1 - p, p) cost the same; a prompt length, segments or target
     # counts make tile costs invisible to the compiler: single tiles, costliest first
     assert choose_tiling(_table("causal")).units == "pairs"
-    assert choose_tiling(_table("clear")).units == "pairs"
+    assert choose_tiling(_table("clear", {"TEXT": 0})).units == "pairs"
+    # 512 text rows see every key: single tiles, those first (tests/test_sched.py)
+    assert (choose_tiling(_table("clear")).units, choose_tiling(_table("clear")).heavy_tiles) == (
+        "tiles", 4)
     for stem in ("hstu", "shared_prefix", "document_causal"):
         assert choose_tiling(_table(stem)).units == "tiles", stem
     t = choose_tiling(_table("natten2d"))  # 7 x 7 windows: 128-token patches lose

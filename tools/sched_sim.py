@@ -160,7 +160,7 @@ def heavy_first(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int,
 
 
 def kv_heavy_first(seqs: list[np.ndarray], nkt: int, heads: int, heavy: int) -> list[float]:
-    """The kv grid with --heavy-first (ws_kv_cta): key tiles 0 .. heavy - 1 of every
+    """The kv grid with --kv-heavy-first (ws_kv_cta): key tiles 0 .. heavy - 1 of every
     (sequence, head) launched first, then the grid's order over the rest."""
     bh = [tc for tc in seqs for _ in range(heads)]
     cost = [[KV_SETUP + float(tc[kt]) if kt < len(tc) else 0.05 for kt in range(nkt)] for tc in bh]

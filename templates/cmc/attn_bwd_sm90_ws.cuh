@@ -78,7 +78,7 @@
 #endif
 #ifndef CMC_WS_HEAVY_FIRST
 // 1 (emit defines it where the transposed hooks name heavy key tiles, HT::kHeavyTiles > 0:
-// cmc compile --heavy-first): the ws kv kinds take their tile from ws_kv_cta; 0: blockIdx
+// cmc compile --kv-heavy-first): the ws kv kinds take their tile from ws_kv_cta; 0: blockIdx
 #define CMC_WS_HEAVY_FIRST 0
 #endif
 #ifndef CMC_WS_PERSIST
@@ -1187,7 +1187,7 @@ CMC_DEV void ws_kv_tma(unsigned base, const KvMaps* maps, unsigned bar, int hkv,
 #endif
 
 // The CTA's key tile, kv head and sequence: the grid's own (key tile fastest), or with
-// HEAVY > 0 (HT::kHeavyTiles: key tiles every query sees, cmc compile --heavy-first) the
+// HEAVY > 0 (HT::kHeavyTiles: key tiles every query sees, cmc compile --kv-heavy-first) the
 // first HEAVY key tiles of every (sequence, kv head) in the first CTAs launched, then the
 // rest in the grid's order. Such a tile takes every query item, and last in its (sequence,
 // kv head) the last heads' ones made the tail (tools/sched_sim.py --heavy).

@@ -131,7 +131,7 @@ CMC_DEV void build_plan_patch(const typename H::seq_t& seq, const cmc_patch_geo&
 //   costliest first within groups of (sequence, head)s whose K/V fit in L2 together
 //   (kL2Budget): group by group, tile index descending, then (sequence, head). The units
 //   left at the end are short, so the CTAs finish together (tools/sched_sim.py).
-// - single tiles with a heavy prefix (H::kHeavyTiles = N > 0, cmc compile --heavy-first):
+// - single tiles with a heavy prefix (H::kHeavyTiles = N > 0, cmc/tiling.py with_heavy_first):
 //   the first N query tiles of every (sequence, head) first, tile by tile, then the rest as
 //   above. Their rows see every key (text or global tokens): such a tile costs about nqt
 //   key tiles, and taken last within its L2 group the last groups' ones made the tail

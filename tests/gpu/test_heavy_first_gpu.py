@@ -1,7 +1,7 @@
-"""GPU correctness of `cmc compile --heavy-first` (cmc/tiling.py with_heavy_first): the sm90
-forward's units are single tiles from the work counter with the heavy prefix (query tiles
-whose rows see every key) taken first for every (sequence, head) (struct Sched,
-H::kHeavyTiles). The order must change no output: longformer (1 heavy tile), clear (4), and
+"""GPU correctness of the heavy prefix (cmc/tiling.py with_heavy_first, the tile stage's
+default since run 52): the sm90 forward's units are single tiles from the work counter with
+the query tiles whose rows see every key taken first for every (sequence, head) (struct
+Sched, H::kHeavyTiles); with `--kv-heavy-first` the ws kv kinds launch such key tiles first. The order must change no output: longformer (1 heavy tile), clear (4), and
 the generality grids with text (77 tokens at width 48, linear; 333 at width 80, patches),
 forward against the float64 reference at lengths shorter than the prefix, inside it, just
 past it and long, in batches and packed; and the backward of longformer and clear, whose ws
@@ -53,7 +53,7 @@ def test_heavy_first_matches_reference(path: str, defines: dict[str, int], heavy
     with tempfile.TemporaryDirectory(prefix="cmc-heavy-") as d:
         art = Path(compile_file(ROOT / path, d, archs=[device_arch()], dtypes=["bf16", "fp16"],
                                 head_dims=[64, 128], defines=defines, backward=False,
-                                heavy_first=True, jobs=min(8, os.cpu_count() or 1)))
+                                jobs=min(8, os.cpu_count() or 1)))
         man = json.loads((art / "manifest.json").read_text())
         if device_arch() == "sm_90a":
             tilings = [k["tiling"] for k in man["kernels"] if k["arch"] == "sm_90a"]
@@ -87,7 +87,7 @@ def test_heavy_first_backward_matches_reference(name: str, heavy: int):
         pytest.skip("the ws kv kinds are built for sm_90a only")
     with tempfile.TemporaryDirectory(prefix="cmc-heavy-bwd-") as d:
         art = Path(compile_file(ROOT / "samples" / f"{name}.mask", d, archs=["sm_90a"],
-                                dtypes=["bf16", "fp16"], head_dims=[64, 128], heavy_first=True,
+                                dtypes=["bf16", "fp16"], head_dims=[64, 128], kv_heavy_first=True,
                                 jobs=min(8, os.cpu_count() or 1)))
         assert "#define CMC_WS_HEAVY_FIRST 1" in (art / f"{name}.cu").read_text()
         attn = load(art)
