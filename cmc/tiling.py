@@ -927,7 +927,7 @@ def choose_backward_tiling(table: IntervalTable, forward: Tiling) -> Tiling:
     if patches:
         return replace(forward, reason=f"{counted}: the forward's patches; {forward.reason}")
     linear = _with_band_masks(table, Tiling("linear", reason=f"{counted}: linear tiles"))
-    return replace(linear, units=forward.units)
+    return with_heavy_first(table, replace(linear, units=units_for(table)))
 
 
 def backward_count(table: IntervalTable, forward: Tiling) -> tuple[str, bool]:
