@@ -1338,7 +1338,7 @@ def render(table: IntervalTable, variants: Sequence[KernelVariant], hooks: Hooks
                 h for v in bwd for h in SPECS[v.kernel].headers)),
             "variants": [_backward_entry(v) for v in bwd],
             "dq_block64": dq_layout == "block64",
-            "heavy_keys": hooks_t.tiling.heavy_tiles if hooks_t is not None else 0,
+            "heavy_keys": hooks_t.tiling.heavy_tiles,
         } if hooks_t is not None and bwd else None),
         variants=[{
             "symbol": check_identifier(v.symbol),
@@ -1411,12 +1411,9 @@ def _heavy_keys(transposed: IntervalTable, tiling: Tiling, bwd_tiling: Tiling | 
     kinds to launch them first."""
     if not asked:
         return LINEAR
-    from .tiling import heavy_tiles
+    from .tiling import with_heavy_first
 
-    n = heavy_tiles(transposed)
-    bt = bwd_tiling or tiling
-    if bt.kind == "patch":
-        n = min(n, -(-bt.origin // TILE))
+    n = with_heavy_first(transposed, bwd_tiling or tiling).heavy_tiles
     return replace(LINEAR, heavy_tiles=n) if n else LINEAR
 
 

@@ -863,10 +863,10 @@ def heavy_tiles(table: IntervalTable) -> int:
         for ri in iter_row_intervals(table, n, {}):
             ends |= ri.guard & (ri.hi >= n) & (ri.lo < ri.hi)
         heavy &= ends[:HEAVY_REF_LEN // 2].reshape(-1, TILE).any(axis=1)
-    count = int(np.argmin(heavy)) if not heavy.all() else len(heavy)
-    if count == len(heavy) or heavy[count:].any():
+    if heavy.all():
         return 0
-    return count
+    count = int(np.argmin(heavy))
+    return 0 if heavy[count:].any() else count
 
 
 def with_heavy_first(table: IntervalTable, tiling: Tiling) -> Tiling:
@@ -883,6 +883,11 @@ def with_heavy_first(table: IntervalTable, tiling: Tiling) -> Tiling:
     if n == 0:
         return tiling
     return replace(tiling, units="tiles", heavy_tiles=n)
+
+
+def _with_units(table: IntervalTable, shape: Tiling) -> Tiling:
+    """`shape` with the tile stage's work units: units_for's, then a heavy prefix first."""
+    return with_heavy_first(table, replace(shape, units=units_for(table)))
 
 
 def choose_tiling(table: IntervalTable, patch: tuple[int, int] | None = None,
@@ -911,7 +916,7 @@ def _choose_tiling(table: IntervalTable, patch: tuple[int, int] | None, linear: 
         shape = _with_band_masks(table, shape)
     elif shape.kind == "patch" and shape.min_len > 0:
         shape = _with_linear_band_masks(table, shape)
-    return with_heavy_first(table, replace(shape, units=units_for(table)))
+    return _with_units(table, shape)
 
 
 @functools.lru_cache(maxsize=128)
@@ -927,7 +932,7 @@ def choose_backward_tiling(table: IntervalTable, forward: Tiling) -> Tiling:
     if patches:
         return replace(forward, reason=f"{counted}: the forward's patches; {forward.reason}")
     linear = _with_band_masks(table, Tiling("linear", reason=f"{counted}: linear tiles"))
-    return with_heavy_first(table, replace(linear, units=units_for(table)))
+    return _with_units(table, linear)
 
 
 def backward_count(table: IntervalTable, forward: Tiling) -> tuple[str, bool]:

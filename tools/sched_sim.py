@@ -60,15 +60,16 @@ def pair_units(seqs: list[np.ndarray], nqt: int, heads: int) -> list[float]:
     return units
 
 
-def grouped_tiles(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int) -> list[float]:
+def grouped_tiles(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int,
+                  first: int = 0) -> list[float]:
     """Units "tiles": groups of (sequence, head)s whose K/V fit the 24 MiB L2 budget (bf16,
-    D = 128); within a group tile index descending, then (sequence, head); a tile past its
-    sequence's end costs almost nothing."""
+    D = 128); within a group tile index descending down to `first`, then (sequence, head); a
+    tile past its sequence's end costs almost nothing."""
     group = max(1, (24 << 20) // (max_len * 512))
     bh = [tc for tc in seqs for _ in range(heads)]
     units: list[float] = []
     for g0 in range(0, len(bh), group):
-        for qt in range(nqt - 1, -1, -1):
+        for qt in range(nqt - 1, first - 1, -1):
             units += [float(tc[qt]) if qt < len(tc) else 0.05 for tc in bh[g0:g0 + group]]
     return units
 
@@ -152,18 +153,14 @@ def heavy_first(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int,
     over the rest."""
     bh = [tc for tc in seqs for _ in range(heads)]
     units = [float(tc[qt]) if qt < len(tc) else 0.05 for qt in range(heavy) for tc in bh]
-    group = max(1, (24 << 20) // (max_len * 512))
-    for g0 in range(0, len(bh), group):
-        for qt in range(nqt - 1, heavy - 1, -1):
-            units += [float(tc[qt]) if qt < len(tc) else 0.05 for tc in bh[g0:g0 + group]]
-    return units
+    return units + grouped_tiles(seqs, nqt, heads, max_len, first=heavy)
 
 
 def kv_heavy_first(seqs: list[np.ndarray], nkt: int, heads: int, heavy: int) -> list[float]:
     """The kv grid with --kv-heavy-first (ws_kv_cta): key tiles 0 .. heavy - 1 of every
     (sequence, head) launched first, then the grid's order over the rest."""
-    bh = [tc for tc in seqs for _ in range(heads)]
-    cost = [[KV_SETUP + float(tc[kt]) if kt < len(tc) else 0.05 for kt in range(nkt)] for tc in bh]
+    grid = kv_grid(seqs, nkt, heads, 0, False)  # (sequence, head)-major, key tile fastest
+    cost = [grid[i:i + nkt] for i in range(0, len(grid), nkt)]
     return [c[kt] for kt in range(heavy) for c in cost] + [x for c in cost for x in c[heavy:]]
 
 
@@ -184,6 +181,8 @@ def main_heavy(lengths: list[int]) -> None:
         heavy = heavy_tiles(table)
         if heavy == 0:
             continue
+        tt = transpose(table)
+        heavy_keys = heavy_tiles(tt)
         for n in lengths:
             seqs = [tile_costs(table, n, {})] * max(1, 32768 // n)
             nqt = len(seqs[0])
@@ -191,8 +190,7 @@ def main_heavy(lengths: list[int]) -> None:
             ideal = sum(pairs) / SMS
             tiles = grouped_tiles(seqs, nqt, bench.HEADS, n)
             first = heavy_first(seqs, nqt, bench.HEADS, n, min(heavy, nqt))
-            tt = transpose(table)
-            hk = min(heavy_tiles(tt), nqt)
+            hk = min(heavy_keys, nqt)
             kseqs = [2 * (tile_costs(tt, n, {}) - ITEM)] * len(seqs)
             grid = kv_grid(kseqs, nqt, bench.HEADS, n, False)
             kideal = sum(grid) / SMS

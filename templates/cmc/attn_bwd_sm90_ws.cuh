@@ -1189,29 +1189,24 @@ CMC_DEV void ws_kv_tma(unsigned base, const KvMaps* maps, unsigned bar, int hkv,
 // The CTA's key tile, kv head and sequence: the grid's own (key tile fastest), or with
 // HEAVY > 0 (HT::kHeavyTiles: key tiles every query sees, cmc compile --kv-heavy-first) the
 // first HEAVY key tiles of every (sequence, kv head) in the first CTAs launched, then the
-// rest in the grid's order. Such a tile takes every query item, and last in its (sequence,
-// kv head) the last heads' ones made the tail (tools/sched_sim.py --heavy).
+// rest in the grid's order (HEAVY = 0: the grid's own). Such a tile takes every query item,
+// and last in its (sequence, kv head) the last heads' ones made the tail (tools/sched_sim.py
+// --heavy). Only CMC_WS_HEAVY_FIRST builds call it; the others read blockIdx as it is.
 template <int HEAVY> CMC_DEV void ws_kv_cta(int& kt, int& hkv, int& b) {
-  if constexpr (HEAVY == 0) {
-    hkv = blockIdx.y;
-    b = blockIdx.z;
-    kt = blockIdx.x;
+  const int nkt = gridDim.x, nbh = gridDim.y * gridDim.z;
+  const int first = HEAVY < nkt ? HEAVY : nkt;
+  int id = blockIdx.x + nkt * (blockIdx.y + gridDim.y * blockIdx.z), bh;
+  if (id < first * nbh) {
+    kt = id / nbh;
+    bh = id - kt * nbh;
   } else {
-    const int nkt = gridDim.x, nbh = gridDim.y * gridDim.z;
-    const int first = HEAVY < nkt ? HEAVY : nkt;
-    int id = blockIdx.x + nkt * (blockIdx.y + gridDim.y * blockIdx.z), bh;
-    if (id < first * nbh) {
-      kt = id / nbh;
-      bh = id - kt * nbh;
-    } else {
-      id -= first * nbh;
-      const int rest = nkt - first;
-      bh = id / rest;
-      kt = first + (id - bh * rest);
-    }
-    hkv = bh % gridDim.y;
-    b = bh / gridDim.y;
+    id -= first * nbh;
+    const int rest = nkt - first;
+    bh = id / rest;
+    kt = first + (id - bh * rest);
   }
+  hkv = bh % gridDim.y;
+  b = bh / gridDim.y;
 }
 
 template <class H, class HT, bool BF16, int D>
