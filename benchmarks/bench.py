@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import masks  # noqa: E402
 
-from cmc.kernels import BWD_KERNELS  # noqa: E402
+from cmc.kernels import BWD_KERNELS, KV_HEAVY_FROM  # noqa: E402
 
 TOKENS = 32768
 HEADS = 16
@@ -73,7 +73,7 @@ ARTIFACTS = {s.key: (s.mask, s.defines) for s in all_specs()}
 def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
                 bwd_kernel: str = "auto", reg_split: str = "auto",
                 patterns: Sequence[str] = (), short_kernels: bool = True,
-                dq_layout: str = "auto", kv_heavy_first: bool = False) -> None:
+                dq_layout: str = "auto", kv_heavy_from: int | None = KV_HEAVY_FROM) -> None:
     from cmc.driver import compile_file
 
     for spec in all_specs():
@@ -86,7 +86,7 @@ def compile_all(dest: Path, tiling: str = "auto", suite: str = "all",
                             head_dims=[HEAD_DIM], defines=spec.defines, jobs=2, tiling=tiling,
                             bwd_kernel=bwd_kernel, reg_split=reg_split,
                             short_kernels=short_kernels, dq_layout=dq_layout,
-                            kv_heavy_first=kv_heavy_first)
+                            kv_heavy_from=kv_heavy_from)
         print(f"compiled {spec.key} -> {path} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
@@ -861,9 +861,9 @@ def main() -> None:
     ap.add_argument("--no-short-kernels", action="store_true",
                     help="with --compile: cmc compile --no-short-kernels (the A/B baseline of "
                          "the kernels for short sequences)")
-    ap.add_argument("--kv-heavy-first", action="store_true",
-                    help="with --compile: cmc compile --kv-heavy-first (the ws kv's heavy key "
-                         "tiles first)")
+    ap.add_argument("--kv-heavy-from", default=str(KV_HEAVY_FROM), metavar="LEN|off",
+                    help="with --compile: cmc compile --kv-heavy-from (the max_len from which "
+                         "the ws kv launches its heavy key tiles first; off: never)")
     ap.add_argument("--suite", choices=("public", "generality", "all"), default="all",
                     help="which masks to compile and run")
     ap.add_argument("--artifacts", default="out/bench")
@@ -919,7 +919,7 @@ def main() -> None:
     if args.compile:
         compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split,
                     args.patterns or (), not args.no_short_kernels, args.dq_layout,
-                    args.kv_heavy_first)
+                    None if args.kv_heavy_from == "off" else int(args.kv_heavy_from))
         return
     import torch
 

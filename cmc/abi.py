@@ -191,6 +191,7 @@ BWD_ARGS_FIELDS: tuple[tuple[str, str], ...] = (
 BWD_ARGS_ALIGN = 8
 BWD_ARGS_SIZE = 120
 BWD_FLAG_DETERMINISTIC = 1
+BWD_FLAG_KV_HEAVY = 2  # the ws kv's heavy key tiles first (manifest backward.kv_order)
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")

@@ -48,6 +48,17 @@ class KernelVariant:
 
 
 @dataclass(frozen=True)
+class KvOrder:
+    """The sm90 ws kv kinds' launch order: the first `heavy_tiles` key tiles of every
+    (sequence, kv head), which every query sees, go first when the launcher sets
+    cmc_bwd_args.flags bit 1, which it does from max_len >= `from_len` (shorter ones keep
+    the grid's order: docs/kernel-notes.md "Run 52", "The kv order by length")."""
+
+    heavy_tiles: int
+    from_len: int
+
+
+@dataclass(frozen=True)
 class EmittedSource:
     table: IntervalTable
     layout: DescriptorLayout
@@ -56,6 +67,7 @@ class EmittedSource:
     variants: tuple[KernelVariant, ...]
     transposed: IntervalTable | None = None  # the backward's table; None: forward only
     dq_layout: str = "token"  # dq_accum's layout (abi.DQ_LAYOUTS) the backward kinds share
+    kv_order: KvOrder | None = None  # the ws kv's heavy key tiles (None: grid order only)
 
     @property
     def backward(self) -> bool:

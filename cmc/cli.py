@@ -13,7 +13,7 @@ import click
 
 from . import __version__, config
 from .errors import CmcError, ParamError, UsageError
-from .kernels import BWD_KERNELS, BWD_SM90_BM
+from .kernels import BWD_KERNELS, BWD_SM90_BM, KV_HEAVY_FROM
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,6 +66,16 @@ def _csv(value: str, kind: Callable[[str], Any] = str) -> tuple[Any, ...]:
         return tuple(kind(x.strip()) for x in value.split(",") if x.strip())
     except ValueError:
         raise UsageError(f"cannot read {value!r} as a comma-separated list") from None
+
+
+def _int_option(option: str, value: str, expected: str) -> int:
+    try:
+        n = int(value, 0)
+    except ValueError:
+        raise UsageError(f"{option} {value}: expected {expected}") from None
+    if not 0 <= n <= 2**31 - 1:
+        raise UsageError(f"{option} {value}: outside [0, 2147483647]")
+    return n
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -406,11 +416,13 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
               help="Where a patch tiling starts at a length (below it every tile is linear), "
                    "also build its kernels on linear tiles, which the runtime launches when "
                    "every sequence is shorter (the manifest's below_len).")
-@click.option("--kv-heavy-first/--no-kv-heavy-first", default=False, show_default=True,
-              help="The sm90 backward's ws kv kinds launch the key tiles every query sees (text "
-                   "or global tokens) first, as the forward takes such query tiles first; off: "
-                   "measured 3-10 % slower at 4K and up to 41 % faster at 32K "
-                   "(docs/kernel-notes.md, \"Run 52\").")
+@click.option("--kv-heavy-from", "kv_heavy_from", default=str(KV_HEAVY_FROM), show_default=True,
+              metavar="LEN|off",
+              help="Where some key tiles are seen by every query (text or global tokens), the "
+                   "sm90 backward's ws kv kinds launch them first when the batch's max_len is "
+                   "at least LEN (the manifest's backward.kv_order; shorter batches keep the "
+                   "grid's order); off: the grid's order only. Measured 3-10 % slower at 4K, "
+                   "1-41 % faster at 16K and 32K (docs/kernel-notes.md, \"Run 52\").")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")
@@ -419,7 +431,7 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
 def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str, dtypes: str,
                 defines: tuple[str, ...], emit_kind: str, kernel: str, tiling: str,
                 backward: bool, bwd_kernel: str, dq_layout: str, reg_split: str,
-                short_kernels: bool, kv_heavy_first: bool, jobs: int, check_only: bool,
+                short_kernels: bool, kv_heavy_from: str, jobs: int, check_only: bool,
                 no_cache: bool) -> None:
     """Compile masks into OUT/NAME/ (manifest.json, NAME.cu, cubins, NAME.h)."""
     from .artifacts import DTYPES, HEAD_DIMS, SUPPORTED_ARCHS
@@ -441,12 +453,14 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
     from .driver import Options, compile_many, parse_tiling
 
     parse_tiling(tiling)
+    heavy_from = None if kv_heavy_from == "off" else _int_option("--kv-heavy-from",
+                                                                 kv_heavy_from, "LEN or off")
 
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,
                    tiling=tiling, cache=not no_cache, backward=backward,
                    bwd_kernel=bwd_kernel, dq_layout=dq_layout, reg_split=reg_split,
-                   short_kernels=short_kernels, kv_heavy_first=kv_heavy_first)
+                   short_kernels=short_kernels, kv_heavy_from=heavy_from)
     stale = compile_many(files, Path(out_dir), opts, emit_kind, check_only, echo=_echo)
     if stale:
         for s in stale:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .artifacts import DEFAULT_ARCHS, BuiltKernels, EmittedSource
 from .errors import CmcError, MaskError, Span, UsageError
 from .ir import LINEAR, IntervalTable, Mask, Tiling
-from .kernels import SPECS, forward_kinds
+from .kernels import KV_HEAVY_FROM, SPECS, forward_kinds
 
 if TYPE_CHECKING:
     from .ast import Module
@@ -83,9 +83,11 @@ class Options:
     # kernels for short sequences: each patch-tiled kernel with a start length again on linear
     # tiles, launched when every sequence is shorter (short_tile; --no-short-kernels: off)
     short_kernels: bool = True
-    # the ws kv kinds launch the key tiles every query sees first (emit._heavy_keys;
-    # --kv-heavy-first): off, run 52 measured it 3-10 % slower at 4K, up to 41 % faster at 32K
-    kv_heavy_first: bool = False
+    # the ws kv kinds can launch the key tiles every query sees first (emit._heavy_keys), and
+    # the launcher asks for it from this max_len on (the manifest's backward.kv_order; None:
+    # --kv-heavy-from off, the grid's order only). Run 52 measured the order 3-10 % slower at
+    # 4K and 1-41 % faster at 16K and 32K (docs/kernel-notes.md "The kv order by length").
+    kv_heavy_from: int | None = KV_HEAVY_FROM
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ def _emit(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
                                        backward=opts.backward, bwd_kernel=opts.bwd_kernel,
                                        bwd_tiling=p.bwd_tiling, short_tiling=p.short_tiling,
                                        dq_layout=opts.dq_layout,
-                                       kv_heavy_first=opts.kv_heavy_first))
+                                       kv_heavy_from=opts.kv_heavy_from))
 
 
 def _build(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
@@ -285,7 +287,7 @@ def compile_file(
     reg_split: str = "auto",
     short_kernels: bool = True,
     dq_layout: str = "auto",
-    kv_heavy_first: bool = False,
+    kv_heavy_from: int | None = KV_HEAVY_FROM,
 ) -> Path:
     """Every stage; returns OUT/NAME."""
     opts = Options(
@@ -302,7 +304,7 @@ def compile_file(
         dq_layout=dq_layout,
         reg_split=reg_split,
         short_kernels=short_kernels,
-        kv_heavy_first=kv_heavy_first,
+        kv_heavy_from=kv_heavy_from,
     )
     artifact = run(path, opts, "package", Path(out_dir)).artifact
     assert artifact is not None

@@ -34,7 +34,7 @@ import jinja2
 
 from . import artifacts
 from .abi import DQ_LAYOUTS, DescriptorLayout, check_identifier, descriptor_layout
-from .artifacts import EmittedSource, KernelVariant
+from .artifacts import EmittedSource, KernelVariant, KvOrder
 from .ir import (
     LINEAR,
     MAX_KEY_TILES,
@@ -1404,12 +1404,12 @@ def dq_layout_refusal(dq_layout: str, bwd_kernel: str, bwd_tiling: Tiling) -> st
 
 
 def _heavy_keys(transposed: IntervalTable, tiling: Tiling, bwd_tiling: Tiling | None,
-                asked: bool) -> Tiling:
+                from_len: int | None) -> Tiling:
     """The transposed hooks' tiling: linear, naming the heavy key tiles (key tiles every
     query sees, tiling.heavy_tiles of the transposed table; for a patch backward tiling at
-    most its linear tiles before the grid origin) where --kv-heavy-first asks the ws kv
-    kinds to launch them first."""
-    if not asked:
+    most its linear tiles before the grid origin) that the ws kv kinds can launch first
+    (None: --kv-heavy-from off)."""
+    if from_len is None:
         return LINEAR
     from .tiling import with_heavy_first
 
@@ -1430,7 +1430,7 @@ def emit(
     bwd_tiling: Tiling | None = None,
     short_tiling: Tiling | None = None,
     dq_layout: str = "token",
-    kv_heavy_first: bool = False,
+    kv_heavy_from: int | None = None,
 ) -> EmittedSource:
     """The CUDA source of every (dtype, head dim) variant for `table`: each arch's kind
     (kernels.forward_kinds: the sm90 (wgmma) kernel for sm_90a when kernel == "auto", the
@@ -1446,8 +1446,9 @@ def emit(
     sequences shorter than that (below_len; its hooks under SHORT_SET). `dq_layout` is
     dq_accum's (abi.DQ_LAYOUTS; dq_layout_refusal says where "block64" is not available), or
     "auto": block64 where it is available, else token; the result names the one chosen.
-    `kv_heavy_first`: the ws kv kinds launch the key tiles every query sees first
-    (_heavy_keys, CMC_WS_HEAVY_FIRST)."""
+    `kv_heavy_from`: the ws kv kinds can launch the key tiles every query sees first
+    (_heavy_keys, CMC_WS_HEAVY_FIRST), and the launcher asks for it from this max_len on
+    (the result's kv_order; None: grid order only)."""
     if kernel not in artifacts.KERNELS:
         raise ValueError(f"unsupported kernel {kernel!r} (supported: {artifacts.KERNELS})")
     if bwd_kernel not in BWD_KERNELS:
@@ -1467,7 +1468,7 @@ def emit(
 
         transposed = transpose(table)
         hooks_t = build_hooks(transposed, _heavy_keys(transposed, tiling, bwd_tiling,
-                                                      kv_heavy_first), prefix="cmc_tabT")
+                                                      kv_heavy_from), prefix="cmc_tabT")
         if bwd_tiling is not None and _kernel_facts(bwd_tiling) != _kernel_facts(tiling):
             hooks_b = build_hooks(table, bwd_tiling, prefix="cmc_tabB")
         b_tiling = (hooks_b.tiling if hooks_b is not None
@@ -1503,4 +1504,8 @@ def emit(
         variants=variants,
         transposed=transposed,
         dq_layout=dq_layout,
+        kv_order=(KvOrder(hooks_t.tiling.heavy_tiles, kv_heavy_from)
+                  if hooks_t is not None and hooks_t.tiling.heavy_tiles
+                  and kv_heavy_from is not None
+                  and any(v.kernel == KernelKind.BWD_KV_SM90_WS for v in variants) else None),
     )

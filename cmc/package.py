@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .abi import (
     BWD_FLAG_DETERMINISTIC,
+    BWD_FLAG_KV_HEAVY,
     DQ_LAYOUTS,
     HEADER_FIELDS,
     DescriptorLayout,
@@ -225,7 +226,8 @@ def bwd_args_dict() -> dict[str, Any]:
 
 def backward_dict(built: BuiltKernels) -> dict[str, Any] | None:
     """The manifest's "backward" section (None: compiled with --no-backward): the args
-    struct, the fp32 workspaces' rules, the launch order per mode, the transposed table."""
+    struct, the fp32 workspaces' rules, the launch order per mode, the ws kv's order (flags bit 1
+    from heavy_from_len on; null: never), the transposed table."""
     src = built.source
     if src.transposed is None:
         return None
@@ -238,6 +240,9 @@ def backward_dict(built: BuiltKernels) -> dict[str, Any] | None:
                      "bytes": "8 * T * heads_q"},
         },
         "sequence": {mode: list(roles) for mode, roles in BWD_SEQUENCE.items()},
+        "kv_order": ({"heavy_tiles": src.kv_order.heavy_tiles,
+                      "heavy_from_len": src.kv_order.from_len} if src.kv_order is not None
+                     else {"heavy_tiles": 0, "heavy_from_len": None}),
         "transposed_table": table_dict(src.transposed),
     }
 
@@ -355,6 +360,8 @@ def render_header(built: BuiltKernels, mask_file: str) -> str:
         bwd_variants=bwd_variants,
         bwd=bwd_args_layout() if src.transposed is not None else None,
         bwd_flag_deterministic=BWD_FLAG_DETERMINISTIC,
+        bwd_flag_kv_heavy=BWD_FLAG_KV_HEAVY,
+        kv_heavy_from=(src.kv_order.from_len if src.kv_order is not None else -1),
         dq_block64=src.dq_layout == "block64",
     )
 

@@ -195,6 +195,11 @@ def _short_twin(m, role="kv", keep_main=True, below_len=1024):
                                                  "for short sequences"),
     (lambda m: _short_twin(m, below_len=-1), "below_len must be an int >= 0"),
     (lambda m: _short_twin(m, role="fwd", below_len=True), "below_len must be an int >= 0"),
+    (lambda m: m["backward"].update(kv_order=[]), "kv_order must be an object"),
+    (lambda m: m["backward"].update(kv_order={"heavy_tiles": 1, "heavy_from_len": -1}),
+     "heavy_from_len -1"),
+    (lambda m: m["backward"].update(kv_order={"heavy_tiles": 1, "heavy_from_len": True}),
+     "heavy_from_len True"),
 ])
 def test_backward_manifest_problems(tmp_path, edit, words):
     d = write_bwd_artifact(tmp_path)
@@ -205,6 +210,23 @@ def test_backward_manifest_problems(tmp_path, edit, words):
 
 
 # --------------------------------------------------------------------------- launches
+
+
+@pytest.mark.parametrize("from_len, want", [(None, 0), (131, 0), (130, 2), (0, 2)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_backward_flags_ask_for_the_kv_order_from_its_length(tmp_path, gpu, deterministic,
+                                                             from_len, want):
+    """flags bit 1 from the manifest's kv_order.heavy_from_len on (max_len 130 here), in
+    both dQ modes, on every launch of the sequence."""
+    d = write_bwd_artifact(tmp_path)
+    edit_manifest(d, lambda m: m["backward"].update(
+        kv_order={"heavy_tiles": 1 if from_len is not None else 0, "heavy_from_len": from_len}))
+    attn = loader.load(d)
+    rec = Recorder(gpu, attn)
+    q, k, v, out, dout, lse = packed_inputs(gpu)
+    attn.backward(dout, q, k, v, out, lse, cu_seqlens=[0, 5, 5, 135], scale=0.5,
+                  n_targets=[2, 0, 64], deterministic=deterministic)
+    assert [c["args"]["flags"] for c in rec.calls] == [int(deterministic) | want] * 3
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

@@ -4,6 +4,7 @@ the heavy prefix (cmc/tiling.py heavy_tiles, with_heavy_first) found where the m
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -195,10 +196,48 @@ def test_kv_heavy_first_names_the_heavy_key_tiles_for_the_kv_grid(tmp_path):
     from cmc.cli import cli
 
     longformer = str(ROOT / "samples" / "longformer.mask")
-    for flag, want in (("--kv-heavy-first", True), ("--no-kv-heavy-first", False)):
-        out = tmp_path / flag
+    for flag, want in (([], True), (["--kv-heavy-from", "0"], True),
+                       (["--kv-heavy-from", "off"], False)):
+        out = tmp_path / ("-".join(flag) or "default")
         r = CliRunner().invoke(cli, ["compile", longformer, "-o", str(out), "--arch", "sm_90a",
-                                     "--emit", "cu", flag], catch_exceptions=False)
+                                     "--emit", "cu", *flag], catch_exceptions=False)
         assert r.exit_code == 0, r.output
         assert ("#define CMC_WS_HEAVY_FIRST 1" in (out / "longformer" / "longformer.cu")
                 .read_text()) is want
+    for bad in ("-1", "soon", "4294967296"):
+        r = CliRunner().invoke(cli, ["compile", longformer, "-o", str(tmp_path / "bad"),
+                                     "--kv-heavy-from", bad])
+        assert r.exit_code == 2 and "--kv-heavy-from" in r.output and "Traceback" not in r.output
+
+
+def test_the_manifest_and_the_header_give_the_launcher_the_kv_order(tmp_path):
+    """backward.kv_order: longformer's heavy key tile from the default length on (off: null,
+    a mask without heavy key tiles: 0 and null); the runtime sets flags bit 1 from it, and the
+    header names the same rule."""
+    from cmc.driver import compile_file
+    from cmc.kernels import KV_HEAVY_FROM
+    from cmc.runtime.manifest import read_manifest
+
+    for mask, from_len, want in (("longformer", KV_HEAVY_FROM, (1, KV_HEAVY_FROM)),
+                                 ("longformer", 8192, (1, 8192)),
+                                 ("longformer", None, (0, None)),
+                                 ("causal", KV_HEAVY_FROM, (0, None))):
+        art = compile_file(ROOT / "samples" / f"{mask}.mask", tmp_path / f"{mask}{from_len}",
+                           archs=["sm_90a"], dtypes=["bf16"], head_dims=[64],
+                           kv_heavy_from=from_len)
+        m = json.loads((art / "manifest.json").read_text())
+        assert m["backward"]["kv_order"] == {"heavy_tiles": want[0], "heavy_from_len": want[1]}
+        spec = read_manifest(art).backward
+        assert spec is not None
+        for max_len in (1, 8191, 8192, KV_HEAVY_FROM, 1 << 20):
+            for det in (False, True):
+                heavy = want[1] is not None and max_len >= want[1]
+                assert spec.flags(det, max_len) == int(det) | (2 if heavy else 0)
+        header = (art / f"{mask}.h").read_text()
+        assert (f"_BWD_KV_HEAVY_FROM_LEN {want[1] if want[1] is not None else -1}\n"
+                in header), header
+    # a portable-only build has no ws kv kind to read the bit: no order
+    art = compile_file(ROOT / "samples" / "longformer.mask", tmp_path / "portable",
+                       archs=["sm_100a"], dtypes=["bf16"], head_dims=[64])
+    assert json.loads((art / "manifest.json").read_text())["backward"]["kv_order"] == {
+        "heavy_tiles": 0, "heavy_from_len": None}

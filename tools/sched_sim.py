@@ -157,7 +157,7 @@ def heavy_first(seqs: list[np.ndarray], nqt: int, heads: int, max_len: int,
 
 
 def kv_heavy_first(seqs: list[np.ndarray], nkt: int, heads: int, heavy: int) -> list[float]:
-    """The kv grid with --kv-heavy-first (ws_kv_cta): key tiles 0 .. heavy - 1 of every
+    """The kv grid in the heavy order (ws_kv_cta, flags bit 1): key tiles 0 .. heavy - 1 of every
     (sequence, head) launched first, then the grid's order over the rest."""
     grid = kv_grid(seqs, nkt, heads, 0, False)  # (sequence, head)-major, key tile fastest
     cost = [grid[i:i + nkt] for i in range(0, len(grid), nkt)]

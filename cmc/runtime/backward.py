@@ -236,7 +236,7 @@ def _launch_all(attn: Attention, roles: Mapping[str, _Kernel], num_sms: int, sh:
             "dout": info["dout"].ptr, "dq": grads["dq"].ptr, "dk": grads["dk"].ptr,
             "dv": grads["dv"].ptr, "dq_accum": work["dq_accum"], "dsum": work["dsum"],
             **{f"{n}_stride_{w}": getattr(g[n], w) for n in g for w in ("tok", "head")},
-            "total_tokens": geo.tokens, "flags": 1 if deterministic else 0})
+            "total_tokens": geo.tokens, "flags": spec.flags(deterministic, mlen)})
         dbuf = ctypes.create_string_buffer(desc, len(desc))
         abuf = ctypes.create_string_buffer(args, len(args))
         keep: list[Any] = []

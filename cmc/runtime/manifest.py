@@ -93,6 +93,14 @@ class BackwardSpec:
     workspace: Mapping[str, Callable[[Mapping[str, int]], int]]  # name -> bytes rule
     sequence: Mapping[str, tuple[str, ...]]  # "atomic" / "deterministic" -> roles
     dq_layout: str = "token"  # dq_accum's (abi.DQ_LAYOUTS)
+    # the ws kv's heavy order (flags bit 1) from this max_len on; None: never (also where an
+    # older manifest has no kv_order)
+    kv_heavy_from_len: int | None = None
+
+    def flags(self, deterministic: bool, max_len: int) -> int:
+        """cmc_bwd_args.flags for a launch: bit 0 deterministic, bit 1 the heavy kv order."""
+        heavy = self.kv_heavy_from_len is not None and max_len >= self.kv_heavy_from_len
+        return (1 if deterministic else 0) | (2 if heavy else 0)
 
 
 @dataclass(frozen=True)
@@ -326,7 +334,16 @@ def _read_backward(raw: Mapping[str, Any], kernels: Sequence[KernelEntry]) -> Ba
         if need - g:
             raise ArtifactError(f"manifest: backward kernels for {arch} {dtype} d{hd} lack "
                                 f"the roles {sorted(need - g)}")
-    return BackwardSpec(args, workspace, sequence, dq_layout)
+    heavy_from = None
+    if (order := bwd.get("kv_order")) is not None:
+        if not isinstance(order, dict):
+            raise ArtifactError("manifest: backward.kv_order must be an object")
+        heavy_from = order.get("heavy_from_len")
+        if heavy_from is not None and (isinstance(heavy_from, bool)
+                                       or not isinstance(heavy_from, int) or heavy_from < 0):
+            raise ArtifactError(f"manifest: backward.kv_order.heavy_from_len {heavy_from!r:.40}:"
+                                " not a length >= 0 or null")
+    return BackwardSpec(args, workspace, sequence, dq_layout, heavy_from)
 
 
 MANIFEST = "manifest.json"

@@ -627,6 +627,8 @@ int main(int argc, char **argv)
     CK(p_cuMemsetD8(dq_accum, 0xff, (size_t)dq_accum_bytes));
     CK(p_cuMemsetD8(dsum, 0xff, (size_t)dsum_bytes));
     bargs.flags = det ? CMC_CAUSAL_BWD_FLAG_DETERMINISTIC : 0;
+    if (CMC_CAUSAL_BWD_KV_HEAVY_FROM_LEN >= 0 && L >= CMC_CAUSAL_BWD_KV_HEAVY_FROM_LEN)
+      bargs.flags |= CMC_CAUSAL_BWD_FLAG_KV_HEAVY; /* the manifest's backward.kv_order */
     if (run_sequence(mode, det ? seq_deterministic : seq_atomic, 3, bk, bfn, &desc, &bargs))
       goto fail;
     CK(p_cuMemcpyDtoH(got[0], grad_q, n_in * 2));

@@ -37,7 +37,7 @@ struct cmc_bwd_args {  // 8-byte aligned, 120 bytes: the contract's fields (its 
   int64_t dk_stride_tok, dk_stride_head;
   int64_t dv_stride_tok, dv_stride_head;
   int32_t total_tokens;
-  int32_t flags;  // bit 0: deterministic
+  int32_t flags;  // bit 0: deterministic; bit 1: the ws kv's heavy key tiles first (CMC_WS_HEAVY_FIRST)
 };
 static_assert(sizeof(cmc_bwd_args) == 120, "cmc_bwd_args size");
 

@@ -77,8 +77,9 @@
 #define CMC_WS_FUSE_POST 0
 #endif
 #ifndef CMC_WS_HEAVY_FIRST
-// 1 (emit defines it where the transposed hooks name heavy key tiles, HT::kHeavyTiles > 0:
-// cmc compile --kv-heavy-first): the ws kv kinds take their tile from ws_kv_cta; 0: blockIdx
+// 1 (emit defines it where the transposed hooks name heavy key tiles, HT::kHeavyTiles > 0,
+// unless cmc compile --kv-heavy-from off): with cmc_bwd_args.flags bit 1 (the launcher's, from
+// the manifest's backward.kv_order) the ws kv kinds take their tile from ws_kv_cta; 0: blockIdx
 #define CMC_WS_HEAVY_FIRST 0
 #endif
 #ifndef CMC_WS_PERSIST
@@ -1187,7 +1188,7 @@ CMC_DEV void ws_kv_tma(unsigned base, const KvMaps* maps, unsigned bar, int hkv,
 #endif
 
 // The CTA's key tile, kv head and sequence: the grid's own (key tile fastest), or with
-// HEAVY > 0 (HT::kHeavyTiles: key tiles every query sees, cmc compile --kv-heavy-first) the
+// HEAVY > 0 (HT::kHeavyTiles: key tiles every query sees; launched with flags bit 1) the
 // first HEAVY key tiles of every (sequence, kv head) in the first CTAs launched, then the
 // rest in the grid's order (HEAVY = 0: the grid's own). Such a tile takes every query item,
 // and last in its (sequence, kv head) the last heads' ones made the tail (tools/sched_sim.py
@@ -1218,8 +1219,8 @@ CMC_DEV void kv_ws(const typename H::desc_t& desc, const cmc_bwd_args& args, con
   const int tid = threadIdx.x;
   CMC_WS_MARK(pr_start);
 #if CMC_WS_HEAVY_FIRST
-  int kt_, hkv_, b_;
-  ws_kv_cta<HT::kHeavyTiles>(kt_, hkv_, b_);
+  int kt_ = blockIdx.x, hkv_ = blockIdx.y, b_ = blockIdx.z;
+  if (args.flags & 2) ws_kv_cta<HT::kHeavyTiles>(kt_, hkv_, b_);
   const int hkv = hkv_, b = b_;
   const int k0 = kt_ * kBN;
 #else
@@ -1478,8 +1479,8 @@ CMC_DEV void kv_patch_ws(const typename H::desc_t& desc, const cmc_bwd_args& arg
   const int tid = threadIdx.x;
   CMC_WS_MARK(pr_start);
 #if CMC_WS_HEAVY_FIRST
-  int kt_, hkv_, b_;
-  ws_kv_cta<HT::kHeavyTiles>(kt_, hkv_, b_);
+  int kt_ = blockIdx.x, hkv_ = blockIdx.y, b_ = blockIdx.z;
+  if (args.flags & 2) ws_kv_cta<HT::kHeavyTiles>(kt_, hkv_, b_);
   const int hkv = hkv_, b = b_, kt = kt_;
 #else
   const int hkv = blockIdx.y, b = blockIdx.z, kt = blockIdx.x;

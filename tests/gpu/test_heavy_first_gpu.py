@@ -1,12 +1,15 @@
 """GPU correctness of the heavy prefix (cmc/tiling.py with_heavy_first, the tile stage's
 default since run 52): the sm90 forward's units are single tiles from the work counter with
 the query tiles whose rows see every key taken first for every (sequence, head) (struct
-Sched, H::kHeavyTiles); with `--kv-heavy-first` the ws kv kinds launch such key tiles first. The order must change no output: longformer (1 heavy tile), clear (4), and
+Sched, H::kHeavyTiles); the ws kv kinds launch such key tiles first where the launcher sets
+cmc_bwd_args.flags bit 1 (from the manifest's backward.kv_order.heavy_from_len on, cmc compile
+--kv-heavy-from). The order must change no output: longformer (1 heavy tile), clear (4), and
 the generality grids with text (77 tokens at width 48, linear; 333 at width 80, patches),
 forward against the float64 reference at lengths shorter than the prefix, inside it, just
 past it and long, in batches and packed; and the backward of longformer and clear, whose ws
-kv kinds launch the key tiles every query sees first (ws_kv_cta, CMC_WS_HEAVY_FIRST),
-against the float64 autograd reference in both dQ modes.
+kv kinds launch the key tiles every query sees first (ws_kv_cta, CMC_WS_HEAVY_FIRST) at
+every length (--kv-heavy-from 0) or keep the grid's order below the default length, against
+the float64 autograd reference in both dQ modes.
 
 Run on a GPU machine: `pytest -m gpu tests/gpu/test_heavy_first_gpu.py -q` (builds with NVRTC
 for the device's arch; skips cleanly without a CUDA device).
@@ -73,9 +76,11 @@ def test_heavy_first_matches_reference(path: str, defines: dict[str, int], heavy
         assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("from_len", [0, None])
 @pytest.mark.parametrize("name,heavy", [("longformer", 1), ("clear", 4)])
-def test_heavy_first_backward_matches_reference(name: str, heavy: int):
+def test_heavy_first_backward_matches_reference(name: str, heavy: int, from_len: int | None):
     from cmc.driver import compile_file
+    from cmc.kernels import KV_HEAVY_FROM
     from cmc.runtime import load
 
     from .gpu_common import mask_of
@@ -87,10 +92,16 @@ def test_heavy_first_backward_matches_reference(name: str, heavy: int):
         pytest.skip("the ws kv kinds are built for sm_90a only")
     with tempfile.TemporaryDirectory(prefix="cmc-heavy-bwd-") as d:
         art = Path(compile_file(ROOT / "samples" / f"{name}.mask", d, archs=["sm_90a"],
-                                dtypes=["bf16", "fp16"], head_dims=[64, 128], kv_heavy_first=True,
+                                dtypes=["bf16", "fp16"], head_dims=[64, 128],
+                                kv_heavy_from=KV_HEAVY_FROM if from_len is None else from_len,
                                 jobs=min(8, os.cpu_count() or 1)))
         assert "#define CMC_WS_HEAVY_FIRST 1" in (art / f"{name}.cu").read_text()
+        order = json.loads((art / "manifest.json").read_text())["backward"]["kv_order"]
+        assert order == {"heavy_tiles": heavy, "heavy_from_len": from_len if from_len is not None
+                         else KV_HEAVY_FROM}
         attn = load(art)
+        # every case below is shorter than the default length: the grid's order there
+        assert attn.manifest.backward.flags(False, 4000) == (2 if from_len == 0 else 0)
         edge = heavy * 128
         for i, (packed, lengths, dtype, dd, hq, hkv) in enumerate([
                 (True, [1, edge + 300, 77, edge - 1, 2000], "bf16", 128, 4, 2),
@@ -103,4 +114,5 @@ def test_heavy_first_backward_matches_reference(name: str, heavy: int):
                 attn.backward(do, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, deterministic=det,
                               **c["kw"])
                 torch.cuda.synchronize()
-                check_grads(c, (dq, dk, dv), f"{name} heavy-first {'det' if det else 'atomic'}")
+                check_grads(c, (dq, dk, dv), f"{name} kv from {from_len} "
+                                             f"{'det' if det else 'atomic'}")
