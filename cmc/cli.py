@@ -421,8 +421,9 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
               help="Where some key tiles are seen by every query (text or global tokens), the "
                    "sm90 backward's ws kv kinds launch them first when the batch's max_len is "
                    "at least LEN (the manifest's backward.kv_order; shorter batches keep the "
-                   "grid's order); off: the grid's order only. Measured 3-10 % slower at 4K, "
-                   "1-41 % faster at 16K and 32K (docs/kernel-notes.md, \"Run 52\").")
+                   "grid's order); off: the grid's order only. Measured up to 9 % slower at 4K, "
+                   "-2 to +15 % at 8K, up to 62 % faster at 16K and 32K (docs/kernel-notes.md, "
+                   "\"The kv order by length\").")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 and name what differs when the artifacts in OUT are stale.")

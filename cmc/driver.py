@@ -85,8 +85,7 @@ class Options:
     short_kernels: bool = True
     # the ws kv kinds can launch the key tiles every query sees first (emit._heavy_keys), and
     # the launcher asks for it from this max_len on (the manifest's backward.kv_order; None:
-    # --kv-heavy-from off, the grid's order only). Run 52 measured the order 3-10 % slower at
-    # 4K and 1-41 % faster at 16K and 32K (docs/kernel-notes.md "The kv order by length").
+    # --kv-heavy-from off, the grid's order only; kernels.KV_HEAVY_FROM says why 8192).
     kv_heavy_from: int | None = KV_HEAVY_FROM
 
 

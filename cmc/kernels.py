@@ -127,9 +127,10 @@ class KernelSpec:
 SHORT_SUFFIX = "_short"
 
 # The max_len from which the launcher sets the ws kv's heavy order (cmc_bwd_args.flags bit 1,
-# the manifest's backward.kv_order): run 52 measured it 3-10 % slower at 4K and 1-41 % faster
-# at 16K and 32K (docs/kernel-notes.md "The kv order by length")
-KV_HEAVY_FROM = 16384
+# the manifest's backward.kv_order): runs 52 and 53 measured it 1-9 % slower at 4K on three of
+# four text masks, -2 to +15 % at 8K and -2 to +62 % at 16K and 32K (docs/kernel-notes.md "The
+# kv order by length")
+KV_HEAVY_FROM = 8192
 TILE = 128  # query rows and keys per tile of the sm90 kernel
 # Key tiles one query tile can see in a patch-tiled kernel: its plan holds a bit per key
 # tile in shared memory (cmc_sm90::kMaxKeyTiles), so this bounds the sequence length.

@@ -219,7 +219,7 @@ def test_the_manifest_and_the_header_give_the_launcher_the_kv_order(tmp_path):
     from cmc.runtime.manifest import read_manifest
 
     for mask, from_len, want in (("longformer", KV_HEAVY_FROM, (1, KV_HEAVY_FROM)),
-                                 ("longformer", 8192, (1, 8192)),
+                                 ("longformer", 4096, (1, 4096)),
                                  ("longformer", None, (0, None)),
                                  ("causal", KV_HEAVY_FROM, (0, None))):
         art = compile_file(ROOT / "samples" / f"{mask}.mask", tmp_path / f"{mask}{from_len}",
@@ -229,7 +229,7 @@ def test_the_manifest_and_the_header_give_the_launcher_the_kv_order(tmp_path):
         assert m["backward"]["kv_order"] == {"heavy_tiles": want[0], "heavy_from_len": want[1]}
         spec = read_manifest(art).backward
         assert spec is not None
-        for max_len in (1, 8191, 8192, KV_HEAVY_FROM, 1 << 20):
+        for max_len in (1, 4095, 4096, KV_HEAVY_FROM - 1, KV_HEAVY_FROM, 1 << 20):
             for det in (False, True):
                 heavy = want[1] is not None and max_len >= want[1]
                 assert spec.flags(det, max_len) == int(det) | (2 if heavy else 0)

@@ -338,7 +338,8 @@ def timing_problem(layout, table, dtype: str, L: int, B: int, H: int = 16, D: in
     o.normal_()
     lse.fill_(20.0)
     keep: list = []
-    vals = kc.descriptor_values(table.mask, pb, qt, kt, vt, o, lse, [{} for _ in range(B)], keep)
+    per_seq = _timing_params(table.mask, L, B)
+    vals = kc.descriptor_values(table.mask, pb, qt, kt, vt, o, lse, per_seq, keep)
     vals.setdefault("sched", 0)
     desc = layout.pack(vals)
     total = L * B
@@ -352,7 +353,26 @@ def timing_problem(layout, table, dtype: str, L: int, B: int, H: int = 16, D: in
         _ = keep  # the tensors live as long as the packed pointers are used
         return pack_args(do, dq, dk, dv, acc, dsum, total, det)
 
-    return desc, args, 2.5 * 4 * B * H * D * visible_pairs(table, L, {})
+    pairs = (sum(kc.count_visible(table.mask, L, ps) for ps in per_seq) if table.mask.params
+             else B * visible_pairs(table, L, {}))
+    return desc, args, 2.5 * 4 * H * D * pairs
+
+
+def _timing_params(mask, L: int, B: int) -> list[dict]:
+    """Each sequence's parameter values for timing: the benchmark's own rule where the mask is
+    one of its cases (doc_window: a document every 1,536 tokens, benchmarks/masks.py), drawn
+    with a fixed seed per sequence; none for masks without parameters."""
+    if not mask.params:
+        return [{} for _ in range(B)]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench
+
+    src = mask.source
+    for spec in bench.all_specs():
+        if (ROOT / spec.mask).read_text() == src:
+            return [spec.make_params(np.random.default_rng(1000 * L + b), L) for b in range(B)]
+    raise SystemExit(f"timing: no benchmark rule gives {mask.name}'s parameters "
+                     f"{[p.name for p in mask.params]}")
 
 
 def timing(bwd: Bwd, layout, table, dtype: str, L: int = 4096, B: int = 8,
