@@ -336,8 +336,11 @@ def _tiling_lines(table: Any, length: int, values: dict[str, Any], pairs: int,
                  f"interior query patches only (patch rows from {inner.row_top} with "
                  f"{inner.rows_below} grid rows below them at len, patch columns "
                  f"{inner.col_lo}..{inner.col_hi - 1}; border patches evaluate the spans)")
-        out.append(f"    tile masks: {pm.classes} patch offsets ({pm.classes * 2} KiB in the "
-                   f"cubin) on partial tiles of {where}")
+        what = (f"{pm.offsets} patch offsets for each of {inner.col_hi - inner.col_lo} patch "
+                "columns" if inner is not None and inner.per_column else
+                f"{pm.classes} patch offsets")
+        out.append(f"    tile masks: {what} ({pm.classes * 2} KiB in the cubin) on partial "
+                   f"tiles of {where}")
     if t.offset_masks is not None and t.offset_masks.band is not None:
         m, b = t.offset_masks, t.offset_masks.band
         what = (f"{m.offsets} tile offsets ({m.lo}..{m.hi - 1}" if m.phases == 1 else

@@ -293,12 +293,14 @@ class PatchInterior:
     `interior_patch_masks`): patch row py >= row_top, patch column in [col_lo, col_hi), and
     `rows_below` whole grid rows below the patch at the sequence's length
     (origin + ((py + 1) * patch_rows + rows_below) * width <= len). Other query patches
-    have no mask class."""
+    have no mask class. `per_column`: each of those patch columns has its own set of
+    classes (a border column's clamped window), px - col_lo sets of PatchMasks' offsets."""
 
     row_top: int
     rows_below: int
     col_lo: int
     col_hi: int  # exclusive
+    per_column: bool = False
 
 
 @dataclass(frozen=True)
@@ -309,9 +311,10 @@ class PatchMasks:
 
     rows[c * TILE + lr] has bit lk set when local key lk of the key patch is visible from
     local query lr of the query patch (local index = box * patch_cols + column), for the
-    class c = (dpy - dpy_lo) * (dpx_hi - dpx_lo) + (dpx - dpx_lo). Offsets outside the two
-    ranges see nothing. Valid only when the key patch lies wholly below len, and, with
-    `interior`, only for the query patches it names."""
+    class c = (dpy - dpy_lo) * (dpx_hi - dpx_lo) + (dpx - dpx_lo), plus (px - col_lo) times
+    offsets() with an interior per column. Offsets outside the two ranges see nothing. Valid
+    only when the key patch lies wholly below len, and, with `interior`, only for the query
+    patches it names."""
 
     dpy_lo: int
     dpy_hi: int  # exclusive
@@ -321,8 +324,13 @@ class PatchMasks:
     interior: PatchInterior | None = None  # None: every grid query patch
 
     @property
-    def classes(self) -> int:
+    def offsets(self) -> int:
         return (self.dpy_hi - self.dpy_lo) * (self.dpx_hi - self.dpx_lo)
+
+    @property
+    def classes(self) -> int:
+        i = self.interior
+        return self.offsets * (i.col_hi - i.col_lo if i is not None and i.per_column else 1)
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"classes": self.classes, "dpy": [self.dpy_lo, self.dpy_hi],
@@ -331,6 +339,8 @@ class PatchMasks:
             i = self.interior
             out["interior"] = {"row_top": i.row_top, "rows_below": i.rows_below,
                                "cols": [i.col_lo, i.col_hi]}
+            if i.per_column:
+                out["interior"]["per_column"] = True  # type: ignore[index]
         return out
 
     def tile(self, dpy: int, dpx: int) -> list[int]:

@@ -446,13 +446,34 @@ def _least(holds: Callable[[int], bool], top: int) -> int | None:
 def interior_patch_masks(table: IntervalTable,
                          tiling: Tiling) -> tuple[PatchMasks | None, str]:
     """The per-offset tile masks of the interior query patches of a patch tiling whose
-    border patches see other windows (NATTEN's clamped neighbourhood), or None and why not.
+    border patches see other windows (NATTEN's clamped neighbourhood), or None and why not:
+    masks shared by every interior column (_interior_masks), or, where that leaves border
+    columns out and masks per query patch column take them in (the clamp of a border column
+    is the same in every interior row), one set per column. The fewer classes win a tie."""
+    shared, why = _interior_masks(table, tiling, per_column=False)
+    cols, why_cols = _interior_masks(table, tiling, per_column=True)
+    if cols is None or (shared is not None and _span(shared) >= _span(cols)):
+        return shared, why if shared is not None else f"{why}; per column: {why_cols}"
+    return cols, why_cols
 
-    Let q + T be the grid keys of the grid query at the centre of the grid at len =
-    max_len (T: one token interval per term instance, relative to q). Then:
-    1. regular queries: at len = max_len, every instance gives q the grid keys q + T_i
-       (token offsets; patches never cross a grid row, so the pair of patches one patch
-       offset away holds every pair (q, k) translated by one token offset);
+
+def _span(m: PatchMasks) -> int:
+    """Query patches an interior rule takes in per patch row (its columns)."""
+    assert m.interior is not None
+    return m.interior.col_hi - m.interior.col_lo
+
+
+def _interior_masks(table: IntervalTable, tiling: Tiling,
+                    per_column: bool) -> tuple[PatchMasks | None, str]:
+    """interior_patch_masks' masks, shared by the interior columns or one set per column.
+
+    Let q + T be the grid keys of a grid query at len = max_len (T: one token interval per
+    term instance, relative to q), and ref(q) the query the masks are built from: the grid's
+    centre (shared), or the query of q's grid column in the centre's grid row (per_column).
+    Then:
+    1. regular queries: at len = max_len, every instance gives q the grid keys q + T_i with
+       T_i ref(q)'s (token offsets; patches never cross a grid row, so the pair of patches one
+       patch offset away holds every pair (q, k) translated by one token offset);
     2. the interior (PatchInterior) is the rectangle of patches around the centre's patch
        whose queries are all regular at max_len: patch rows >= row_top, columns
        [col_lo, col_hi), and the patch rows that leave `rows_below` grid rows below them;
@@ -460,10 +481,11 @@ def interior_patch_masks(table: IntervalTable,
        grid bounds, evaluated by interval arithmetic over every len from the shortest at
        which the patch is interior (origin + ((py + 1) * patch_rows + rows_below) * width)
        to max_len, are one value. rows_below is the least for which 2 and 3 hold.
-    So at every len <= max_len an interior query q sees exactly q + T among the keys below
-    len, and the mask of an interior query patch against a key patch wholly below len is
-    [k - q in T] for its pairs, a function of the patch offset alone. The masks are built
-    from T; tests/test_tiling.py compares them with the dense oracle.
+    So at every len <= max_len an interior query q sees exactly q + T(ref(q)) among the keys
+    below len, and the mask of an interior query patch against a key patch wholly below len is
+    [k - q in T(ref(q))] for its pairs, a function of the patch offset (and, per_column, of the
+    query patch's column) alone. The masks are built from T; tests/test_interior_masks.py
+    compares them with the dense oracle.
     """
     if tiling.kind != "patch" or not table.exact or table.mask.params:
         return None, "not an exact, parameter-free patch tiling"
@@ -476,19 +498,19 @@ def interior_patch_masks(table: IntervalTable,
     q = o + np.arange(npy * ph * w, dtype=np.int64)
     py = (q - o) // w // ph
     centre = ((npy * ph) // 2) * w + w // 2
+    ref = (centre - w // 2 + (q - o) % w) if per_column else np.full(q.shape, centre)
+    refs = np.unique(ref)
     regular: np.ndarray = np.ones(q.shape, dtype=bool)
-    rel: list[tuple[int, int]] = []  # the centre's T
+    rel: dict[int, list[tuple[int, int]]] = {int(r): [] for r in refs}  # T of each ref
     try:
         at_big = np.full(q.shape, big, dtype=np.int64)
         for _, ok, rlo, rhi in _grid_intervals(table, o, q, at_big, big):
-            if ok[centre]:
-                rel.append((int(rlo[centre]), int(rhi[centre])))
-                regular &= ok & (rlo == rlo[centre]) & (rhi == rhi[centre])
-            else:
-                regular &= ~ok
+            for r in refs[ok[refs]]:
+                rel[int(r)].append((int(rlo[r]), int(rhi[r])))
+            regular &= np.where(ok[ref], ok & (rlo == rlo[ref]) & (rhi == rhi[ref]), ~ok)
     except _ReadsLen as e:
         return None, f"a bound cannot be evaluated over len: {e}"
-    if not rel:
+    if not rel[centre]:
         return None, "no grid pair is visible"
     per_patch = np.asarray(regular.reshape(npy, ph, ngx, pw).all(axis=(1, 3)))
     pyc, pxc = centre // w // ph, (centre % w) // pw
@@ -525,32 +547,48 @@ def interior_patch_masks(table: IntervalTable,
     if least is None:
         return None, "no interior patch row has a window that does not depend on len"
     rows_below = least
-    dmin, dmax = min(a for a, _ in rel), max(b for _, b in rel)
-    seen_d = np.zeros(dmax - dmin, dtype=bool)
-    for a, b in rel:
-        seen_d[a - dmin:b - dmin] = True
     box, col = np.divmod(np.arange(TILE), pw)
     local = box * w + col  # token offset of each local index from its patch's first token
     base = local[None, :] - local[:, None]  # [lr, lk]
-    reach_p = (max(-dmin, dmax) // w + 1) // ph + 1
-    found: dict[tuple[int, int], np.ndarray] = {}
-    for dpy in range(-reach_p, reach_p + 1):
-        for dpx in range(-(col_hi - 1), ngx - col_lo):  # a key patch column exists
-            d = base + dpy * ph * w + dpx * pw - dmin
-            m = np.zeros((TILE, TILE), dtype=bool)
-            inr = (d >= 0) & (d < seen_d.size)
-            m[inr] = seen_d[d[inr]]
-            if m.any():
-                found[(dpy, dpx)] = m
-    packed = _patch_classes(found)
-    if isinstance(packed, str):
-        return None, packed
-    (dpy_lo, dpy_hi, dpx_lo, dpx_hi), words = packed
+    cols = range(col_lo, col_hi) if per_column else range(pxc, pxc + 1)
+    found: dict[tuple[int, int, int], np.ndarray] = {}  # (column, dpy, dpx) -> mask
+    for c in cols:
+        # each local query row's T: its grid column's reference (shared: the centre's)
+        ts = [rel[centre - w // 2 + c * pw + x] if per_column else rel[centre]
+              for x in range(pw)]
+        dmin = min(a for t in ts for a, _ in t)
+        dmax = max(b for t in ts for _, b in t)
+        seen = np.zeros((pw, dmax - dmin), dtype=bool)
+        for x, t in enumerate(ts):
+            for a, b in t:
+                seen[x, a - dmin:b - dmin] = True
+        reach_p = (max(-dmin, dmax) // w + 1) // ph + 1
+        for dpy in range(-reach_p, reach_p + 1):
+            # a key patch column exists (for some interior column, or for column c)
+            for dpx in (range(-c, ngx - c) if per_column else range(-(col_hi - 1), ngx - col_lo)):
+                d = base + dpy * ph * w + dpx * pw - dmin
+                m = np.zeros((TILE, TILE), dtype=bool)
+                inr = (d >= 0) & (d < seen.shape[1])
+                lx = np.broadcast_to(col[:, None], d.shape)
+                m[inr] = seen[lx[inr], d[inr]]
+                if m.any():
+                    found[(c if per_column else 0, dpy, dpx)] = m
+    if not found:
+        return None, "no grid pair is visible"
+    dys, dxs = [k[1] for k in found], [k[2] for k in found]
+    dpy_lo, dpy_hi, dpx_lo, dpx_hi = min(dys), max(dys) + 1, min(dxs), max(dxs) + 1
     n = (dpy_hi - dpy_lo) * (dpx_hi - dpx_lo)
-    inner = PatchInterior(row_top, rows_below, col_lo, col_hi)
+    ncls = n * (col_hi - col_lo if per_column else 1)
+    if ncls > MAX_PATCH_MASK_CLASSES:
+        return None, f"{ncls} mask classes, more than {MAX_PATCH_MASK_CLASSES}"
+    empty = np.zeros((TILE, TILE), dtype=bool)
+    words = _row_words([found.get((c if per_column else 0, dpy, dpx), empty) for c in cols
+                        for dpy in range(dpy_lo, dpy_hi) for dpx in range(dpx_lo, dpx_hi)])
+    inner = PatchInterior(row_top, rows_below, col_lo, col_hi, per_column)
     masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, words, inner)
+    each = f" for each of the {col_hi - col_lo} patch columns" if per_column else ""
     return masks, (f"tile masks of {n} patch offsets (rows {dpy_lo}..{dpy_hi - 1}, columns "
-                   f"{dpx_lo}..{dpx_hi - 1}) for interior query patches (patch rows from "
+                   f"{dpx_lo}..{dpx_hi - 1}){each} for interior query patches (patch rows from "
                    f"{row_top} with {rows_below} grid rows below them, patch columns "
                    f"{col_lo}..{col_hi - 1}), checked over len to {big}")
 

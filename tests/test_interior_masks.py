@@ -1,5 +1,6 @@
 """Tile masks of the interior query patches of clamped (NATTEN-style) neighbourhoods
-(cmc/tiling.py `interior_patch_masks`, the kernel's `cmc_patch_class_of`).
+(cmc/tiling.py `interior_patch_masks`, the kernel's `cmc_patch_class_of`), shared by the
+interior columns or one set per query patch column (a border column's clamped window).
 
 Small natten_clamped variants are built for the host with g++ (the plan and span checks of
 tests/test_tiling.py run too): every pair that selects a mask class decodes, in the
@@ -16,7 +17,7 @@ import pytest
 
 from cmc.driver import front
 from cmc.ir import Tiling
-from cmc.tiling import choose_tiling, interior_patch_masks, patch_masks
+from cmc.tiling import _interior_masks, choose_tiling, interior_patch_masks, patch_masks
 
 from .conftest import ROOT
 from .test_tiling import _build, _check, needs_gxx, workdir  # noqa: F401  (fixture)
@@ -41,20 +42,29 @@ def _interior(tiling: Tiling, n: int, t: int) -> bool:
 
 
 @needs_gxx
-@pytest.mark.parametrize("w,k,shape", [(32, 5, (16, 8)), (48, 7, (8, 16)), (96, 13, (16, 8))])
-def test_interior_masks_equal_the_dense_mask(w, k, shape, workdir):  # noqa: F811
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("w,k,shape", [(32, 5, (16, 8)), (48, 7, (8, 16)), (96, 13, (16, 8)),
+                                       (32, 5, (8, 16))])
+def test_interior_masks_equal_the_dense_mask(w, k, shape, per_column, workdir):  # noqa: F811
     table = _natten(w, k)
     ph, pw = shape
     tiling = Tiling("patch", 0, w, ph, pw, "test")
     plain, why = patch_masks(table, tiling)
     assert plain is None and "len" in why
-    masks, why = interior_patch_masks(table, tiling)
+    r = k // 2  # the window's reach: what the stage must have derived, not been told
+    masks, why = _interior_masks(table, tiling, per_column)
+    if not per_column and -(-r // pw) >= (w - r) // pw:  # every patch column holds a clamp
+        assert masks is None and "not regular" in why
+        return
     assert masks is not None and masks.interior is not None, why
     inner = masks.interior
-    r = k // 2  # the window's reach: what the stage must have derived, not been told
     assert inner.rows_below == r
     assert inner.row_top == -(-r // ph)
-    assert inner.col_lo == -(-r // pw) and inner.col_hi == (w - r) // pw
+    if per_column:
+        assert (inner.col_lo, inner.col_hi, inner.per_column) == (0, w // pw, True)
+        assert masks.classes == masks.offsets * (w // pw)
+    else:
+        assert inner.col_lo == -(-r // pw) and inner.col_hi == (w - r) // pw
     t = replace(tiling, masks=masks)
     first = ((inner.row_top + 1) * ph + r) * w  # the shortest len with an interior patch
     lengths = [w * 3 + 1, first - 1, first, first + w * ph + 5]
@@ -70,18 +80,29 @@ def test_natten_clamped_gets_interior_masks():
     producer: tiling.producer_factor), and 16x8 as asked for: both with interior masks."""
     t = choose_tiling(front(NATTEN, {}))
     assert (t.kind, t.patch_rows, t.patch_cols) == ("patch", 8, 16)
-    assert t.masks is not None and t.masks.classes == 9
-    assert t.masks.to_dict()["interior"] == {"row_top": 1, "rows_below": 6, "cols": [1, 5]}
-    assert "for interior query patches" in t.reason
+    assert t.masks is not None and t.masks.offsets == 9 and t.masks.classes == 54
+    assert t.masks.to_dict()["interior"] == {"row_top": 1, "rows_below": 6, "cols": [0, 6],
+                                             "per_column": True}
+    assert "for each of the 6 patch columns for interior query patches" in t.reason
     t = choose_tiling(front(NATTEN, {}), (16, 8))
-    assert t.masks is not None and t.masks.classes == 9
-    assert t.masks.to_dict()["interior"] == {"row_top": 1, "rows_below": 6, "cols": [1, 11]}
+    assert t.masks is not None and t.masks.classes == 9 * 12
+    assert t.masks.to_dict()["interior"] == {"row_top": 1, "rows_below": 6, "cols": [0, 12],
+                                             "per_column": True}
 
 
-def test_interior_masks_refused_without_interior_columns():
-    """W 32, 16-token patch columns: both columns hold a clamped query column."""
-    masks, why = interior_patch_masks(_natten(32, 5), Tiling("patch", 0, 32, 8, 16, "test"))
-    assert masks is None and "not regular" in why
+def test_interior_masks_per_column_only_where_they_take_in_more_columns():
+    """W 32, 16-token patch columns: both columns hold a clamped query column, so only
+    masks per column have an interior; a window that never clamps keeps the shared ones."""
+    table = _natten(32, 5)
+    tiling = Tiling("patch", 0, 32, 8, 16, "test")
+    shared, why = _interior_masks(table, tiling, per_column=False)
+    assert shared is None and "not regular" in why
+    masks, why = interior_patch_masks(table, tiling)
+    assert masks is not None and masks.interior is not None and masks.interior.per_column, why
+    many = _natten(32 * 40, 5)  # a grid this wide: 80 patch columns, 720 classes per column
+    masks, why = interior_patch_masks(many, Tiling("patch", 0, 32 * 40, 8, 16, "test"))
+    assert masks is not None and masks.interior is not None, why
+    assert not masks.interior.per_column and masks.classes == 9
 
 
 def test_interior_masks_refused_when_every_window_reads_len(tmp_path):

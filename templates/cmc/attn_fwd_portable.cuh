@@ -510,15 +510,19 @@ CMC_DEV bool cmc_patch_interior(const cmc_patch_geo& g, int qt, int len, int row
          g.O + ((py + 1) * g.PH + rows_below) * g.W <= len;
 }
 // The mask class of a patch pair under hooks H (-1: none): cmc_patch_mask_class, and for
-// masks proved on interior query patches only (H::kMaskInterior), none for the others.
+// masks proved on interior query patches only (H::kMaskInterior), none for the others; with
+// a class set per interior patch column (H::kMaskPerColumn), the query patch column's set.
 template <class H>
 CMC_DEV int cmc_patch_class_of(const cmc_patch_geo& g, int qt, int j, int len) {
-  const int c = cmc_patch_mask_class(g, qt, j, len, H::kMaskDyLo, H::kMaskDyN, H::kMaskDxLo,
-                                     H::kMaskDxN);
+  int c = cmc_patch_mask_class(g, qt, j, len, H::kMaskDyLo, H::kMaskDyN, H::kMaskDxLo,
+                               H::kMaskDxN);
   if constexpr (H::kMaskInterior != 0) {
     if (!cmc_patch_interior(g, qt, len, H::kMaskRowTop, H::kMaskRowsBelow, H::kMaskColLo,
                             H::kMaskColHi))
       return -1;
+    if constexpr (H::kMaskPerColumn != 0) {
+      if (c >= 0) c += ((qt - g.nlin) % g.ngx - H::kMaskColLo) * (H::kMaskDyN * H::kMaskDxN);
+    }
   }
   return c;
 }

@@ -2,10 +2,11 @@
 (cmc/tiling.py `interior_patch_masks`): the generality suite's natten_clamped (W 96, 13 x 13,
 8x16 patches as chosen and 16x8 as `--tiling 16x8` asks, from len 6144) and a W 128 variant
 (patches from len 1024). Every length from
-min_len on has border patches (top row, first and last columns, the bottom rows, which
-evaluate the spans) and, from ((row_top + 1) * rows + rows_below) grid rows on, interior ones
-(which load a tile mask); lengths below, at and above that bound, ending inside a grid row
-and inside a patch row, against the float64 reference, batched and packed.
+min_len on has border patches (the top row and the bottom rows, which evaluate the spans)
+and, from ((row_top + 1) * rows + rows_below) grid rows on, interior ones (which load a tile
+mask: one set per patch column, so the first and last columns' clamped windows load their
+own); lengths below, at and above that bound, ending inside a grid row and inside a patch
+row, against the float64 reference, batched and packed.
 
 Run on a GPU machine: `pytest -m gpu tests/gpu/test_gpu_natten_interior.py -q` (builds with
 NVRTC for the device's arch; skips cleanly without a CUDA device).
@@ -65,7 +66,8 @@ def test_natten_interior_masks_match_reference(defines: dict[str, int], tiling: 
             if tiling == "16x8":
                 assert (rows, cols) == (16, 8)
             inner = tilings[0]["masks"]["interior"]
-            assert inner == {"row_top": 1, "rows_below": 6, "cols": [1, (width - 6) // cols]}
+            assert inner == {"row_top": 1, "rows_below": 6, "cols": [0, width // cols],
+                             "per_column": True}
             min_len = tilings[0]["min_len"]
             first = ((inner["row_top"] + 1) * rows + inner["rows_below"]) * width
         attn = load(art)
