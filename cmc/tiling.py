@@ -451,6 +451,8 @@ def interior_patch_masks(table: IntervalTable,
     columns out and masks per query patch column take them in (the clamp of a border column
     is the same in every interior row), one set per column. The fewer classes win a tie."""
     shared, why = _interior_masks(table, tiling, per_column=False)
+    if shared is not None and _span(shared) == tiling.width // tiling.patch_cols:
+        return shared, why  # every column already: nothing for per-column sets to add
     cols, why_cols = _interior_masks(table, tiling, per_column=True)
     if cols is None or (shared is not None and _span(shared) >= _span(cols)):
         return shared, why if shared is not None else f"{why}; per column: {why_cols}"
