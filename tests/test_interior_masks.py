@@ -44,7 +44,7 @@ def _interior(tiling: Tiling, n: int, t: int) -> bool:
 @needs_gxx
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("w,k,shape", [(32, 5, (16, 8)), (48, 7, (8, 16)), (96, 13, (16, 8)),
-                                       (32, 5, (8, 16))])
+                                       (32, 5, (8, 16)), (96, 13, (8, 16))])
 def test_interior_masks_equal_the_dense_mask(w, k, shape, per_column, workdir):  # noqa: F811
     table = _natten(w, k)
     ph, pw = shape
