@@ -558,6 +558,8 @@ def _interior_masks(table: IntervalTable, tiling: Tiling,
         # each local query row's T: its grid column's reference (shared: the centre's)
         ts = [rel[centre - w // 2 + c * pw + x] if per_column else rel[centre]
               for x in range(pw)]
+        if not any(ts):
+            continue  # no query of the column sees a grid key: its masks are empty
         dmin = min(a for t in ts for a, _ in t)
         dmax = max(b for t in ts for _, b in t)
         seen = np.zeros((pw, dmax - dmin), dtype=bool)

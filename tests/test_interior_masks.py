@@ -105,6 +105,25 @@ def test_interior_masks_per_column_only_where_they_take_in_more_columns():
     assert not masks.interior.per_column and masks.classes == 9
 
 
+@needs_gxx
+def test_a_column_that_sees_nothing_gets_empty_masks(tmp_path, workdir):  # noqa: F811
+    """Queries of the first patch column (x < 16) see no key: per column, its classes
+    are empty (nothing visible), the others clamp as NATTEN's; dense-checked."""
+    src = NATTEN.read_text().replace("allow y0 <= k / W", "allow qx >= 16 and y0 <= k / W")
+    path = tmp_path / "natten_blind.mask"
+    path.write_text(src)
+    table = front(path, {"W": 32, "K": 5})
+    tiling = Tiling("patch", 0, 32, 8, 16, "test")
+    masks, why = interior_patch_masks(table, tiling)
+    assert masks is not None and masks.interior is not None and masks.interior.per_column, why
+    t = replace(tiling, masks=masks)
+    inner = masks.interior
+    first = ((inner.row_top + 1) * 8 + inner.rows_below) * 32
+    masked: list[tuple[int, int, int]] = []
+    seen = _check(table, t, _build(table, t, workdir), [first, first + 32 * 8 + 5], masked)
+    assert seen["m"] > 0
+
+
 def test_interior_masks_refused_when_every_window_reads_len(tmp_path):
     """A window whose row moves with len's parity on every row: no interior is len-free."""
     src = NATTEN.read_text().replace("let y0 = max(0, min(qy - K / 2, rows - K))",
