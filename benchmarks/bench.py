@@ -917,9 +917,11 @@ def main() -> None:
         print(f"{runtime_copy(src, dst) / 2**20:.1f} MiB in {dst}")
         return
     if args.compile:
+        from cmc.driver import parse_kv_heavy_from
+
         compile_all(Path(args.compile), args.tiling, args.suite, args.bwd_kernel, args.reg_split,
                     args.patterns or (), not args.no_short_kernels, args.dq_layout,
-                    None if args.kv_heavy_from == "off" else int(args.kv_heavy_from))
+                    parse_kv_heavy_from(args.kv_heavy_from))
         return
     import torch
 

@@ -68,16 +68,6 @@ def _csv(value: str, kind: Callable[[str], Any] = str) -> tuple[Any, ...]:
         raise UsageError(f"cannot read {value!r} as a comma-separated list") from None
 
 
-def _int_option(option: str, value: str, expected: str) -> int:
-    try:
-        n = int(value, 0)
-    except ValueError:
-        raise UsageError(f"{option} {value}: expected {expected}") from None
-    if not 0 <= n <= 2**31 - 1:
-        raise UsageError(f"{option} {value}: outside [0, 2147483647]")
-    return n
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cmc")
 def cli() -> None:
@@ -454,11 +444,10 @@ def compile_cmd(files: tuple[str, ...], out_dir: str, arch: str, head_dims: str,
             raise UsageError(f"--dtype {d}: not one of {', '.join(DTYPES)}")
     if not (archs and hds and dts):
         raise UsageError("--arch, --head-dim and --dtype each need at least one value")
-    from .driver import Options, compile_many, parse_tiling
+    from .driver import Options, compile_many, parse_kv_heavy_from, parse_tiling
 
     parse_tiling(tiling)
-    heavy_from = None if kv_heavy_from == "off" else _int_option("--kv-heavy-from",
-                                                                 kv_heavy_from, "LEN or off")
+    heavy_from = parse_kv_heavy_from(kv_heavy_from)
 
     opts = Options(archs=archs, dtypes=dts, head_dims=hds,
                    defines=tuple(sorted(_defines(defines).items())), jobs=jobs, kernel=kernel,

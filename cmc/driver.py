@@ -163,6 +163,19 @@ def parse_tiling(value: str) -> tuple[int, int] | None:
     return int(rows), int(cols)
 
 
+def parse_kv_heavy_from(value: str) -> int | None:
+    """--kv-heavy-from's length (Options.kv_heavy_from), None for off; UsageError otherwise."""
+    if value == "off":
+        return None
+    try:
+        n = int(value, 0)
+    except ValueError:
+        raise UsageError(f"--kv-heavy-from {value}: expected LEN or off") from None
+    if not 0 <= n <= 2**31 - 1:
+        raise UsageError(f"--kv-heavy-from {value}: outside [0, 2147483647]")
+    return n
+
+
 def _parse(p: Progress, opts: Options, out_dir: Path | None) -> Progress:
     from .parse import parse
 
