@@ -205,18 +205,21 @@ def _row_words(masks: list[np.ndarray]) -> tuple[int, ...]:
     return tuple(int((m[r].astype(object) * weights).sum()) for m in masks for r in range(TILE))
 
 
-def _patch_classes(found: dict[tuple[int, int], np.ndarray]
+def _patch_classes(found: dict[tuple[int, int, int], np.ndarray], sets: int = 1
                    ) -> tuple[tuple[int, int, int, int], tuple[int, ...]] | str:
-    """The class box (dpy_lo, dpy_hi, dpx_lo, dpx_hi) of the patch offsets in `found` and
-    its masks' row words (offsets without a mask: nothing visible), or why not."""
-    dys, dxs = [k[0] for k in found], [k[1] for k in found]
+    """The class box (dpy_lo, dpy_hi, dpx_lo, dpx_hi) of the patch offsets in `found`, keyed
+    (set, dpy, dpx) for `sets` sets of classes (PatchInterior.per_column: one per interior
+    patch column), and its masks' row words, set by set (offsets without a mask: nothing
+    visible), or why not."""
+    dys, dxs = [k[1] for k in found], [k[2] for k in found]
     box = (min(dys), max(dys) + 1, min(dxs), max(dxs) + 1)
-    n = (box[1] - box[0]) * (box[3] - box[2])
+    n = (box[1] - box[0]) * (box[3] - box[2]) * sets
     if n > MAX_PATCH_MASK_CLASSES:
-        return f"{n} patch offsets, more than {MAX_PATCH_MASK_CLASSES}"
+        what = "patch offsets" if sets == 1 else "mask classes"
+        return f"{n} {what}, more than {MAX_PATCH_MASK_CLASSES}"
     empty = np.zeros((TILE, TILE), dtype=bool)
-    return box, _row_words([found.get((dpy, dpx), empty) for dpy in range(box[0], box[1])
-                            for dpx in range(box[2], box[3])])
+    return box, _row_words([found.get((s, dpy, dpx), empty) for s in range(sets)
+                            for dpy in range(box[0], box[1]) for dpx in range(box[2], box[3])])
 
 
 def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None, str]:
@@ -290,7 +293,7 @@ def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None
     visible = {k: m for k, m in found.items() if m.any()}
     if not visible:
         return None, "no grid pair is visible"
-    packed = _patch_classes(visible)
+    packed = _patch_classes({(0, *k): m for k, m in visible.items()})
     if isinstance(packed, str):
         return None, packed
     (dpy_lo, dpy_hi, dpx_lo, dpx_hi), words = packed
@@ -553,7 +556,8 @@ def _interior_masks(table: IntervalTable, tiling: Tiling,
     local = box * w + col  # token offset of each local index from its patch's first token
     base = local[None, :] - local[:, None]  # [lr, lk]
     cols = range(col_lo, col_hi) if per_column else range(pxc, pxc + 1)
-    found: dict[tuple[int, int, int], np.ndarray] = {}  # (column, dpy, dpx) -> mask
+    lx = np.broadcast_to(col[:, None], base.shape)  # each local query's column in its patch
+    found: dict[tuple[int, int, int], np.ndarray] = {}  # (class set, dpy, dpx) -> mask
     for c in cols:
         # each local query row's T: its grid column's reference (shared: the centre's)
         ts = [rel[centre - w // 2 + c * pw + x] if per_column else rel[centre]
@@ -573,21 +577,16 @@ def _interior_masks(table: IntervalTable, tiling: Tiling,
                 d = base + dpy * ph * w + dpx * pw - dmin
                 m = np.zeros((TILE, TILE), dtype=bool)
                 inr = (d >= 0) & (d < seen.shape[1])
-                lx = np.broadcast_to(col[:, None], d.shape)
                 m[inr] = seen[lx[inr], d[inr]]
                 if m.any():
-                    found[(c if per_column else 0, dpy, dpx)] = m
+                    found[(c - cols.start, dpy, dpx)] = m
     if not found:
         return None, "no grid pair is visible"
-    dys, dxs = [k[1] for k in found], [k[2] for k in found]
-    dpy_lo, dpy_hi, dpx_lo, dpx_hi = min(dys), max(dys) + 1, min(dxs), max(dxs) + 1
+    packed = _patch_classes(found, len(cols))
+    if isinstance(packed, str):
+        return None, packed
+    (dpy_lo, dpy_hi, dpx_lo, dpx_hi), words = packed
     n = (dpy_hi - dpy_lo) * (dpx_hi - dpx_lo)
-    ncls = n * (col_hi - col_lo if per_column else 1)
-    if ncls > MAX_PATCH_MASK_CLASSES:
-        return None, f"{ncls} mask classes, more than {MAX_PATCH_MASK_CLASSES}"
-    empty = np.zeros((TILE, TILE), dtype=bool)
-    words = _row_words([found.get((c if per_column else 0, dpy, dpx), empty) for c in cols
-                        for dpy in range(dpy_lo, dpy_hi) for dpx in range(dpx_lo, dpx_hi)])
     inner = PatchInterior(row_top, rows_below, col_lo, col_hi, per_column)
     masks = PatchMasks(dpy_lo, dpy_hi, dpx_lo, dpx_hi, words, inner)
     each = f" for each of the {col_hi - col_lo} patch columns" if per_column else ""
