@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.append(str(ROOT / "benchmarks"))  # bench's parameter rules (_timing_params)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -364,7 +365,6 @@ def _timing_params(mask, L: int, B: int) -> list[dict]:
     with a fixed seed per sequence; none for masks without parameters."""
     if not mask.params:
         return [{} for _ in range(B)]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import bench
 
     src = mask.source
