@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import jinja2
+import numpy as np
 
 from . import artifacts
 from .abi import DQ_LAYOUTS, DescriptorLayout, check_identifier, descriptor_layout
@@ -112,29 +113,35 @@ def sm90_smem_bytes(head_dim: int, n_terms: int, tiling: Tiling = LINEAR) -> int
 SM90_CONSUMER_THREADS = 256
 
 
+def _mask_bits(masks: PatchMasks | OffsetMasks) -> np.ndarray:
+    """masks.rows as bits: [class, query row, key column]."""
+    raw = b"".join(r.to_bytes(TILE // 8, "little") for r in masks.rows)
+    bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
+    return bits.reshape(masks.classes, TILE, TILE).astype(np.uint64)
+
+
+def _pack(bits: np.ndarray, shifts: np.ndarray) -> list[tuple[int, int]]:
+    """bits [class, thread, word, bit] (0 / 1) << shifts [thread, word, bit], summed per
+    word: (word 0, word 1) per class and thread, class-major."""
+    words = (bits << shifts[None].astype(np.uint64)).sum(axis=-1, dtype=np.uint64)
+    return [(int(a), int(b)) for a, b in words.reshape(-1, 2).tolist()]
+
+
+_THREAD = np.arange(SM90_CONSUMER_THREADS)
+_GROUP, _WARP, _LANE = _THREAD // 128, _THREAD % 128 // 32, _THREAD % 32
+
+
 def sm90_mask_words(masks: PatchMasks | OffsetMasks) -> list[tuple[int, int]]:
     """The per-offset tile masks in the sm90 consumers' fragment order: for class c and
     consumer thread t (warpgroup t / 128, warp, lane), entry c * 256 + t holds the column
     bits of its two rows lrow and lrow + 8, bit e * 16 + n for column 8 n + 2 (lane % 4) + e
     (the wgmma accumulator layout, as cmc_colmask32 builds them)."""
-    out = []
-    for c in range(masks.classes):
-        rows = masks.rows[c * TILE:(c + 1) * TILE]
-        for t in range(SM90_CONSUMER_THREADS):
-            cw, ctid = divmod(t, 128)
-            warp, lane = divmod(ctid, 32)
-            lrow = cw * 64 + warp * 16 + (lane >> 2)
-            off = 2 * (lane & 3)
-            words = []
-            for r in (lrow, lrow + 8):
-                w = 0
-                for n in range(16):
-                    for e in range(2):
-                        if (rows[r] >> (8 * n + off + e)) & 1:
-                            w |= 1 << (e * 16 + n)
-                words.append(w)
-            out.append((words[0], words[1]))
-    return out
+    lrow = _GROUP * 64 + _WARP * 16 + (_LANE >> 2)
+    n, e = np.divmod(np.arange(32), 2)  # the word's bit e * 16 + n, in (n, e) order
+    row = lrow[:, None, None] + np.array([0, 8])[None, :, None]  # [thread, word, 1]
+    col = (8 * n + e)[None, None, :] + 2 * (_LANE & 3)[:, None, None]  # [thread, 1, bit]
+    shift = np.broadcast_to(e * 16 + n, (SM90_CONSUMER_THREADS, 2, 32))
+    return _pack(_mask_bits(masks)[:, row, col], shift)
 
 
 def sm90_kv_mask_words(masks: PatchMasks | OffsetMasks) -> list[tuple[int, int]]:
@@ -146,25 +153,13 @@ def sm90_kv_mask_words(masks: PatchMasks | OffsetMasks) -> list[tuple[int, int]]
     half's query columns 64 hh + 8 jj + 2 (lane % 4) + e: key row kr + 8 i, column (jj, e)
     is bit i * 16 + e * 8 + jj (cmc_bwd_kv_mask_bit). masks.rows is per query row of the
     tile, bit per key column (as sm90_mask_words reads it)."""
-    out = []
-    for c in range(masks.classes):
-        rows = masks.rows[c * TILE:(c + 1) * TILE]
-        for t in range(SM90_CONSUMER_THREADS):
-            wg, wtid = divmod(t, 128)
-            warp, lane = divmod(wtid, 32)
-            kr = 64 * wg + 16 * warp + (lane >> 2)
-            cq = 2 * (lane & 3)
-            words = []
-            for hh in range(2):
-                w = 0
-                for i in range(2):
-                    for jj in range(8):
-                        for e in range(2):
-                            if (rows[64 * hh + 8 * jj + cq + e] >> (kr + 8 * i)) & 1:
-                                w |= 1 << (i * 16 + e * 8 + jj)
-                words.append(w)
-            out.append((words[0], words[1]))
-    return out
+    kr = 64 * _GROUP + 16 * _WARP + (_LANE >> 2)
+    i, e, jj = np.unravel_index(np.arange(32), (2, 2, 8))  # bit i * 16 + e * 8 + jj
+    hh = np.array([0, 1])[None, :, None]
+    qrow = 64 * hh + (8 * jj + e)[None, None, :] + 2 * (_LANE & 3)[:, None, None]
+    kcol = np.broadcast_to(kr[:, None, None] + 8 * i[None, None, :], qrow.shape)
+    shift = np.broadcast_to(i * 16 + e * 8 + jj, qrow.shape)
+    return _pack(_mask_bits(masks)[:, qrow, kcol], shift)
 
 
 def _mask_table(masks: PatchMasks | OffsetMasks | None, symbol: str,

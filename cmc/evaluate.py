@@ -32,21 +32,47 @@ from .ir import (
     SegFn,
     TableRef,
     Var,
+    nodes,
 )
 
 ParamValue = int | Sequence[int]
 
 
+@dataclass(eq=False)
+class Shared:
+    """Values of the sub-expressions that do not read a family's index, kept for every
+    instance of one term over the same q and len: a disc's (q - o) / W and (q - o) % W are
+    then divided once, not once per row of the disc (the tile stage's proofs evaluate every
+    instance over whole sequences). Keyed by node identity: one term's tree, alive
+    throughout."""
+
+    index: str
+    values: dict[int, Any] = field(default_factory=dict)
+    bounds: dict[int, tuple[Any, Any, Any]] = field(default_factory=dict)  # lmin, lmax, bounds
+    _free: dict[int, bool] = field(default_factory=dict)
+
+    def free(self, e: Expr) -> bool:
+        """e reads no family index (so it has one value in every instance)."""
+        f = self._free.get(id(e))
+        if f is None:
+            f = self._free[id(e)] = not any(isinstance(x, Var) and x.name == self.index
+                                            for x in nodes(e))
+        return f
+
+
 @dataclass
 class Env:
-    """Values for one sequence: len, scalar/per-sequence ints, segment starts, q/k arrays."""
+    """Values for one sequence: len, scalar/per-sequence ints, segment starts, q/k arrays;
+    `shared` where the env is one instance of a family (tiles.instances)."""
 
     length: int
     params: Mapping[str, ParamValue]
     vars: dict[str, np.ndarray | int] = field(default_factory=dict)
     tables: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    shared: Shared | None = None
 
     def with_vars(self, **vs: np.ndarray | int) -> Env:
+        """Other variables: the shared values (of the old ones) do not carry over."""
         return Env(self.length, self.params, {**self.vars, **vs}, self.tables)
 
 
@@ -85,6 +111,16 @@ def seg_lookup(fn: str, starts: Sequence[int], length: int, i: np.ndarray) -> np
 
 
 def eval_expr(e: Expr, env: Env) -> Any:
+    sh = env.shared
+    if sh is not None and not isinstance(e, (Const, Var)) and sh.free(e):
+        v = sh.values.get(id(e))
+        if v is None:
+            v = sh.values[id(e)] = _eval_expr(e, env)
+        return v
+    return _eval_expr(e, env)
+
+
+def _eval_expr(e: Expr, env: Env) -> Any:
     if isinstance(e, Const):
         return np.int64(e.value)
     if isinstance(e, Var):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .evaluate import Env, ParamValue, eval_expr, eval_pred
+from .evaluate import Env, ParamValue, Shared, eval_expr, eval_pred
 from .ir import IntervalTable, Pred, Term
 
 EMPTY, FULL, PARTIAL = 0, 1, 2
@@ -37,11 +37,11 @@ def instances(term: Term, env: Env) -> Iterator[Env]:
         yield env
         return
     f = term.family
-    tables = {name: vals for name, vals in f.tables}
+    # tables are stored for t = start..stop-1; TableRef indexes them by t - start
+    shifted = {name: [0] * f.start + list(vals) for name, vals in f.tables}
+    shared = Shared(f.index)  # what does not read t: evaluated for the first instance only
     for t in range(f.start, f.stop):
-        # tables are stored for t = start..stop-1; TableRef indexes them by t - start
-        shifted = {name: [0] * f.start + list(vals) for name, vals in tables.items()}
-        yield Env(env.length, env.params, {**env.vars, f.index: t}, shifted)
+        yield Env(env.length, env.params, {**env.vars, f.index: t}, shifted, shared)
 
 
 def row_intervals(table: IntervalTable, length: int,

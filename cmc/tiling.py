@@ -61,6 +61,7 @@ from .tiles import instances, iter_row_intervals
 PATCH_COLS = (8, 16, 32, 64)  # candidate tokens per grid row of a patch
 MIN_GAIN = 0.10  # a patch tiling must compute this much less than the linear one
 TIE = 0.02  # computed pairs this close count as equal
+COUNT_BATCH = 1 << 22  # interval ends computed_pairs counts at once (bincount)
 REF_ROWS = 64  # grid rows of the reference sequence (a multiple of every patch height)
 MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB each)
 # Patch offsets may have more: g_grid77_w96_r40's 16x8 patches have 77, and without
@@ -145,16 +146,35 @@ def computed_pairs(table: IntervalTable, tiling: Tiling, length: int,
     qt = tile_ids(tiling, length)
     nt = tiling.query_tiles(length)
     kt, nk = (qt, nt) if col_tile == TILE else (np.arange(length) // col_tile, -(-length // col_tile))
-    # cover[a, k] > 0: key k lies in some row interval of a row of query tile a
-    cover = np.zeros((nt, length + 1), dtype=np.int32)
+    # cover[a, k] > 0: key k lies in some row interval of a row of query tile a; the
+    # interval ends are counted (bincount) a batch of instances at a time
+    size = nt * (length + 1)
+    cover = np.zeros(size, dtype=np.int64)
+    opens: list[np.ndarray] = []
+    closes: list[np.ndarray] = []
+
+    def flush() -> None:
+        if opens:
+            cover[:] += np.bincount(np.concatenate(opens), minlength=size)
+            cover[:] -= np.bincount(np.concatenate(closes), minlength=size)
+            opens.clear()
+            closes.clear()
+
+    held = 0
     for ri in iter_row_intervals(table, length, params or {}):
         rows = np.nonzero(ri.guard)[0]
-        np.add.at(cover, (qt[rows], ri.lo[rows]), 1)
-        np.add.at(cover, (qt[rows], ri.hi[rows]), -1)
-    covered = np.cumsum(cover, axis=1)[:, :length] > 0
+        at = qt[rows] * (length + 1)
+        opens.append(at + ri.lo[rows])
+        closes.append(at + ri.hi[rows])
+        held += rows.size
+        if held >= COUNT_BATCH:
+            flush()
+            held = 0
+    flush()
+    covered = np.cumsum(cover.reshape(nt, length + 1), axis=1)[:, :length] > 0
     touched = np.zeros((nt, nk), dtype=bool)
     for a in range(nt):
-        touched[a, np.unique(kt[covered[a]])] = True
+        touched[a, kt[covered[a]]] = True
     return int(touched.sum()) * TILE * col_tile
 
 
@@ -201,8 +221,11 @@ def _reads_len(table: IntervalTable, origin: int, length: int) -> bool:
 def _row_words(masks: list[np.ndarray]) -> tuple[int, ...]:
     """TILE x TILE boolean tile masks as row words (bit k of row r: key column k), in order:
     what PatchMasks.rows and OffsetMasks.rows hold."""
-    weights = 1 << np.arange(TILE, dtype=object)
-    return tuple(int((m[r].astype(object) * weights).sum()) for m in masks for r in range(TILE))
+    if not masks:
+        return ()
+    packed = np.packbits(np.asarray(masks, dtype=bool).reshape(-1, TILE), axis=1,
+                         bitorder="little")
+    return tuple(int.from_bytes(row.tobytes(), "little") for row in packed)
 
 
 def _patch_classes(found: dict[tuple[int, int, int], np.ndarray], sets: int = 1
@@ -273,23 +296,31 @@ def patch_masks(table: IntervalTable, tiling: Tiling) -> tuple[PatchMasks | None
         g = ri.guard[o:] & (ri.hi[o:] > o)
         lo = np.maximum(ri.lo[o:], o) - o
         hi = ri.hi[o:] - o
-        np.add.at(cover, (rows[g], lo[g]), 1)
-        np.add.at(cover, (rows[g], hi[g]), -1)
+        cover[rows[g], lo[g]] += 1  # one interval a row: no index repeats (np.add.at's case)
+        cover[rows[g], hi[g]] -= 1
     vis = np.cumsum(cover, axis=1, dtype=np.int16)[:, :-1] > 0
     tok = patch_tokens(tiling, ref_rows) - o
     ngx = w // pw
-    tiles = vis[tok[:, None, :, None], tok[None, :, None, :]]  # [qp, kp, lr, lk]
-    ppy, ppx = np.divmod(np.arange(tok.shape[0]), ngx)
-    found: dict[tuple[int, int], np.ndarray] = {}
-    for a in range(tok.shape[0]):
-        for b in range(tok.shape[0]):
-            dpy, dpx = int(ppy[b] - ppy[a]), int(ppx[b] - ppx[a])
-            m = tiles[a, b]
-            if (dpy, dpx) not in found:
-                found[(dpy, dpx)] = m
-            elif not np.array_equal(found[(dpy, dpx)], m):
-                return None, (f"patch offset ({dpy}, {dpx}) has two masks (query patch {a}, key"
-                              f" patch {b} of the reference)")
+    npatch = tok.shape[0]
+    ppy, ppx = np.divmod(np.arange(npatch), ngx)
+    dpy_ab = ppy[None, :] - ppy[:, None]  # [query patch a, key patch b]
+    dpx_ab = ppx[None, :] - ppx[:, None]
+    offsets, which = np.unique(np.stack([dpy_ab.ravel(), dpx_ab.ravel()], axis=1), axis=0,
+                               return_inverse=True)
+    which = which.reshape(npatch, npatch)
+    ref = np.zeros((len(offsets), TILE, TILE), dtype=bool)  # the first pair's mask per offset
+    seen = np.zeros(len(offsets), dtype=bool)
+    for a in range(npatch):  # query patch a against every key patch: [b, lr, lk]
+        tiles = vis[tok[a][None, :, None], tok[:, None, :]]
+        new = ~seen[which[a]]  # a row holds each offset once (b <-> its offset from a)
+        ref[which[a][new]] = tiles[new]
+        seen[which[a][new]] = True
+        differs = (tiles != ref[which[a]]).any(axis=(1, 2))
+        if differs.any():
+            b = int(np.argmax(differs))
+            return None, (f"patch offset ({int(dpy_ab[a, b])}, {int(dpx_ab[a, b])}) has two "
+                          f"masks (query patch {a}, key patch {b} of the reference)")
+    found = {(int(dy), int(dx)): ref[i] for i, (dy, dx) in enumerate(offsets)}
     visible = {k: m for k, m in found.items() if m.any()}
     if not visible:
         return None, "no grid pair is visible"
@@ -326,7 +357,20 @@ def _point(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _over_len(e: Expr, env: Env, lmin: np.ndarray, lmax: np.ndarray) -> Bounds:
     """The least and largest value of e per query of env (q an array) over every len in
     [lmin, lmax] (per query): interval arithmetic, sound; equal bounds prove that e does
-    not depend on len there."""
+    not depend on len there. A family instance's env shares the bounds of what does not
+    read its index with the other instances (for the same lmin and lmax objects)."""
+    sh = env.shared
+    if sh is None or isinstance(e, (Const, Var)) or not sh.free(e):
+        return _over_len_at(e, env, lmin, lmax)
+    got = sh.bounds.get(id(e))
+    if got is not None and got[0] is lmin and got[1] is lmax:
+        return got[2]  # type: ignore[no-any-return]
+    b = _over_len_at(e, env, lmin, lmax)
+    sh.bounds[id(e)] = (lmin, lmax, b)
+    return b
+
+
+def _over_len_at(e: Expr, env: Env, lmin: np.ndarray, lmax: np.ndarray) -> Bounds:
     if isinstance(e, Const):
         return np.int64(e.value), np.int64(e.value)
     if isinstance(e, Var):

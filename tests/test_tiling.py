@@ -588,3 +588,39 @@ def test_linear_grid_spans_only_where_rows_are_fewer():
     for path in ("benchmarks/generality/video3d.mask", "samples/causal.mask"):
         src = emit(front(ROOT / path, {}), archs=("sm_90a",))
         assert "kGridFamilies = 0," in src.text, path
+
+
+def test_family_instances_divide_once_and_match_a_fresh_evaluation(monkeypatch):
+    """A disc's instances share what does not read the family index (evaluate.Shared): the
+    row intervals equal an evaluation of every instance on its own, and the grid's quotient
+    and remainder of q are computed for the first instance only, not once per disc row."""
+    import cmc.evaluate as ev
+    from cmc.tiles import instances, iter_row_intervals
+
+    table = _table("clear", {"R": 24})
+    n = 4096
+    q = np.arange(n, dtype=np.int64)
+    divisions = [0]
+    plain = ev._floordiv
+
+    def counted(a, b):
+        divisions[0] += 1
+        return plain(a, b)
+
+    monkeypatch.setattr(ev, "_floordiv", counted)
+    got = list(iter_row_intervals(table, n, {}))
+    shared_divisions = divisions[0]
+    want = []
+    for term in table.terms:
+        for env in instances(term, Env(n, {}, {"q": q})):
+            fresh = Env(env.length, env.params, env.vars, env.tables)  # no shared values
+            want.append((np.broadcast_to(ev.eval_expr(term.lo.expr, fresh), q.shape),
+                         np.broadcast_to(ev.eval_expr(term.hi.expr, fresh), q.shape)))
+    instances_n = sum(1 for t in table.terms if t.family is not None
+                      for _ in range(t.family.start, t.family.stop))
+    assert instances_n > 40 and shared_divisions <= 4 < divisions[0] - shared_divisions
+    assert len(got) == len(want)
+    for ri, (lo, hi) in zip(got, want, strict=True):
+        ok = ri.guard
+        assert np.array_equal(ri.lo[ok], np.clip(lo, 0, n)[ok])
+        assert np.array_equal(ri.hi[ok], np.clip(hi, 0, n)[ok])
