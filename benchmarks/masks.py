@@ -117,6 +117,11 @@ def doc_window(win: int = 1000) -> Pred:
     return pred
 
 
+def image_spans(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
+    seg = P["seg:spans"]
+    return (k <= q) | ((seg[b, q] == seg[b, k]) & (seg[b, q] % 2 == 1))
+
+
 def prefix_lm(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
     return (k < P["prefix"][b]) | (k <= q)
 
@@ -140,6 +145,18 @@ def _doc_starts(rng: Any, n: int) -> dict[str, Any]:
     count = max(1, n // 1536)
     cuts = sorted(int(x) for x in rng.choice(range(1, n), size=count - 1, replace=False))
     return {"docs": [0, *cuts]}
+
+
+def _image_spans(rng: Any, n: int) -> dict[str, Any]:
+    """Text runs of 64-1023 tokens and images of 256, 576 or 1024 tokens, alternating from 0
+    (image_spans.mask: odd segments are images)."""
+    starts: list[int] = []
+    at, image = 0, False
+    while at < n:
+        starts.append(at)
+        at += int(rng.choice([256, 576, 1024])) if image else int(rng.integers(64, 1024))
+        image = not image
+    return {"spans": starts}
 
 
 GENERALITY: tuple[Spec, ...] = (
@@ -166,6 +183,10 @@ GENERALITY: tuple[Spec, ...] = (
          lambda rng, n: {"window": 777}, scalars=("window",)),
     Spec("g_doc_window", "generality", f"{GEN}/doc_window.mask", {}, doc_window(),
          _doc_starts),
+    # causal text with bidirectional images: its transposed table was residual (the image
+    # guard on k's segment) until lower.in_segment_of
+    Spec("g_image_spans", "generality", f"{GEN}/image_spans.mask", {}, image_spans,
+         _image_spans),
     Spec("g_prefix_lm_jagged", "generality", f"{GEN}/prefix_lm_seq.mask", {}, prefix_lm,
          lambda rng, n: {"prefix": int(rng.integers(n // 8, n // 2))}, jagged=True),
 )

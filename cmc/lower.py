@@ -269,6 +269,21 @@ def substitute(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     return e
 
 
+def map_exprs(p: Pred, fn: Callable[[Expr], Expr]) -> Pred:
+    """p with fn applied to each of its expressions (its structure kept)."""
+    if isinstance(p, BoolConst):
+        return p
+    if isinstance(p, Cmp):
+        return Cmp(p.op, fn(p.a), fn(p.b))
+    if isinstance(p, (And, Or)):
+        return type(p)(tuple(map_exprs(x, fn) for x in p.items))
+    if isinstance(p, Not):
+        return Not(map_exprs(p.a, fn))
+    if isinstance(p, Same):
+        return Same(p.segments, fn(p.a), fn(p.b))
+    raise TypeError(p)
+
+
 # --------------------------------------------------------------------------- monotonicity
 
 
@@ -1033,6 +1048,7 @@ def lower_conjunction(atoms: list[Pred], env: RangeEnv | None = None
     A k-atom whose solved bounds could leave int64 for some q, k, len and declared parameter
     value stays in the residual (evaluated exactly from the mask's own expression)."""
     env = env or RangeEnv({})
+    atoms = in_segment_of(atoms)
     guard_atoms = [a for a in atoms if not uses(a, K)]
     k_atoms = [a for a in atoms if uses(a, K)]
     guard = simplify_guard(guard_atoms)
@@ -1078,6 +1094,46 @@ def lower_conjunction(atoms: list[Pred], env: RangeEnv | None = None
                       "it is checked per element on every tile these rows touch")
         return [term], Residual(reason, pred_str(residual))
     return [Term(guard, _bound(lows, Const(0), emax), _bound(highs, Var("len"), emin))], None
+
+
+def in_segment_of(atoms: list[Pred]) -> list[Pred]:
+    """The atoms with k's segment named by X's where they hold k in X's segment of S.
+
+    k >= seg_start(S, X) and k < seg_end(S, X) (what same(S, X, k) and seg(S, k) == seg(S, X)
+    solve to) make seg(S, k), seg_start(S, k) and seg_end(S, k) equal seg(S, X),
+    seg_start(S, X) and seg_end(S, X): X's segment is [seg_start, seg_end) and holds no other
+    start. Every other atom of the conjunction may then read X's for k's (the atoms that hold
+    k there stay as they are): an atom on k's segment becomes a guard, not a residual. The
+    transposed mask of causal text with bidirectional image spans (same(S, q, k) and seg(S,
+    q) % 2 == 1, swapped) is the case: its seg(S, k) % 2 == 1 was evaluated per element."""
+    bounds: list[tuple[str, str, Expr]] = []  # per atom: ("lo" | "hi", S, X) it solves to
+    holds: list[set[tuple[str, str, Expr]]] = []
+    for a in atoms:
+        got = set()
+        for c in (solve_atom(a, K) or []) if uses(a, K) else []:
+            e = c.expr
+            if isinstance(e, SegFn) and not uses(e.arg, K):
+                if isinstance(c, Lo) and e.fn == "seg_start":
+                    got.add(("lo", e.segments, e.arg))
+                elif isinstance(c, Hi) and e.fn == "seg_end":
+                    got.add(("hi", e.segments, e.arg))
+        holds.append(got)
+        bounds += sorted(got, key=repr)
+    of: dict[str, Expr] = {}
+    for side, segments, x in bounds:
+        if side == "lo" and ("hi", segments, x) in bounds:
+            of.setdefault(segments, x)
+    if not of:
+        return atoms
+
+    def named(e: Expr) -> Expr | None:
+        if isinstance(e, SegFn) and e.arg == Var(K) and e.segments in of:
+            return SegFn(e.fn, e.segments, of[e.segments])
+        return None
+
+    keep = [any(x == of.get(s) for _, s, x in h) for h in holds]
+    return [a if kept else map_exprs(a, lambda e: substitute(e, named))
+            for a, kept in zip(atoms, keep, strict=True)]
 
 
 def _always_empty(lows: list[Expr], highs: list[Expr]) -> bool:

@@ -55,16 +55,13 @@ from dataclasses import dataclass, replace
 from .ir import (
     And,
     BinOp,
-    BoolConst,
     Call,
     Cmp,
     Const,
     Expr,
     IntervalTable,
-    Not,
     Or,
     Pred,
-    Same,
     Var,
     nodes,
 )
@@ -75,6 +72,7 @@ from .lower import (
     const_difference,
     linearize,
     lower,
+    map_exprs,
     mul,
     neg,
     nnf,
@@ -97,17 +95,7 @@ def swap_expr(e: Expr) -> Expr:
 
 def swap_pred(p: Pred) -> Pred:
     """p(q, k) -> p(k, q)."""
-    if isinstance(p, BoolConst):
-        return p
-    if isinstance(p, Cmp):
-        return Cmp(p.op, swap_expr(p.a), swap_expr(p.b))
-    if isinstance(p, (And, Or)):
-        return type(p)(tuple(swap_pred(x) for x in p.items))
-    if isinstance(p, Not):
-        return Not(swap_pred(p.a))
-    if isinstance(p, Same):
-        return Same(p.segments, swap_expr(p.a), swap_expr(p.b))
-    raise TypeError(p)
+    return map_exprs(p, swap_expr)
 
 
 class _TooManyCases(Exception):

@@ -226,3 +226,38 @@ allow q >= C and k >= C and y0 <= (k - C) / W and (k - C) / W < y0 + K and x0 <=
     table = lower(m)
     assert table.exact and transpose(table).exact, summary(transpose(table))
     _check(table, length, {})
+
+
+IMAGE_SPANS = """mask spans_{i}
+param S : segments
+allow k <= q
+allow {body}
+"""
+
+
+@pytest.mark.parametrize("body, exact", [
+    ("same(S, q, k) and seg(S, q) % 2 == 1", (True, True)),  # generality/image_spans.mask
+    ("same(S, k, q) and seg(S, k) % 2 == 1", (True, True)),  # the image guard on k's segment
+    ("seg(S, k) == seg(S, q) and seg_start(S, k) > 2 and seg_end(S, k) - q < 4", (True, True)),
+    # X another expression than q (the transposed same(S, k - 1, q) stays residual)
+    ("same(S, q - 1, k) and seg(S, k) % 3 == 0", (True, False)),
+    ("k < q + 3 and seg(S, k) % 2 == 1", (False, True)),  # k not held in a segment
+    ("same(S, q, k + 1) and seg(S, k) % 2 == 1", (False, True)),  # k + 1's segment, not k's
+])
+def test_atoms_on_ks_segment_become_guards_where_k_is_in_xs(tmp_path, body, exact):
+    """lower.in_segment_of: where a conjunction holds k inside X's segment, an atom on k's
+    segment reads X's, so it is a guard (forward and transposed exact) and not a residual;
+    both tables equal the oracle, also with repeated starts and text before the first."""
+    path = tmp_path / "spans.mask"
+    path.write_text(IMAGE_SPANS.format(i=0, body=body))
+    table = front(path, {})
+    assert (table.exact, transpose(table).exact) == exact, (summary(table),
+                                                           summary(transpose(table)))
+    rng = np.random.default_rng(11)
+    for length, params in [*small_cases(table.mask, 5), (23, {"S": [0, 4, 4, 9, 23]}),
+                           (19, {"S": [3, 3, 7, 19, 19]}), (12, {"S": []})]:
+        assert_same_pairs(dense_from_table(table, length, params), dense(table.mask, length, params),
+                          f"{body} len={length} params={params}")
+        _check(table, length, params)
+    for length in (300, 777):
+        _check(table, length, random_params(table.mask, length, rng))
