@@ -179,6 +179,9 @@ GENERALITY: tuple[Spec, ...] = (
     Spec("g_dilated_causal", "generality", f"{GEN}/dilated_causal.mask", {}, dilated_causal()),
     # a residual in k alone on tile-aligned blocks (offset masks by shift invariance)
     Spec("g_fixed_sparse", "generality", f"{GEN}/fixed_sparse.mask", {}, fixed_sparse()),
+    # blocks of two tiles: offset masks per query tile phase (evaluated per element before)
+    Spec("g_fixed_sparse256", "generality", f"{GEN}/fixed_sparse.mask", {"L": 256},
+         fixed_sparse(block=256)),
     Spec("g_window_rt", "generality", f"{GEN}/window_rt.mask", {}, window_rt,
          lambda rng, n: {"window": 777}, scalars=("window",)),
     Spec("g_doc_window", "generality", f"{GEN}/doc_window.mask", {}, doc_window(),

@@ -247,8 +247,9 @@ def _kv_words_line(table: Any, transposed: Any, tiling: str = "auto") -> str:
     t = tiling_for(table, tiling)  # choose_tiling is cached: show's tiling lines made it
     m = t.offset_masks
     if t.kind == "linear" and m is not None and m.band is None:
-        return (f"the forward's offset tile masks, transposed ({m.classes} tile offsets"
-                f"{tails_note(m)})")
+        phases = f"{m.phases} phases x " if m.phases > 1 else ""
+        return (f"the forward's offset tile masks, transposed ({phases}{m.offsets} tile "
+                f"offsets{tails_note(m)})")
     hooks_t = build_hooks(transposed, prefix="cmc_tabT")
     how = "span words" if hooks_t.span_words else "the transposed predicate per element"
     return f"{how} ({hooks_t.span_words_why})"

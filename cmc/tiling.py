@@ -64,6 +64,7 @@ TIE = 0.02  # computed pairs this close count as equal
 COUNT_BATCH = 1 << 22  # interval ends computed_pairs counts at once (bincount)
 REF_ROWS = 64  # grid rows of the reference sequence (a multiple of every patch height)
 MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB each)
+MAX_OFFSET_PHASES = 8  # offset masks of blocks up to 8 tiles (a phase per query tile of one)
 # Patch offsets may have more: g_grid77_w96_r40's 16x8 patches have 77, and without
 # masks each partial patch tile evaluated 16 grid spans per row (104 TFLOP/s at 16K,
 # run 12), where one 8-byte load does (kernel notes, "Patch masks past 64 classes").
@@ -664,24 +665,41 @@ def _diagonal_reach(table: IntervalTable) -> tuple[int, int] | None:
     return dmin, dmax
 
 
+def _shift_phases(p: Pred) -> tuple[int, str | None]:
+    """The fewest tiles P (up to MAX_OFFSET_PHASES) by which moving q and k together leaves
+    p unchanged, and why a single tile does not (None: it does). Blocks of 256 or 1024
+    tokens (`k / 256 == q / 256`, `k % 1024 < 16`) repeat every 2 or 8 tiles."""
+    moves = shift_invariance(p, TILE)
+    if moves is None:
+        return 1, None
+    period = math.lcm(1, *(abs(x.b.value) for x in nodes(p) if isinstance(x, BinOp)
+                           and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value))
+    phases = period // math.gcd(period, TILE)
+    if 1 < phases <= MAX_OFFSET_PHASES and shift_invariance(p, phases * TILE) is None:
+        return phases, moves
+    return 0, moves
+
+
 def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
     """The per-offset tile masks of a linear tiling, or None and why not.
 
-    What makes one mask per tile offset dt = key tile - query tile true for every pair whose
-    key tile lies below len, at every length:
-    1. no run-time parameters, and moving q and k together by a tile leaves the predicate
+    What makes one mask per phase and tile offset (qt % P, dt = key tile - query tile) true
+    for every pair whose key tile lies below len, at every length:
+    1. no run-time parameters, and moving q and k together by P tiles leaves the predicate
        unchanged (cmc/periodic.py shift_invariance; never reading len): every function of
-       q - k, and tile-aligned block patterns. Then the pairs (qt, qt + dt) all have one mask;
+       q - k and tile-aligned block patterns with P = 1, blocks of 2 or more tiles with P
+       tiles (_shift_phases). Then the pairs (qt, qt + dt) of one phase all have one mask;
     2. the table's intervals bound the q - k any visible pair has (_diagonal_reach), so the
        offsets outside the computed range see nothing; where they do not, the masks repeat
-       past some offset with a period (tail_period), and one period serves the rest;
-    3. each offset's mask is then the predicate evaluated on one pair of tiles.
+       past some offset with a period (tail_period over P tiles), and one period serves the
+       rest;
+    3. each class's mask is then the predicate evaluated on one pair of tiles.
     """
     if table.mask.params:
         names = ", ".join(p.name for p in table.mask.params)
         return None, f"the mask reads run-time parameters ({names})"
-    moves = shift_invariance(table.mask.predicate, TILE)
-    if moves is not None:
+    phases, moves = _shift_phases(table.mask.predicate)
+    if not phases:
         return None, f"a tile pair's mask may depend on more than its offset: {moves}"
     reach = _diagonal_reach(table)
     if reach is None:
@@ -690,31 +708,41 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
     lo, hi = -((127 + dmax) // TILE), (127 - dmin) // TILE + 1
     below = above = 0  # the periods of the offsets past each end (0: none)
     if hi - lo > 4 * MAX_MASK_CLASSES:
-        tails = _offset_tails(table.mask.predicate, lo, hi)
+        tails = _offset_tails(table.mask.predicate, lo, hi, phases)
         if isinstance(tails, str):
             return None, (f"q - k reaches [{dmin}, {dmax}]: {hi - lo} tile offsets, more than "
                           f"{MAX_MASK_CLASSES}; {tails}")
         lo, hi, below, above = tails
     dts = np.arange(lo, hi, dtype=np.int64)
-    qt = np.maximum(0, -dts)
+    ph = np.arange(phases, dtype=np.int64)[:, None]
+    first = np.maximum(0, -dts)[None, :]  # the first query tile with both tiles in range
+    qt = first + (ph - first) % phases  # [phase, offset]: that tile's phase ph or after
     lr = np.arange(TILE, dtype=np.int64)
-    q = (qt * TILE)[:, None, None] + lr[None, :, None]
-    k = ((qt + dts) * TILE)[:, None, None] + lr[None, None, :]
+    q = (qt * TILE)[..., None, None] + lr[:, None]
+    k = ((qt + dts) * TILE)[..., None, None] + lr[None, :]
     length = int((np.maximum(qt, qt + dts).max() + 1) * TILE)
     vis = np.broadcast_to(eval_pred(table.mask.predicate, Env(length, {}, {"q": q, "k": k})),
-                          q.shape[:1] + (TILE, TILE))
-    seen = np.nonzero(vis.any(axis=(1, 2)))[0]
+                          qt.shape + (TILE, TILE))
+    seen = np.nonzero(vis.any(axis=(0, 2, 3)))[0]
     if seen.size == 0:
         return None, "no pair is visible"
     # a periodic end keeps its whole period of offsets, seen or not
     a = 0 if below else int(seen[0])
     b = len(dts) if above else int(seen[-1]) + 1
-    if b - a > MAX_MASK_CLASSES:
-        return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
-    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1, _row_words(list(vis[a:b])),
-                        below=below, above=above)
-    return masks, (f"a tile pair's mask depends only on its offset: tile masks of {masks.classes} tile "
-                   f"offsets ({masks.lo}..{masks.hi - 1}{tails_note(masks)})")
+    if phases * (b - a) > MAX_MASK_CLASSES:
+        what = f"{phases} phases x {b - a}" if phases > 1 else f"{b - a}"
+        return None, f"{what} tile offsets, more than {MAX_MASK_CLASSES}"
+    masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1,
+                        _row_words(list(vis[:, a:b].reshape(-1, TILE, TILE))),
+                        phases=phases, below=below, above=above)
+    if phases == 1:
+        return masks, (f"a tile pair's mask depends only on its offset: tile masks of "
+                       f"{masks.classes} tile offsets ({masks.lo}..{masks.hi - 1}"
+                       f"{tails_note(masks)})")
+    return masks, (f"a tile pair's mask depends only on its offset and its query tile's phase "
+                   f"(the mask repeats every {phases} tiles: {moves}): tile masks of "
+                   f"{phases} phases x {masks.offsets} tile offsets ({masks.lo}..{masks.hi - 1}"
+                   f"{tails_note(masks)})")
 
 
 def tails_note(m: OffsetMasks) -> str:
@@ -724,23 +752,27 @@ def tails_note(m: OffsetMasks) -> str:
     return "; periodic " + " and ".join(e for e in ends if e) if m.below or m.above else ""
 
 
-def _offset_tails(p: Pred, lo: int, hi: int) -> tuple[int, int, int, int] | str:
+def _offset_tails(p: Pred, lo: int, hi: int,
+                  phases: int = 1) -> tuple[int, int, int, int] | str:
     """The offsets [lo, hi) cut to one period of tile masks at each end whose masks repeat
     (cmc/periodic.py tail_period), with the periods in tile offsets (0 where an end is within
     reach), or why not. Side +1 is the key tiles start or more tiles behind the query tile
-    (offsets <= -start), side -1 those ahead of it (offsets >= start)."""
+    (offsets <= -start), side -1 those ahead of it (offsets >= start). With phases P the
+    proof reads blocks of P tiles: a block offset t >= start holds every tile offset of at
+    least P start (whatever the query tile's phase), and P block periods are tile ones."""
     below = above = 0
     refused = []
     for side in (1, -1):
-        tail = tail_period(p, side, TILE)
+        tail = tail_period(p, side, phases * TILE)
         if isinstance(tail, str):
             refused.append(f"no periodic tail {'below' if side == 1 else 'above'} the "
                            f"diagonal: {tail}")
             continue
-        if side == 1 and -tail.start - tail.period + 1 > lo:
-            lo, below = -tail.start - tail.period + 1, tail.period
-        if side == -1 and tail.start + tail.period < hi:
-            hi, above = tail.start + tail.period, tail.period
+        start, period = tail.start * phases, tail.period * phases
+        if side == 1 and -start - period + 1 > lo:
+            lo, below = -start - period + 1, period
+        if side == -1 and start + period < hi:
+            hi, above = start + period, period
     if hi - lo > 4 * MAX_MASK_CLASSES:
         return "; ".join(refused) or f"{hi - lo} tile offsets past the periodic tails"
     return lo, hi, below, above

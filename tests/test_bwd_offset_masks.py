@@ -108,10 +108,11 @@ def _mismatches(vis: np.ndarray, rows: list, swap: int, kv: bool) -> tuple[int, 
     return pairs, bad
 
 
-def _check_decoded(path: Path, n: int, workdir: Path, kv: bool, min_pairs: int) -> list:
+def _check_decoded(path: Path, n: int, workdir: Path, kv: bool, min_pairs: int,
+                   defines: dict[str, int] | None = None) -> list:
     """Decode the kinds' masks at length n: more than min_pairs classed pairs, none wrong, and
     wrong ones once the halves are swapped (the check can fail). Returns the decoded rows."""
-    vis, rows = _decode(path, {}, n, workdir, kv=kv)
+    vis, rows = _decode(path, defines or {}, n, workdir, kv=kv)
     pairs, bad = _mismatches(vis, rows, 0, kv)
     assert pairs > min_pairs and bad == 0, (pairs, bad)
     assert _mismatches(vis, rows, 1, kv)[1] > 0  # halves swapped: the check can fail
@@ -130,6 +131,14 @@ def test_periodic_offset_masks_decode_in_both_kinds(workdir):
     (cmc_offset_index), in the dq's forward table and the kv's transposed one alike."""
     _check_decoded(ROOT / "benchmarks" / "generality" / "dilated_causal.mask", 128 * 17 + 29,
                    workdir, kv=True, min_pairs=140)
+
+
+@needs_gxx
+def test_block_phase_offset_masks_decode_in_both_kinds(workdir):
+    """Sparse Transformer's fixed pattern on 256-token blocks: a mask per query tile phase
+    (2) and offset, periodic below the diagonal, in the dq's table and the kv's alike."""
+    _check_decoded(ROOT / "benchmarks" / "generality" / "fixed_sparse.mask", 128 * 17 + 29,
+                   workdir, kv=True, min_pairs=140, defines={"L": 256})
 
 
 @needs_gxx

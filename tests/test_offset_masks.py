@@ -67,7 +67,7 @@ def test_check_and_show_say_what_the_residual_becomes(tmp_path):
     r = CliRunner().invoke(cli, ["show", str(band), "--len", "512"], catch_exceptions=False)
     assert "tile masks: 33 tile offsets (-16..16, 66 KiB in the cubin)" in r.output
     other = tmp_path / "sum.mask"
-    other.write_text("mask sum\nallow abs(q - k) < 200 and (q + k) % 3 == 0\n")
+    other.write_text("mask sum\nallow abs(q - k) < 200 and (q + k) % 1001 == 0\n")
     r = CliRunner().invoke(cli, ["check", str(other)], catch_exceptions=False)
     assert "sm90 residual: evaluated per element on partial tiles (no tile masks:" in r.output
 
@@ -76,12 +76,14 @@ def test_check_and_show_say_what_the_residual_becomes(tmp_path):
     ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and k < len - 5", "reads len"),
     ("param w : int in [0, 1000]\nallow abs(q - k) < 200 and (q - k) % w == 0",
      "run-time parameters (w)"),
-    ("allow abs(q - k) < 200 and (q + k) % 3 == 0", "q + k moves by 256, which 3 does not"),
+    ("allow abs(q - k) < 200 and (q + k) % 1001 == 0",
+     "q + k moves by 256, which 1001 does not"),
     ("allow abs(q - k) < 200 and (q - k) * q % 3 == 0", "multiplies terms that move"),
-    ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and q % 3 == 0", "q moves by 128, which 3"),
+    ("allow abs(q - k) < 200 and (q - k) % 3 == 0 and q % 1001 == 0",
+     "q moves by 128, which 1001"),
     ("allow k <= q and (q - k) * (q - k) % 3 == 0",
      "no periodic tail below the diagonal: a product of two terms that grow"),
-    ("allow k <= q and (q - k) % 3 == 0 and k / 3 % 2 == 0", "k moves by 128, which 3 does"),
+    ("allow k <= q and (q - k) % 3 == 0 and k / 3 % 1001 == 0", "k moves by 128, which 3 does"),
     ("allow k <= q and (q - k) % 3 == 0 and k < 16", "k < 16 changes when q and k move together"),
     (f"allow abs(q - k) < {128 * (MAX_MASK_CLASSES // 2 + 1)} and (q - k) % 3 == 0",
      f"more than {MAX_MASK_CLASSES}"),
@@ -114,6 +116,24 @@ def test_unbounded_masks_that_repeat_get_one_period_of_offsets(tmp_path):
     both = offset_masks(_mask(tmp_path, "allow (q - k) % 5 == 0 or abs(q - k) < 40"))[0]
     assert both is not None and (both.below, both.above) == (5, 5)
     assert both.index(both.hi) == both.offsets - 5 and both.index(both.lo - 1) == 4
+
+
+def test_blocks_of_several_tiles_get_a_mask_per_phase(tmp_path):
+    """A pattern that repeats every P tiles (blocks of 256 tokens, (q + k) % 3) moves with q
+    and k by P tiles, not by one: a mask per (qt % P, dt), with the tails in blocks."""
+    fixed = ROOT / "benchmarks" / "generality" / "fixed_sparse.mask"
+    m, why = offset_masks(front(fixed, {"L": 256}))
+    assert m is not None and (m.phases, m.lo, m.hi, m.below, m.above) == (2, -5, 1, 2, 0), why
+    assert "2 phases x 6 tile offsets" in why and "256 does not divide" in why
+    assert m.classes == 12 and len(m.rows) == 12 * 128
+    m3, why3 = offset_masks(_mask(tmp_path, "allow abs(q - k) < 200 and (q + k) % 3 == 0"))
+    assert m3 is not None and m3.phases == 3 and (m3.lo, m3.hi) == (-2, 3), why3
+    # 1024-token blocks: 8 phases x 24 offsets, past the classes one cubin holds
+    m8, why8 = offset_masks(front(fixed, {"L": 1024}))
+    assert m8 is None and "8 phases x 24 tile offsets, more than 64" in why8
+    t = choose_tiling(front(fixed, {"L": 256}))
+    assert t.to_dict()["offset_masks"] == {"classes": 12, "offsets": [-5, 1], "phases": 2,
+                                           "period_below": 2}
 
 
 def test_a_one_sided_band_gets_only_its_offsets(tmp_path):
@@ -210,6 +230,14 @@ TAIL_CASES = {
     # unchanged when q and k move together by a tile
     "fixed": "allow k <= q and (k / 128 == q / 128 or k % 128 >= 112)",
     "blocks64": "allow k <= q and (k / 64 == q / 64 or k % 64 < 8 or q % 32 == 0)",
+    # blocks of 2 and 4 tiles: a mask per query tile phase (OffsetMasks.phases)
+    "fixed256": "allow k <= q and (k / 256 == q / 256 or k % 256 >= 240)",
+    "memory512": "allow k <= q and (k / 512 == q / 512 or k % 512 < 16)",
+}
+# bounded offsets whose masks repeat every 3 tiles
+PHASE_CASES = {
+    "sum3": "allow abs(q - k) < 300 and (q + k) % 3 == 0",
+    "blocks384": "allow abs(q - k) < 600 and (k / 384 + q / 384) % 2 == 0",
 }
 
 
@@ -238,6 +266,26 @@ def test_host_periodic_offset_masks_equal_the_dense_mask(name, workdir):
     far = TAIL_LENGTHS[-1] // 128
     assert -far < m.lo - 2 * m.below and m.hi + 2 * m.above < far
     assert _mismatches(table, _build(table, t, workdir), TAIL_LENGTHS) == []
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(PHASE_CASES))
+def test_host_phase_offset_masks_equal_the_dense_mask(name, workdir):
+    table = _mask(workdir, PHASE_CASES[name], name)
+    t = choose_tiling(table)
+    assert t.offset_masks is not None and t.offset_masks.phases == 3, t.reason
+    assert _mismatches(table, _build(table, t, workdir), LENGTHS) == []
+
+
+@needs_gxx
+def test_host_phase_offset_masks_one_phase_for_all_is_found(workdir):
+    """The 2-phase table of 256-token blocks read as one phase: some tile pair is wrong."""
+    table = _mask(workdir, TAIL_CASES["fixed256"], "fixed256_one_phase")
+    t = choose_tiling(table)
+    m = t.offset_masks
+    assert m is not None and m.phases == 2
+    one = replace(t, offset_masks=replace(m, phases=1, rows=m.rows[:m.offsets * 128]))
+    assert _mismatches(table, _build(table, one, workdir), [1290]) != []
 
 
 @needs_gxx
