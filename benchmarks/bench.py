@@ -894,6 +894,9 @@ def main() -> None:
                          "sources, for a device carry")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
+    unknown = [p for p in args.patterns or () if p not in ORDER]
+    if unknown:  # else a typo (or an older tree's suite) would build or time nothing, silently
+        ap.error(f"--patterns {' '.join(unknown)}: no such case (cases: {' '.join(ORDER)})")
     if args.merge:
         merged: list[Result] = []
         meta_all = []

@@ -181,3 +181,12 @@ def test_runtime_copy_leaves_out_the_sources_and_loads(tmp_path: Path) -> None:
     assert kept == src and n == sum((tmp_path / "run" / p).stat().st_size for p in kept)
     assert (art / "causal.cu").is_file() and not list((tmp_path / "run").rglob("*.cu"))
     read_manifest(tmp_path / "run" / art.relative_to(tmp_path / "bench"))
+
+
+def test_bench_refuses_a_case_name_it_does_not_have(tmp_path) -> None:
+    """A typo in --patterns (or an older tree's suite) is an error, not an empty run."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--compile",
+                        str(tmp_path / "x"), "--patterns", "causal", "g_nope"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--patterns g_nope: no such case" in r.stderr, r.stderr
+    assert not (tmp_path / "x").exists()

@@ -1,6 +1,6 @@
 """Artifacts of another commit for a kernel A/B (`bench.py --ab BASE NEW`), built on the CPU.
 
-    python tools/ab_build.py REV DEST --patterns clear clear_text [--runtime]
+    python tools/ab_build.py REV DEST --patterns clear clear_text [--runtime] [--this-suite]
     python tools/ab_build.py REV DEST --samples [NAME ...] [--compare DIR]
 
 exports the tree at REV (git archive) to a scratch folder and runs that tree's own
@@ -13,7 +13,9 @@ kernels alone is checked against its base's own build. The editable install's im
 would otherwise resolve `cmc` (and its templates) to this checkout whatever PYTHONPATH says,
 which is how an earlier A/B measured one build against itself, and how a byte-identity check
 once compared a change with itself (kernel notes, "After run 51"); the child process is
-checked for that before it compiles.
+checked for that before it compiles. --this-suite builds this checkout's benchmark masks
+(benchmarks/masks.py and benchmarks/generality/*.mask copied over the tree's) with REV's
+compiler: a mask added to the suite with the change it measures has a base to A/B against.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ def main() -> None:
                       help="the tree's samples (all when no name is given), by cmc compile")
     ap.add_argument("--runtime", action="store_true",
                     help="keep only what the runtime loads (bench.py --runtime-copy)")
+    ap.add_argument("--this-suite", action="store_true",
+                    help="with --patterns: this checkout's benchmarks/masks.py and generality "
+                         "masks, built by REV's compiler")
     ap.add_argument("--arch", default="sm_90a", help="with --samples (default sm_90a)")
     ap.add_argument("--compare", type=Path, metavar="DIR",
                     help="with --samples: compare every cubin with the same path under DIR "
@@ -81,6 +86,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.samples is None and args.compare:
         ap.error("--compare goes with --samples")
+    if args.samples is not None and args.this_suite:
+        ap.error("--this-suite goes with --patterns")
     if args.samples is not None and args.runtime:
         ap.error("--runtime goes with --patterns (--samples keeps every artifact file)")
     dest = args.dest.resolve()
@@ -90,6 +97,12 @@ def main() -> None:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.rev],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        if args.this_suite:
+            bench = ROOT / "benchmarks"
+            for src in [bench / "masks.py", *sorted((bench / "generality").glob("*.mask"))]:
+                dst = tree / src.relative_to(ROOT)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(src.read_bytes())
         if args.samples is not None:
             masks = ([str(tree / "samples" / f"{n}.mask") for n in args.samples] if args.samples
                      else sorted(str(p) for p in (tree / "samples").glob("*.mask")))
