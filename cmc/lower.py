@@ -812,6 +812,13 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
         span = (_row_span(ylo, yhi) or _row_span(ylo_k, yhi) or _row_span(ylo, yhi_k)
                 or _row_span(ylo_k, yhi_k))
         if span is None:
+            # k < e gives ky <= (e - 1 - origin) / W exactly: `k <= q` beside a one-sided row
+            # window (`qy - ky <= R`, a raster-order causal 2D window) bounds the rows by qy,
+            # which the loose form above, (q + 1 - origin) / W + 1, does not match
+            yhi_t = [add(fdiv(sub(e, Const(g.origin + 1)), g.width), Const(1))
+                     for e in [*khi, Var("len")]]
+            span = _row_span(ylo, yhi_t) or _row_span(ylo_k, yhi_t)
+        if span is None:
             return None
         base, count = span
         ky = add(base, t)

@@ -174,3 +174,31 @@ def test_oracle_agrees_with_direct_evaluation():
     qq, kk = np.arange(6)[:, None], np.arange(6)[None, :]
     assert (d == np.broadcast_to(eval_pred(m.predicate, Env(6, {}, {"q": qq, "k": kk})), (6, 6))).all()
     assert d.sum() == 21
+
+
+CAUSAL_2D = """mask raster_{i}
+const T = {text}
+const W = {width}
+const R = {radius}
+let qy = (q - T) / W
+let qx = (q - T) % W
+let ky = (k - T) / W
+let kx = (k - T) % W
+allow q >= T and k >= T and {order} and qy - ky <= R and abs(qx - kx) <= R
+"""
+
+
+@pytest.mark.parametrize("text, width, radius, order", [
+    (0, 8, 2, "k <= q"), (0, 5, 1, "k < q"), (3, 6, 2, "k <= q"), (0, 4, 3, "k <= q + 0"),
+])
+def test_raster_causal_2d_window_lowers_to_one_family(tmp_path, text, width, radius, order):
+    """k <= q bounds a one-sided row window by the query's own row (ky <= qy, exactly:
+    lower.grid_term's tight row bound), so a raster-order causal 2D window is a family of
+    R + 1 grid rows, not a residual; the table equals the oracle."""
+    path = tmp_path / "raster.mask"
+    path.write_text(CAUSAL_2D.format(i=0, text=text, width=width, radius=radius, order=order))
+    table = front(path, {})
+    assert table.exact and table.max_intervals_per_row() == radius + 1, table
+    for length in (1, 7, width * (radius + 3) + text + 1, 97):
+        assert_same_pairs(dense_from_table(table, length, {}), dense(table.mask, length, {}),
+                          f"{order} W {width} len {length}")
