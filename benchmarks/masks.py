@@ -117,6 +117,14 @@ def doc_window(win: int = 1000) -> Pred:
     return pred
 
 
+def raster_local(width: int = 48, radius: int = 6) -> Pred:
+    def pred(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
+        dy = q // width - k // width
+        return (k <= q) & (dy <= radius) & (abs(q % width - k % width) <= radius)
+
+    return pred
+
+
 def image_spans(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
     seg = P["seg:spans"]
     return (k <= q) | ((seg[b, q] == seg[b, k]) & (seg[b, q] % 2 == 1))
@@ -186,6 +194,9 @@ GENERALITY: tuple[Spec, ...] = (
          lambda rng, n: {"window": 777}, scalars=("window",)),
     Spec("g_doc_window", "generality", f"{GEN}/doc_window.mask", {}, doc_window(),
          _doc_starts),
+    # a raster-order causal 2D window: a residual per element until lower.grid_term's tight
+    # row bound (k <= q) made it one grid family (band tile masks)
+    Spec("g_raster_local", "generality", f"{GEN}/raster_local.mask", {}, raster_local()),
     # causal text with bidirectional images: its transposed table was residual (the image
     # guard on k's segment) until lower.in_segment_of
     Spec("g_image_spans", "generality", f"{GEN}/image_spans.mask", {}, image_spans,

@@ -527,8 +527,12 @@ BWD_SPECS = {**BWD_SPECS, KernelKind.BWD_KV_SM90_WS: dataclasses.replace(
                "cmc_hooks_b::kTiling>()"),
     choices=("ws",),
     # a linear item's LSE offsets read under its S^T / dP^T instead of before them: run 50's
-    # 7-8 % on causal, but natten2d's d128 kv spills with the LSE read first (2026-12-07)
-    spill_fallbacks=(("-DCMC_WS_LSE_FIRST=0",),),
+    # 7-8 % on causal, but natten2d's d128 kv spills with the LSE read first (2026-12-07);
+    # then the partial items by the transposed predicate instead of span words: the raster
+    # window's d128 kv (band tile masks beside span words) spills 56 bytes in both LSE
+    # orders and none without the span words (2026-12-08)
+    spill_fallbacks=(("-DCMC_WS_LSE_FIRST=0",), ("-DCMC_BWD_KV_SPANS=0",),
+                     ("-DCMC_WS_LSE_FIRST=0", "-DCMC_BWD_KV_SPANS=0")),
 )}
 SPECS = {**SPECS, **BWD_SPECS}
 

@@ -2,7 +2,9 @@
 on some mask is rebuilt with the kind's fallback defines, the clean build is kept, its options
 (and so the manifest) name the defines, and the compile line says so; a clean default is left
 alone; when nothing is clean the least-spilling build is kept and the warning names each try.
-The ws kv's one fallback is its LSE order: natten2d's d128 kv spills with the LSE read first."""
+The ws kv's fallbacks are its LSE order (natten2d's d128 kv spills with the LSE read first),
+then its partial items without span words (the raster window's d128 kv spills in both LSE
+orders with them), then both."""
 
 from __future__ import annotations
 
@@ -21,17 +23,19 @@ from cmc.kernels import KernelKind, spec
 
 ROOT = Path(__file__).resolve().parent.parent
 LSE_LATE = "-DCMC_WS_LSE_FIRST=0"
+NO_SPANS = "-DCMC_BWD_KV_SPANS=0"
 OPTS = Options(archs=("sm_90a",), dtypes=("bf16",), head_dims=(128,), cache=False)
 
 
-def _ws_kv(stem: str):
-    src = back(front(ROOT / "samples" / f"{stem}.mask"), OPTS)
+def _ws_kv(stem: str, where: str = "samples"):
+    src = back(front(ROOT / where / f"{stem}.mask"), OPTS)
     return dataclasses.replace(src, variants=tuple(
         v for v in src.variants if v.kernel is KernelKind.BWD_KV_SM90_WS and not v.below_len))
 
 
 def test_the_ws_kv_falls_back_to_the_late_lse_order():
-    assert spec(KernelKind.BWD_KV_SM90_WS).spill_fallbacks == ((LSE_LATE,),)
+    assert spec(KernelKind.BWD_KV_SM90_WS).spill_fallbacks == ((LSE_LATE,), (NO_SPANS,),
+                                                                (LSE_LATE, NO_SPANS))
     src = _ws_kv("natten2d")
     (c,) = build(src, cache=False).cubins
     r = c.resources
@@ -41,6 +45,16 @@ def test_the_ws_kv_falls_back_to_the_late_lse_order():
         f"{LSE_LATE} clean")
     (line,) = spill_warnings(BuiltKernels(source=src, cubins=(c,)))
     assert line.startswith("note: ") and "rebuilt without local memory" in line
+
+
+def test_the_raster_windows_kv_falls_back_to_the_predicate():
+    """raster_local's d128 kv (band tile masks and span words) spills in both LSE orders;
+    without span words it is clean (its partial items evaluate the transposed predicate)."""
+    (c,) = build(_ws_kv("raster_local", "benchmarks/generality"), cache=False).cubins
+    assert c.resources.local_bytes == 0 and NO_SPANS in c.options and LSE_LATE not in c.options
+    assert c.fallback_reason.startswith("default spilled ")
+    assert f"{LSE_LATE} spilled" in c.fallback_reason
+    assert c.fallback_reason.endswith(f"{NO_SPANS} clean")
 
 
 def test_a_clean_default_is_not_rebuilt():
@@ -76,9 +90,11 @@ def test_none_clean_keeps_the_least_spilling_and_warns(monkeypatch):
     monkeypatch.setattr(build_mod, "_compile_checked", fake)
     src = _ws_kv("causal")
     (c,) = build(src, cache=False).cubins
-    assert calls == [(), (LSE_LATE,)]
-    assert c.sha256 == "8-4-4"
-    assert c.fallback_reason == f"default spilled 44 bytes; {LSE_LATE} spilled 8 bytes"
+    assert calls == [(), (LSE_LATE,), (NO_SPANS,), (LSE_LATE, NO_SPANS)]
+    assert c.sha256 == "8-4-4" and c.options == (LSE_LATE,)  # the first of the least
+    assert c.fallback_reason == (f"default spilled 44 bytes; {LSE_LATE} spilled 8 bytes; "
+                                 f"{NO_SPANS} spilled 8 bytes; {LSE_LATE} {NO_SPANS} spilled "
+                                 "8 bytes")
     (line,) = spill_warnings(BuiltKernels(source=src, cubins=(c,)))
     assert line.startswith("warning: ") and "spill fallbacks: default spilled 44" in line
 
