@@ -277,27 +277,27 @@ def test_host_phase_offset_masks_equal_the_dense_mask(name, workdir):
     assert _mismatches(table, _build(table, t, workdir), LENGTHS) == []
 
 
-@needs_gxx
-def test_host_phase_offset_masks_one_phase_for_all_is_found(workdir):
-    """The 2-phase table of 256-token blocks read as one phase: some tile pair is wrong."""
-    table = _mask(workdir, TAIL_CASES["fixed256"], "fixed256_one_phase")
-    t = choose_tiling(table)
-    m = t.offset_masks
-    assert m is not None and m.phases == 2
-    one = replace(t, offset_masks=replace(m, phases=1, rows=m.rows[:m.offsets * 128]))
-    assert _mismatches(table, _build(table, one, workdir), [1290]) != []
+def _one_phase(m: OffsetMasks) -> OffsetMasks:
+    """A 2-phase table read as one phase (its first phase's masks for every query tile)."""
+    return replace(m, phases=1, rows=m.rows[:m.offsets * 128])
+
+
+def _period_one_longer(m: OffsetMasks) -> OffsetMasks:
+    """A period-3 table read with a period one offset longer."""
+    return replace(m, lo=m.lo - 1, rows=m.rows[:128] + m.rows, below=4)
 
 
 @needs_gxx
-def test_host_periodic_offset_masks_wrong_period_is_found(workdir):
-    """The same table read with a period one offset longer: some far tile pair is wrong."""
-    table = _mask(workdir, TAIL_CASES["dil_causal3"], "dil_causal3_period")
+@pytest.mark.parametrize("case, misread, length", [
+    ("fixed256", _one_phase, 1290), ("dil_causal3", _period_one_longer, 2600)])
+def test_host_offset_masks_misread_tables_are_found(case, misread, length, workdir):
+    """The same table read wrongly (its phases, its period): some tile pair is wrong."""
+    table = _mask(workdir, TAIL_CASES[case], f"{case}_misread")
     t = choose_tiling(table)
     m = t.offset_masks
-    assert m is not None and m.below == 3
-    longer = replace(t, offset_masks=replace(m, lo=m.lo - 1, rows=m.rows[:128] + m.rows,
-                                             below=4))
-    assert _mismatches(table, _build(table, longer, workdir), [2600]) != []
+    assert m is not None and (m.phases, m.below) == {"fixed256": (2, 2), "dil_causal3": (1, 3)}[case]
+    wrong = replace(t, offset_masks=misread(m))
+    assert _mismatches(table, _build(table, wrong, workdir), [length]) != []
 
 
 @needs_gxx
