@@ -117,6 +117,14 @@ def doc_window(win: int = 1000) -> Pred:
     return pred
 
 
+def swin(width: int = 56, window: int = 7, shift: int = 3) -> Pred:
+    def pred(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
+        same_row = (q // width + shift) // window == (k // width + shift) // window
+        return same_row & ((q % width + shift) // window == (k % width + shift) // window)
+
+    return pred
+
+
 def raster_local(width: int = 48, radius: int = 6) -> Pred:
     def pred(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
         dy = q // width - k // width
@@ -197,6 +205,9 @@ GENERALITY: tuple[Spec, ...] = (
     # a raster-order causal 2D window: a residual per element until lower.grid_term's tight
     # row bound (k <= q) made it one grid family (band tile masks)
     Spec("g_raster_local", "generality", f"{GEN}/raster_local.mask", {}, raster_local()),
+    # shifted window attention: a residual per element until a division of a grid coordinate
+    # lowered (lower.find_grid) and its lattice repeated by window rows (_lattice_period)
+    Spec("g_swin", "generality", f"{GEN}/swin.mask", {}, swin()),
     # causal text with bidirectional images: its transposed table was residual (the image
     # guard on k's segment) until lower.in_segment_of
     Spec("g_image_spans", "generality", f"{GEN}/image_spans.mask", {}, image_spans,

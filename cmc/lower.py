@@ -681,6 +681,8 @@ def find_grid(atoms: list[Pred]) -> Grid | None:
                     if not isinstance(e.b, Const) or e.b.value <= 0:
                         return None
                     lin = linearize(e.a, K)
+                    if lin is None and _of_grid_coordinate(e.a):
+                        continue  # (kx + S) / M: Swin's windows; its kx is a node of its own
                     if lin is None or lin[0] != 1 or not isinstance(lin[1], Const):
                         return None
                     grids.add((-lin[1].value, e.b.value))
@@ -690,9 +692,35 @@ def find_grid(atoms: list[Pred]) -> Grid | None:
     return Grid(origin, width)
 
 
+def _of_grid_coordinate(e: Expr) -> bool:
+    """e reads k only through `/` or `%` of k-linear expressions (grid coordinates), so a
+    division of e is one of a coordinate, which grid_term solves after to_grid."""
+    def coordinate(x: Expr) -> bool:
+        return (isinstance(x, BinOp) and x.op in "/%" and isinstance(x.b, Const)
+                and linearize(x.a, K) is not None)
+
+    def reads_k_elsewhere(x: Expr) -> bool:
+        if coordinate(x):
+            return False
+        if isinstance(x, Var):
+            return x.name == K
+        kids: tuple[Expr, ...] = ()
+        if isinstance(x, BinOp):
+            kids = (x.a, x.b)
+        elif isinstance(x, Neg):
+            kids = (x.a,)
+        elif isinstance(x, Call):
+            kids = x.args
+        elif isinstance(x, (SegFn, TableRef)):
+            return uses(x, K)
+        return any(reads_k_elsewhere(c) for c in kids)
+
+    return uses(e, K) and not reads_k_elsewhere(e)
+
+
 def to_grid(e: Expr, g: Grid) -> Expr:
     def f(x: Expr) -> Expr | None:
-        if isinstance(x, BinOp) and x.op in "/%" and uses(x.a, K):
+        if isinstance(x, BinOp) and x.op in "/%" and uses(x.a, K) and linearize(x.a, K):
             return Var("ky") if x.op == "/" else Var("kx")
         return None
 

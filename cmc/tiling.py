@@ -64,6 +64,7 @@ TIE = 0.02  # computed pairs this close count as equal
 COUNT_BATCH = 1 << 22  # interval ends computed_pairs counts at once (bincount)
 REF_ROWS = 64  # grid rows of the reference sequence (a multiple of every patch height)
 MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB each)
+MAX_LATTICE_PERIOD_FACTOR = 64  # multiples of a grid mask's base period tried (Swin: M)
 MAX_OFFSET_PHASES = 8  # offset masks of blocks up to 8 tiles (a phase per query tile of one)
 # Patch offsets may have more: g_grid77_w96_r40's 16x8 patches have 77, and without
 # masks each partial patch tile evaluated 16 grid spans per row (104 TFLOP/s at 16K,
@@ -784,8 +785,14 @@ def _lattice_period(p: Pred, width: int) -> int:
     it leaves every such quotient difference and remainder as it was, so interior tiles of
     one phase (tile index mod period / gcd(128, period)) are translates. A plain 2D grid
     gives its width; a video's frames (q / (FH FW), q % (FH FW) / FW) give FH FW."""
-    return math.lcm(width, *(x.b.value for x in nodes(p) if isinstance(x, BinOp)
+    base = math.lcm(width, *(x.b.value for x in nodes(p) if isinstance(x, BinOp)
                              and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value > 1))
+    # a constant that divides a coordinate ((q / W + S) / M: Swin's windows) repeats every
+    # M grid rows, not every M tokens: the least multiple that moves the mask onto itself
+    for m in range(1, MAX_LATTICE_PERIOD_FACTOR + 1):
+        if shift_invariance(p, base * m) is None:
+            return base * m
+    return base
 
 
 @functools.lru_cache(maxsize=64)

@@ -199,6 +199,17 @@ let ky = k % (FH * FW) / FW
 allow abs(q / (FH * FW) - k / (FH * FW)) <= 1 and abs(qy - ky) <= 2 and abs(q % FW - k % FW) <= 3"""
 
 
+def test_swin_windows_repeat_by_window_rows():
+    """(q / W + S) / M repeats every M grid rows, not every M tokens (_lattice_period takes
+    the least multiple of the base period that moves the mask onto itself): every query
+    tile is in the band, 49 phases."""
+    masks, why = lattice_offset_masks(front(ROOT / "benchmarks" / "generality" / "swin.mask",
+                                            {}))
+    assert masks is not None and masks.band is not None, why
+    assert masks.phases == 49 and (masks.lo, masks.hi) == (-3, 4), why
+    assert (masks.band.tile_top, masks.band.tiles_below) == (0, 0), why
+
+
 def test_a_video_repeats_by_frames():
     """video3d (frames of 24 x 40 tokens): the lattice's period is the frame, 960 tokens, so 15
     tile phases (5, the grid width's, would be wrong at frame borders); the decoded classes
@@ -302,10 +313,13 @@ def _host_selected(table, workdir: Path, lengths: list[int]) -> dict[tuple[int, 
 
 
 @needs_gxx
-@pytest.mark.parametrize("case", ["natten2d", (32, 5), (48, 5), "grid_text", "video3d"])
+@pytest.mark.parametrize("case", ["natten2d", (32, 5), (48, 5), "grid_text", "video3d", "swin",
+                                  "raster_local"])
 def test_host_band_selection_equals_the_dense_mask(case):
     """grid_text: width 48, 3 phases; 77 text tokens: key tile 0 keeps the spans. video3d:
-    frames of 960 tokens, 15 phases (285 classes)."""
+    frames of 960 tokens, 15 phases (285 classes). swin: 7 x 7 windows shifted by 3 on a
+    width of 56, repeating every 7 grid rows (392 tokens: 49 phases, 343 classes), the band
+    from tile 0. raster_local: a one-sided window, W 48."""
     with tempfile.TemporaryDirectory(prefix="cmc-lattice-") as d:
         workdir = Path(d)
         table = (front(ROOT / "samples" / "natten2d.mask", {}) if case == "natten2d" else

@@ -202,3 +202,39 @@ def test_raster_causal_2d_window_lowers_to_one_family(tmp_path, text, width, rad
     for length in (1, 7, width * (radius + 3) + text + 1, 97):
         assert_same_pairs(dense_from_table(table, length, {}), dense(table.mask, length, {}),
                           f"{order} W {width} len {length}")
+
+
+SWIN = """mask swin_{i}
+const W = {width}
+const M = {window}
+const S = {shift}
+let qy = q / W
+let qx = q % W
+let ky = k / W
+let kx = k % W
+allow {body}
+"""
+
+
+@pytest.mark.parametrize("width, window, shift, body", [
+    (8, 4, 0, "qy / M == ky / M and qx / M == kx / M"),
+    (8, 4, 2, "(qy + S) / M == (ky + S) / M and (qx + S) / M == (kx + S) / M"),
+    (10, 4, 1, "(qy + S) / M == (ky + S) / M and (qx + S) / M == (kx + S) / M"),
+    (9, 3, 1, "k <= q and (qx + S) / M == (kx + S) / M and abs(qy - ky) <= 1"),
+])
+def test_swin_windows_lower_to_one_family(tmp_path, width, window, shift, body):
+    """Window attention on a token grid (Swin, shifted or not): a division of a grid
+    coordinate, (kx + S) / M, is solved on the coordinate (lower.find_grid no longer refuses
+    it, to_grid keeps it), so the windows are one family of grid rows, not a residual; the
+    table and the transposed one equal the oracle."""
+    from cmc.transpose import transpose
+
+    path = tmp_path / "swin.mask"
+    path.write_text(SWIN.format(i=0, width=width, window=window, shift=shift, body=body))
+    table = front(path, {})
+    assert table.exact and transpose(table).exact, table
+    for length in (1, 5, width * 7 + 3, 113):
+        truth = dense(table.mask, length, {})
+        assert_same_pairs(dense_from_table(table, length, {}), truth, f"{body} len {length}")
+        assert_same_pairs(dense_from_table(transpose(table), length, {}), truth.T,
+                          f"transposed {body} len {length}")
