@@ -676,9 +676,11 @@ def _shift_phases(p: Pred) -> tuple[int, str | None]:
     period = math.lcm(1, *(abs(x.b.value) for x in nodes(p) if isinstance(x, BinOp)
                            and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value))
     phases = period // math.gcd(period, TILE)
-    if 1 < phases <= MAX_OFFSET_PHASES and shift_invariance(p, phases * TILE) is None:
-        return phases, moves
-    return 0, moves
+    if phases <= 1 or shift_invariance(p, phases * TILE) is not None:
+        return 0, moves
+    if phases > MAX_OFFSET_PHASES:
+        return 0, f"{moves}; it repeats every {phases} tiles, more than {MAX_OFFSET_PHASES}"
+    return phases, moves
 
 
 def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
@@ -730,9 +732,11 @@ def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:
     # a periodic end keeps its whole period of offsets, seen or not
     a = 0 if below else int(seen[0])
     b = len(dts) if above else int(seen[-1]) + 1
-    if phases * (b - a) > MAX_MASK_CLASSES:
-        what = f"{phases} phases x {b - a}" if phases > 1 else f"{b - a}"
-        return None, f"{what} tile offsets, more than {MAX_MASK_CLASSES}"
+    if b - a > MAX_MASK_CLASSES:
+        return None, f"{b - a} tile offsets, more than {MAX_MASK_CLASSES}"
+    if phases * (b - a) > MAX_LATTICE_MASK_CLASSES:  # phases: as many as a lattice may have
+        return None, (f"{phases} phases x {b - a} tile offsets, more than "
+                      f"{MAX_LATTICE_MASK_CLASSES} classes")
     masks = OffsetMasks(int(dts[a]), int(dts[b - 1]) + 1,
                         _row_words(list(vis[:, a:b].reshape(-1, TILE, TILE))),
                         phases=phases, below=below, above=above)

@@ -128,9 +128,12 @@ def test_blocks_of_several_tiles_get_a_mask_per_phase(tmp_path):
     assert m.classes == 12 and len(m.rows) == 12 * 128
     m3, why3 = offset_masks(_mask(tmp_path, "allow abs(q - k) < 200 and (q + k) % 3 == 0"))
     assert m3 is not None and m3.phases == 3 and (m3.lo, m3.hi) == (-2, 3), why3
-    # 1024-token blocks: 8 phases x 24 offsets, past the classes one cubin holds
+    # 1024-token blocks: 8 phases x 24 offsets (as many classes as a lattice may have);
+    # 2048-token blocks repeat every 16 tiles, more phases than offset masks take
     m8, why8 = offset_masks(front(fixed, {"L": 1024}))
-    assert m8 is None and "8 phases x 24 tile offsets, more than 64" in why8
+    assert m8 is not None and (m8.phases, m8.offsets) == (8, 24), why8
+    m16, why16 = offset_masks(front(fixed, {"L": 2048}))
+    assert m16 is None and "which 2048 does not divide; it repeats every 16 tiles" in why16
     t = choose_tiling(front(fixed, {"L": 256}))
     assert t.to_dict()["offset_masks"] == {"classes": 12, "offsets": [-5, 1], "phases": 2,
                                            "period_below": 2}
@@ -235,9 +238,11 @@ TAIL_CASES = {
     "memory512": "allow k <= q and (k / 512 == q / 512 or k % 512 < 16)",
 }
 # bounded offsets whose masks repeat every 3 tiles
-PHASE_CASES = {
-    "sum3": "allow abs(q - k) < 300 and (q + k) % 3 == 0",
-    "blocks384": "allow abs(q - k) < 600 and (k / 384 + q / 384) % 2 == 0",
+PHASE_CASES = {  # (mask, phases)
+    "sum3": ("allow abs(q - k) < 300 and (q + k) % 3 == 0", 3),
+    "blocks384": ("allow abs(q - k) < 600 and (k / 384 + q / 384) % 2 == 0", 3),
+    # 8 phases x 11 offsets: more classes than a one-phase table may have (64)
+    "blocks1024": ("allow abs(q - k) < 600 and (k / 1024 + q / 1024) % 2 == 0", 8),
 }
 
 
@@ -271,10 +276,11 @@ def test_host_periodic_offset_masks_equal_the_dense_mask(name, workdir):
 @needs_gxx
 @pytest.mark.parametrize("name", sorted(PHASE_CASES))
 def test_host_phase_offset_masks_equal_the_dense_mask(name, workdir):
-    table = _mask(workdir, PHASE_CASES[name], name)
+    body, phases = PHASE_CASES[name]
+    table = _mask(workdir, body, name)
     t = choose_tiling(table)
-    assert t.offset_masks is not None and t.offset_masks.phases == 3, t.reason
-    assert _mismatches(table, _build(table, t, workdir), LENGTHS) == []
+    assert t.offset_masks is not None and t.offset_masks.phases == phases, t.reason
+    assert _mismatches(table, _build(table, t, workdir), [*LENGTHS, 2100]) == []
 
 
 def _one_phase(m: OffsetMasks) -> OffsetMasks:
