@@ -65,7 +65,7 @@ COUNT_BATCH = 1 << 22  # interval ends computed_pairs counts at once (bincount)
 REF_ROWS = 64  # grid rows of the reference sequence (a multiple of every patch height)
 MAX_MASK_CLASSES = 64  # per-offset tile masks compiled into one cubin (2 KiB each)
 MAX_LATTICE_PERIOD_FACTOR = 64  # multiples of a grid mask's base period tried (Swin: M)
-MAX_OFFSET_PHASES = 8  # offset masks of blocks up to 8 tiles (a phase per query tile of one)
+MAX_OFFSET_PHASES = 32  # offset masks of blocks up to 32 tiles (a phase per query tile of one)
 # Patch offsets may have more: g_grid77_w96_r40's 16x8 patches have 77, and without
 # masks each partial patch tile evaluated 16 grid spans per row (104 TFLOP/s at 16K,
 # run 12), where one 8-byte load does (kernel notes, "Patch masks past 64 classes").

@@ -129,11 +129,13 @@ def test_blocks_of_several_tiles_get_a_mask_per_phase(tmp_path):
     m3, why3 = offset_masks(_mask(tmp_path, "allow abs(q - k) < 200 and (q + k) % 3 == 0"))
     assert m3 is not None and m3.phases == 3 and (m3.lo, m3.hi) == (-2, 3), why3
     # 1024-token blocks: 8 phases x 24 offsets (as many classes as a lattice may have);
-    # 2048-token blocks repeat every 16 tiles, more phases than offset masks take
+    # 4096-token blocks: 32 phases but 96 offsets; 8192-token ones: more phases than 32
     m8, why8 = offset_masks(front(fixed, {"L": 1024}))
     assert m8 is not None and (m8.phases, m8.offsets) == (8, 24), why8
-    m16, why16 = offset_masks(front(fixed, {"L": 2048}))
-    assert m16 is None and "which 2048 does not divide; it repeats every 16 tiles" in why16
+    m32, why32 = offset_masks(front(fixed, {"L": 4096}))
+    assert m32 is None and "96 tile offsets, more than 64" in why32
+    m64, why64 = offset_masks(front(fixed, {"L": 8192}))
+    assert m64 is None and "which 8192 does not divide; it repeats every 64 tiles" in why64
     t = choose_tiling(front(fixed, {"L": 256}))
     assert t.to_dict()["offset_masks"] == {"classes": 12, "offsets": [-5, 1], "phases": 2,
                                            "period_below": 2}
