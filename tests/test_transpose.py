@@ -261,3 +261,40 @@ def test_atoms_on_ks_segment_become_guards_where_k_is_in_xs(tmp_path, body, exac
         _check(table, length, params)
     for length in (300, 777):
         _check(table, length, random_params(table.mask, length, rng))
+
+
+@st.composite
+def _grid_and_segment_masks(draw) -> str:
+    """Masks of the forms lower.in_segment_of, find_grid's coordinate divisions and
+    grid_term's tight row bound serve (windows of a grid coordinate, one-sided row windows
+    beside k <= q, atoms on k's segment), mixed at random."""
+    w = draw(st.sampled_from([3, 4, 5, 6, 8]))
+    m = draw(st.sampled_from([2, 3, 4]))
+    s = draw(st.integers(0, m))
+    o = draw(st.sampled_from([0, 0, 2, 5]))
+    r = draw(st.integers(0, 3))
+    qy, qx, ky, kx = (f"(q - {o}) / {w}", f"(q - {o}) % {w}", f"(k - {o}) / {w}",
+                      f"(k - {o}) % {w}")
+    atoms = [f"({qy} + {s}) / {m} == ({ky} + {s}) / {m}",
+             f"({qx} + {s}) / {m} == ({kx} + {s}) / {m}", f"{qy} - {ky} <= {r}",
+             f"{ky} - {qy} <= {r}", f"abs({qx} - {kx}) <= {r}", "k <= q", "k < q", f"k >= {o}",
+             f"q >= {o}", f"({kx} + {s}) / {m} <= ({qx} + {s}) / {m}", "same(S, q, k)",
+             "seg(S, q) % 2 == 1", "seg(S, k) % 2 == 0", "seg(S, k) == seg(S, q)",
+             f"seg_start(S, k) + {r} <= q"]
+    allows = draw(st.lists(st.lists(st.sampled_from(atoms), min_size=1, max_size=4, unique=True),
+                           min_size=1, max_size=2))
+    return "mask g\nparam S : segments\n" + "".join(f"allow {' and '.join(a)}\n" for a in allows)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=_grid_and_segment_masks(), starts=st.lists(st.integers(0, 41), max_size=4))
+def test_random_grid_and_segment_masks_equal_the_oracle_both_ways(tmp_path_factory, text,
+                                                                   starts):
+    path = tmp_path_factory.mktemp("g") / "g.mask"
+    path.write_text(text)
+    table = front(path, {})
+    for length in (1, 7, 23, 41):
+        params = {"S": sorted(min(x, length) for x in starts)}
+        _check(table, length, params)
+        assert_same_pairs(dense_from_table(table, length, params),
+                          dense(table.mask, length, params), text)
