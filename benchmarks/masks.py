@@ -138,6 +138,11 @@ def image_spans(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
     return (k <= q) | ((seg[b, q] == seg[b, k]) & (seg[b, q] % 2 == 1))
 
 
+def doc_causal(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
+    seg = P["seg:docs"]
+    return (k <= q) & (seg[b, q] == seg[b, k])
+
+
 def prefix_lm(P: dict[str, Any], b: Any, q: Any, k: Any) -> Any:
     return (k < P["prefix"][b]) | (k <= q)
 
@@ -212,6 +217,9 @@ GENERALITY: tuple[Spec, ...] = (
     # guard on k's segment) until lower.in_segment_of
     Spec("g_image_spans", "generality", f"{GEN}/image_spans.mask", {}, image_spans,
          _image_spans),
+    # packed documents by their bounds: the transposed table was residual (every tile of the
+    # backward computed) until lower._isolate_segment_end
+    Spec("g_doc_bounds", "generality", f"{GEN}/doc_bounds.mask", {}, doc_causal, _doc_starts),
     Spec("g_prefix_lm_jagged", "generality", f"{GEN}/prefix_lm_seq.mask", {}, prefix_lm,
          lambda rng, n: {"prefix": int(rng.integers(n // 8, n // 2))}, jagged=True),
 )

@@ -534,12 +534,23 @@ def isolate(e: Expr, op: str, r: Expr, var: str) -> list[Constraint] | None:
             return _isolate_floordiv(e.a, d, op, r, var)
         if e.op in "+-" and ua and ub:
             lin = linearize(e, var)
-            if lin is None or lin[0] == 0:
-                return None
-            return _isolate_scaled(Var(var), lin[0], op, sub(r, lin[1]), var)
+            if lin is not None and lin[0] != 0:
+                return _isolate_scaled(Var(var), lin[0], op, sub(r, lin[1]), var)
+            # A - x % C with A - x free of var: (x / C) * C + (A - x), floor division (the
+            # chunk start of x: Llama 4's chunks written `q - k <= q % C`, transposed)
+            b = e.b
+            if (e.op == "-" and isinstance(b, BinOp) and b.op == "%" and isinstance(b.b, Const)
+                    and b.b.value > 0):
+                rest = linearize(sub(e.a, b.a), var)
+                if rest is not None and rest[0] == 0:
+                    return isolate(mul(fdiv(b.a, b.b.value), b.b.value), op, sub(r, rest[1]),
+                                   var)
+            return None
         return None
     if isinstance(e, Neg):
         return isolate(e.a, _FLIP[op], neg(r), var)
+    if isinstance(e, SegFn) and e.fn in ("seg_start", "seg_end") and e.arg == Var(K) and var == K:
+        return _isolate_segment_end(e, op, r)
     if isinstance(e, SegFn) and e.fn == "seg" and isinstance(r, SegFn) and r.fn == "seg":
         if r.segments != e.segments or e.arg != Var(K) or var != K:
             return None  # exact only for seg(S, k) itself (see nnf)
@@ -553,6 +564,24 @@ def isolate(e: Expr, op: str, r: Expr, var: str) -> list[Constraint] | None:
                 return None
             out += got
         return out
+    return None
+
+
+def _isolate_segment_end(e: SegFn, op: str, r: Expr) -> list[Constraint] | None:
+    """seg_start(S, k) <= r is k < seg_end(S, r) (the keys before the first start after r),
+    and seg_end(S, k) > r is k >= seg_start(S, r) (no start in (k, r]), where r = q + c: the
+    first for c >= 0 (r >= 0), the second for c <= 0 (r < len); `<` and `>=` by r - 1. The
+    transposed documents written `seg_start(S, q) <= k <= q` need them. None elsewhere."""
+    lin = linearize(r, "q")
+    c = lin[1].value if lin is not None and lin[0] == 1 and isinstance(lin[1], Const) else None
+    if c is None:
+        return None
+    if e.fn == "seg_start" and op in ("<=", "<"):
+        at = c - (op == "<")  # seg_start(S, k) <= q + at
+        return [Hi(SegFn("seg_end", e.segments, add(Var("q"), Const(at))))] if at >= 0 else None
+    if e.fn == "seg_end" and op in (">", ">="):
+        at = c - (op == ">=")  # seg_end(S, k) > q + at
+        return [Lo(SegFn("seg_start", e.segments, add(Var("q"), Const(at))))] if at <= 0 else None
     return None
 
 

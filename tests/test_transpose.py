@@ -298,3 +298,29 @@ def test_random_grid_and_segment_masks_equal_the_oracle_both_ways(tmp_path_facto
         _check(table, length, params)
         assert_same_pairs(dense_from_table(table, length, params),
                           dense(table.mask, length, params), text)
+
+
+@pytest.mark.parametrize("body", [
+    "seg_start(S, q) <= k <= q",  # packed documents, varlen style
+    "k <= q\ndeny k < seg_start(S, q)",
+    "k >= seg_start(S, q) and k < seg_end(S, q)",  # packed bidirectional documents
+    "seg_start(S, k) <= q + 2 and seg_end(S, k) > q",
+    "seg_start(S, k) < q and seg_end(S, k) >= q",
+    "seg_start(S, k) <= q - 1 or seg_end(S, k) > q + 1",  # the forward keeps its residual
+    "k <= q and q - k <= q % 8",  # Llama 4's chunks, two spellings
+    "q - q % 8 <= k <= q",
+])
+def test_segment_bounds_and_chunk_starts_invert(tmp_path, body):
+    """seg_start(S, k) <= q + c is k < seg_end(S, q + c) (c >= 0), seg_end(S, k) > q + c is k
+    >= seg_start(S, q + c) (c <= 0), and A - x % C is (x / C) * C + (A - x): the transposed
+    tables of documents written by their bounds, and of chunks written with %, are exact;
+    both tables equal the oracle (repeated starts, text before the first, none)."""
+    path = tmp_path / "m.mask"
+    path.write_text(f"mask m\nparam S : segments\nallow {body}\n")
+    table = front(path, {})
+    assert transpose(table).exact, summary(transpose(table))
+    for length, params in [*small_cases(table.mask, 3), (23, {"S": [0, 4, 4, 9, 23]}),
+                           (19, {"S": [3, 3, 7, 19, 19]}), (12, {"S": []}), (40, {"S": [39]})]:
+        assert_same_pairs(dense_from_table(table, length, params),
+                          dense(table.mask, length, params), f"{body} {length} {params}")
+        _check(table, length, params)
