@@ -673,14 +673,15 @@ def _shift_phases(p: Pred) -> tuple[int, str | None]:
     moves = shift_invariance(p, TILE)
     if moves is None:
         return 1, None
-    period = math.lcm(1, *(abs(x.b.value) for x in nodes(p) if isinstance(x, BinOp)
-                           and x.op in ("/", "%") and isinstance(x.b, Const) and x.b.value))
-    phases = period // math.gcd(period, TILE)
-    if phases <= 1 or shift_invariance(p, phases * TILE) is not None:
-        return 0, moves
-    if phases > MAX_OFFSET_PHASES:
-        return 0, f"{moves}; it repeats every {phases} tiles, more than {MAX_OFFSET_PHASES}"
-    return phases, moves
+    # the least P that moves the mask onto itself: lcm(divisors) / gcd(.., 128) misses nested
+    # divisions (k / 64 % 8 repeats every 512 tokens, 4 tiles), so each P is tried
+    for phases in range(2, 2 * MAX_OFFSET_PHASES + 1):
+        if shift_invariance(p, phases * TILE) is None:
+            if phases > MAX_OFFSET_PHASES:
+                return 0, (f"{moves}; it repeats every {phases} tiles, more than "
+                           f"{MAX_OFFSET_PHASES}")
+            return phases, moves
+    return 0, moves
 
 
 def offset_masks(table: IntervalTable) -> tuple[OffsetMasks | None, str]:

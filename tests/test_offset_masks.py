@@ -245,6 +245,9 @@ PHASE_CASES = {  # (mask, phases)
     "blocks384": ("allow abs(q - k) < 600 and (k / 384 + q / 384) % 2 == 0", 3),
     # 8 phases x 11 offsets: more classes than a one-phase table may have (64)
     "blocks1024": ("allow abs(q - k) < 600 and (k / 1024 + q / 1024) % 2 == 0", 8),
+    # vertical stripes of blocks (DeepSpeed's "variable" sparsity): k / 64 % 8 repeats every
+    # 4 tiles, which the lcm of 64 and 8 does not say
+    "stripes": ("allow k <= q and q - k < 900 and (q / 64 - k / 64 < 4 or k / 64 % 8 == 0)", 4),
 }
 
 
