@@ -791,6 +791,17 @@ def match_disc(atom: Cmp) -> tuple[int, Expr, int, Expr, int] | None:
     return parts["ky"][0], parts["ky"][1], parts["kx"][0], parts["kx"][1], c
 
 
+def _clamp_args(e: Expr, fn: str) -> list[Expr]:
+    """The arguments of fn (max or min) where e is fn(...) or fn(...) plus or minus a
+    constant, each with that constant: the bounds a clamped row bound is the max / min of."""
+    c = 0
+    if isinstance(e, BinOp) and e.op in "+-" and isinstance(e.b, Const):
+        c, e = (e.b.value if e.op == "+" else -e.b.value), e.a
+    if not (isinstance(e, Call) and e.fn == fn):
+        return []
+    return [add(a, Const(c)) if c else a for a in e.args]
+
+
 def _row_span(ylo: list[Expr], yhi: list[Expr]) -> tuple[Expr, int] | None:
     """The narrowest pair of grid-row bounds lo <= ky < hi whose width is one constant
     (the family's instance count); the other row bounds stay guards of each instance."""
@@ -875,6 +886,13 @@ def grid_term(guard_atoms: list[Pred], k_atoms: list[Pred], g: Grid) -> Term | N
             yhi_t = [add(fdiv(sub(e, Const(g.origin + 1)), g.width), Const(1))
                      for e in [*khi, Var("len")]]
             span = _row_span(ylo, yhi_t) or _row_span(ylo_k, yhi_t)
+        if span is None:
+            # a row bound clamped by max / min (`max(qy - R, 0) <= ky`): the span of one of
+            # its arguments covers it, and the clamped bound stays a guard of each instance
+            ylo_a = [a for e in ylo for a in _clamp_args(e, "max")]
+            yhi_a = [a for e in yhi for a in _clamp_args(e, "min")]
+            if ylo_a or yhi_a:
+                span = _row_span(ylo + ylo_a, yhi + yhi_a)
         if span is None:
             return None
         base, count = span

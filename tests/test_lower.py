@@ -238,3 +238,26 @@ def test_swin_windows_lower_to_one_family(tmp_path, width, window, shift, body):
         assert_same_pairs(dense_from_table(table, length, {}), truth, f"{body} len {length}")
         assert_same_pairs(dense_from_table(transpose(table), length, {}), truth.T,
                           f"transposed {body} len {length}")
+
+
+@pytest.mark.parametrize("rows", [
+    "max(qy - R, 0) <= ky and ky <= qy + R",
+    "qy - R <= ky and ky <= min(qy + R, 5)",
+    "max(0, qy - R) <= ky and ky < min(qy + R + 1, 6)",
+])
+def test_clamped_row_bounds_lower_to_one_family(tmp_path, rows):
+    """A row window written with max / min clamps (`max(qy - R, 0) <= k / W`): the span of
+    the clamp's argument covers it and the clamp stays each instance's guard, so the window
+    is a family of grid rows, not a residual; both tables equal the oracle."""
+    from cmc.transpose import transpose
+
+    path = tmp_path / "rows.mask"
+    path.write_text("mask rows\nconst W = 6\nconst R = 2\nlet qy = q / W\nlet ky = k / W\n"
+                    f"allow {rows} and max(0, q % W - R) <= k % W and k % W <= q % W + R\n")
+    table = front(path, {})
+    assert table.exact and table.max_intervals_per_row() == 5, table
+    for length in (1, 7, 40, 61):
+        truth = dense(table.mask, length, {})
+        assert_same_pairs(dense_from_table(table, length, {}), truth, f"{rows} len {length}")
+        assert_same_pairs(dense_from_table(transpose(table), length, {}), truth.T,
+                          f"transposed {rows} len {length}")

@@ -265,9 +265,10 @@ def test_atoms_on_ks_segment_become_guards_where_k_is_in_xs(tmp_path, body, exac
 
 @st.composite
 def _grid_and_segment_masks(draw) -> str:
-    """Masks of the forms lower.in_segment_of, find_grid's coordinate divisions and
-    grid_term's tight row bound serve (windows of a grid coordinate, one-sided row windows
-    beside k <= q, atoms on k's segment), mixed at random."""
+    """Masks of the forms lower.in_segment_of, find_grid's coordinate divisions, grid_term's
+    tight and clamped row bounds and the segment-bound inversion serve (windows of a grid
+    coordinate, one-sided row windows beside k <= q, max / min row clamps, atoms on k's
+    segment, documents by their bounds), mixed at random."""
     w = draw(st.sampled_from([3, 4, 5, 6, 8]))
     m = draw(st.sampled_from([2, 3, 4]))
     s = draw(st.integers(0, m))
@@ -280,7 +281,8 @@ def _grid_and_segment_masks(draw) -> str:
              f"{ky} - {qy} <= {r}", f"abs({qx} - {kx}) <= {r}", "k <= q", "k < q", f"k >= {o}",
              f"q >= {o}", f"({kx} + {s}) / {m} <= ({qx} + {s}) / {m}", "same(S, q, k)",
              "seg(S, q) % 2 == 1", "seg(S, k) % 2 == 0", "seg(S, k) == seg(S, q)",
-             f"seg_start(S, k) + {r} <= q"]
+             f"seg_start(S, k) + {r} <= q", f"max({qy} - {r}, 0) <= {ky}",
+             f"{ky} <= min({qy} + {r}, 4)", "seg_start(S, q) <= k", "k < seg_end(S, q)"]
     allows = draw(st.lists(st.lists(st.sampled_from(atoms), min_size=1, max_size=4, unique=True),
                            min_size=1, max_size=2))
     return "mask g\nparam S : segments\n" + "".join(f"allow {' and '.join(a)}\n" for a in allows)
