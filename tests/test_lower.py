@@ -261,3 +261,25 @@ def test_clamped_row_bounds_lower_to_one_family(tmp_path, rows):
         assert_same_pairs(dense_from_table(table, length, {}), truth, f"{rows} len {length}")
         assert_same_pairs(dense_from_table(transpose(table), length, {}), truth.T,
                           f"transposed {rows} len {length}")
+
+
+@pytest.mark.parametrize("text", [
+    "mask a\nallow abs(q - k) < 300 and (q - k) % 3 == 0",
+    "mask b\nallow k <= q and (q - k < 64 or k % 64 == 63)",
+    "mask c\nparam S : segments\nallow same(S, q, k)\nallow k == seg_start(S, k)",
+    "mask d\nconst W = 40\nallow k <= q and q % W == k % W",
+])
+def test_visible_pairs_of_residual_tables_by_row_blocks(tmp_path, text):
+    """visible_pairs evaluates a residual table's keys a block of rows at a time, over the
+    keys its intervals reach: the count equals the dense one across block boundaries."""
+    from cmc import tiles
+
+    path = tmp_path / "m.mask"
+    path.write_text(text + "\n")
+    table = front(path, {})
+    assert not table.exact
+    rng = np.random.default_rng(5)
+    for length in (1, tiles.VISIBLE_ROWS - 1, tiles.VISIBLE_ROWS + 1, 1300):
+        params = random_params(table.mask, length, rng)
+        assert visible_pairs(table, length, params) == int(
+            dense_from_table(table, length, params).sum()), (text, length, params)
