@@ -27,6 +27,7 @@ from cmc.ir import (
 from cmc.lower import lower
 from cmc.oracle import dense
 from cmc.tiles import EMPTY, FULL, classify, dense_from_table, visible_pairs
+from cmc.transpose import transpose
 
 from .conftest import (
     EXACT,
@@ -204,6 +205,16 @@ def test_raster_causal_2d_window_lowers_to_one_family(tmp_path, text, width, rad
                           f"{order} W {width} len {length}")
 
 
+def _equal_the_oracle_both_ways(table, lengths, what: str) -> None:
+    """The table and its transposed one reconstruct the oracle (parameter-free masks)."""
+
+    for length in lengths:
+        truth = dense(table.mask, length, {})
+        assert_same_pairs(dense_from_table(table, length, {}), truth, f"{what} len {length}")
+        assert_same_pairs(dense_from_table(transpose(table), length, {}), truth.T,
+                          f"transposed {what} len {length}")
+
+
 SWIN = """mask swin_{i}
 const W = {width}
 const M = {window}
@@ -227,17 +238,11 @@ def test_swin_windows_lower_to_one_family(tmp_path, width, window, shift, body):
     coordinate, (kx + S) / M, is solved on the coordinate (lower.find_grid no longer refuses
     it, to_grid keeps it), so the windows are one family of grid rows, not a residual; the
     table and the transposed one equal the oracle."""
-    from cmc.transpose import transpose
-
     path = tmp_path / "swin.mask"
     path.write_text(SWIN.format(i=0, width=width, window=window, shift=shift, body=body))
     table = front(path, {})
     assert table.exact and transpose(table).exact, table
-    for length in (1, 5, width * 7 + 3, 113):
-        truth = dense(table.mask, length, {})
-        assert_same_pairs(dense_from_table(table, length, {}), truth, f"{body} len {length}")
-        assert_same_pairs(dense_from_table(transpose(table), length, {}), truth.T,
-                          f"transposed {body} len {length}")
+    _equal_the_oracle_both_ways(table, (1, 5, width * 7 + 3, 113), body)
 
 
 @pytest.mark.parametrize("rows", [
@@ -249,18 +254,12 @@ def test_clamped_row_bounds_lower_to_one_family(tmp_path, rows):
     """A row window written with max / min clamps (`max(qy - R, 0) <= k / W`): the span of
     the clamp's argument covers it and the clamp stays each instance's guard, so the window
     is a family of grid rows, not a residual; both tables equal the oracle."""
-    from cmc.transpose import transpose
-
     path = tmp_path / "rows.mask"
     path.write_text("mask rows\nconst W = 6\nconst R = 2\nlet qy = q / W\nlet ky = k / W\n"
                     f"allow {rows} and max(0, q % W - R) <= k % W and k % W <= q % W + R\n")
     table = front(path, {})
     assert table.exact and table.max_intervals_per_row() == 5, table
-    for length in (1, 7, 40, 61):
-        truth = dense(table.mask, length, {})
-        assert_same_pairs(dense_from_table(table, length, {}), truth, f"{rows} len {length}")
-        assert_same_pairs(dense_from_table(transpose(table), length, {}), truth.T,
-                          f"transposed {rows} len {length}")
+    _equal_the_oracle_both_ways(table, (1, 7, 40, 61), rows)
 
 
 @pytest.mark.parametrize("text", [
